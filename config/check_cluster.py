@@ -1,0 +1,288 @@
+"""Checks of the physical side: the cell-type tree and the physical cells expanded from it.
+
+Each function returns its findings and never raises, so `validate` can report everything at once.
+HiveD checks only the first two things here (unknown top type, a chain with no node level) and
+panics on the first; the rest are the gaps its design comments ask for but its code never checks.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+
+from config.names import dns1123_subdomain_error, label_value_error
+from config.problems import ConfigWarning
+from config.quota import chain_types
+from topology.layout import ExpandedCell, Layout, Problem, TypeInfo, expand, type_infos
+from topology.spec import CellTypeSpec, ClusterSpec, PhysicalCellSpec
+
+TYPES = "physicalCluster.cellTypes"
+CELLS = "physicalCluster.physicalCells"
+
+
+@dataclass
+class TypeCheck:
+    """Findings about `cellTypes`, and the type table of the usable (acyclic) part."""
+
+    problems: list[Problem] = field(default_factory=list)
+    types: dict[str, TypeInfo] = field(default_factory=dict)
+    cyclic: set[str] = field(default_factory=set)  # on a cycle or leading into one
+    defined: set[str] = field(default_factory=set)
+
+
+def check_cell_types(spec: ClusterSpec) -> TypeCheck:
+    out = TypeCheck()
+    child: dict[str, str] = {}
+    for t in spec.cell_types:
+        path = f"{TYPES}.{t.name}"
+        if t.name in child:
+            out.problems.append(Problem(path, f"cell type {t.name!r} is defined twice"))
+            continue
+        child[t.name] = t.child_type
+        if not t.child_type:
+            out.problems.append(
+                Problem(f"{path}.childCellType", f"cell type {t.name!r} has an empty childCellType")
+            )
+        if t.child_number < 1:
+            out.problems.append(
+                Problem(
+                    f"{path}.childCellNumber", f"childCellNumber must be at least 1, got {t.child_number}"
+                )
+            )
+    out.defined = set(child)
+    order = list(child)
+    for cycle in _cycles(child, order):
+        first = cycle[0]
+        out.problems.append(
+            Problem(
+                f"{TYPES}.{first}.childCellType",
+                "cell types form a cycle: "
+                + " -> ".join([*cycle, first])
+                + " (a cell cannot contain itself)",
+            )
+        )
+    out.cyclic = {name for name in child if _reaches_cycle(name, child)}
+    for name, kid in child.items():
+        if kid and kid not in child:
+            near = difflib.get_close_matches(kid, order, n=1, cutoff=0.8)
+            if near:
+                out.problems.append(
+                    ConfigWarning(
+                        f"{TYPES}.{name}.childCellType",
+                        f"{kid!r} is not a defined cell type, so it is taken as a leaf (GPU) type; "
+                        f"did you mean {near[0]!r}?",
+                    )
+                )
+    usable: dict[str, CellTypeSpec] = {}
+    for t in spec.cell_types:
+        if t.name not in out.cyclic:
+            usable.setdefault(t.name, t)
+    out.types = type_infos(replace(spec, cell_types=tuple(usable.values())))
+    return out
+
+
+def _cycles(child: dict[str, str], order: list[str]) -> Iterator[list[str]]:
+    """Each cycle of the child relation once, starting at its member defined first."""
+    reported: set[str] = set()
+    for start in order:
+        walk: list[str] = []
+        cur = start
+        while cur in child and cur not in walk and cur not in reported:
+            walk.append(cur)
+            cur = child[cur]
+        if cur in walk:
+            cycle = walk[walk.index(cur) :]
+            reported.update(cycle)
+            rank = {n: i for i, n in enumerate(order)}
+            k = min(range(len(cycle)), key=lambda i: rank[cycle[i]])
+            yield cycle[k:] + cycle[:k]
+        reported.update(walk)
+
+
+def _reaches_cycle(name: str, child: dict[str, str]) -> bool:
+    seen: set[str] = set()
+    cur = name
+    while cur in child:
+        if cur in seen:
+            return True
+        seen.add(cur)
+        cur = child[cur]
+    return False
+
+
+def check_chains(spec: ClusterSpec, tc: TypeCheck) -> tuple[list[Problem], list[str], set[str]]:
+    """Top-level types: known, and with exactly one node-level type on the chain's path.
+
+    Returns the problems, the chains in order of first appearance, and the chains whose structure is
+    sound enough to count quotas on."""
+    problems: list[Problem] = []
+    chains: list[str] = []
+    for i, top in enumerate(spec.physical_cells):
+        t = top.cell_type
+        if t is None or t in chains or t in tc.cyclic:
+            continue
+        if t not in tc.defined:
+            near = difflib.get_close_matches(t, sorted(tc.defined), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            problems.append(
+                Problem(f"{CELLS}[{i}].cellType", f"physicalCells contains unknown cellType: {t}{hint}")
+            )
+            continue
+        chains.append(t)
+    sound: set[str] = set()
+    demoted: set[str] = set()
+    for chain in chains:
+        path = chain_types(chain, tc.types)
+        nodes = [ti.name for ti in path if ti.is_node_level]
+        if not nodes:
+            i = next(i for i, c in enumerate(spec.physical_cells) if c.cell_type == chain)
+            problems.append(
+                Problem(f"{CELLS}[{i}].cellType", f"top cell must be node-level or above: {chain}")
+            )
+        for extra in nodes[1:]:
+            demoted.add(extra)
+            problems.append(
+                Problem(
+                    f"{TYPES}.{extra}.isNodeLevel",
+                    f"cell types {nodes[0]!r} and {extra!r} are both node-level on chain {chain}: "
+                    "a chain needs exactly one node-level type (one cell = one Kubernetes node)",
+                )
+            )
+        if len(nodes) == 1 and all(ti.child_type is None or ti.child_number >= 1 for ti in path):
+            sound.add(chain)
+    # Expand as if only the upper node level were one: a second one is reported once, above, not again
+    # for every cell of it that lacks a node name.
+    for name in demoted:
+        tc.types[name] = replace(tc.types[name], is_node_level=False)
+    used = {ti.name for chain in chains for ti in chain_types(chain, tc.types)}
+    # "Unused" is only meaningful once every top cell resolved to a chain; otherwise it is noise
+    # caused by the unknown top type reported above.
+    all_resolved = bool(chains) and all(c.cell_type in chains for c in spec.physical_cells)
+    for ct in spec.cell_types:
+        if all_resolved and ct.name not in used and ct.name not in tc.cyclic:
+            problems.append(
+                ConfigWarning(f"{TYPES}.{ct.name}", f"cell type {ct.name!r} is not used by any physical cell")
+            )
+    return problems, chains, sound
+
+
+def expand_cells(spec: ClusterSpec, tc: TypeCheck, chains: list[str]) -> Layout:
+    """`layout.expand` over the top cells whose type is a chain; the others are already reported.
+
+    Skipped cells are replaced by an empty placeholder (not removed) so that indexes, config paths and
+    HiveD's index-based default addresses of the remaining cells stay the same."""
+    keep = set(chains)
+    tops = tuple(
+        c if c.cell_type is None or c.cell_type in keep else PhysicalCellSpec() for c in spec.physical_cells
+    )
+    layout = expand(replace(spec, physical_cells=tops), tc.types)
+    skipped = {f"{CELLS}[{i}].cellType" for i, c in enumerate(spec.physical_cells) if c.cell_type not in keep}
+    skipped -= {f"{CELLS}[{i}].cellType" for i, c in enumerate(spec.physical_cells) if c.cell_type is None}
+    return Layout(layout.cells, tuple(p for p in layout.problems if p.path not in skipped))
+
+
+def spec_by_path(spec: ClusterSpec) -> dict[str, PhysicalCellSpec]:
+    """Every physical cell written in the config, by its config path (to tell explicit addresses)."""
+    out: dict[str, PhysicalCellSpec] = {}
+
+    def walk(cell: PhysicalCellSpec, path: str) -> None:
+        out[path] = cell
+        for i, kid in enumerate(cell.children):
+            walk(kid, f"{path}.cellChildren[{i}]")
+
+    for i, top in enumerate(spec.physical_cells):
+        walk(top, f"{CELLS}[{i}]")
+    return out
+
+
+def check_cells(spec: ClusterSpec, tc: TypeCheck, layout: Layout) -> list[Problem]:
+    """Node names, GPU indices, addresses and pinned ids of the expanded cells."""
+    written = spec_by_path(spec)
+    problems: list[Problem] = []
+    node_of: dict[int, int] = {}  # cell index -> index of its node-level cell
+    nodes: dict[str, str] = {}
+    gpus: dict[tuple[int, int], str] = {}
+    addresses: dict[tuple[int | None, str], str] = {}
+    pins: dict[str, ExpandedCell] = {}
+    for c in layout.cells:
+        ti = tc.types[c.cell_type]
+        own = written.get(c.config_path)
+        explicit = own is not None and own.address is not None
+        where = f"{c.config_path}.cellAddress" if explicit else c.config_path
+        if ti.is_node_level:
+            node_of[c.index] = c.index
+        elif c.parent is not None and c.parent in node_of:
+            node_of[c.index] = node_of[c.parent]
+        if ti.is_node_level and explicit and c.node is not None:
+            err = dns1123_subdomain_error(c.node)
+            if err:
+                problems.append(Problem(where, f"invalid node name: {err}"))
+            if c.node in nodes:
+                problems.append(Problem(where, f"duplicate node name {c.node!r} (also at {nodes[c.node]})"))
+            else:
+                nodes[c.node] = c.config_path
+        elif c.level == 1 and c.gpu_index is not None and c.index in node_of:
+            node_name = layout.cells[node_of[c.index]].node
+            if c.gpu_index < 0:
+                problems.append(Problem(where, f"GPU index must be 0 or more, got {c.gpu_index}"))
+            key = (node_of[c.index], c.gpu_index)
+            if key in gpus:
+                problems.append(
+                    Problem(
+                        where,
+                        f"duplicate GPU index {c.gpu_index} on node {node_name!r} (also at {gpus[key]})",
+                    )
+                )
+            else:
+                gpus[key] = c.config_path
+        elif not ti.is_node_level and c.level > 1:
+            # Inside a node, key by the node cell too: two nodes given one name are reported once, as
+            # a duplicate node name, not again for every socket and switch under them.
+            key2 = (node_of.get(c.index), c.address)
+            if key2 in addresses:
+                problems.append(
+                    Problem(where, f"duplicate cell address {c.address!r} (also at {addresses[key2]})")
+                )
+            else:
+                addresses[key2] = c.config_path
+        if c.pinned_cell_id is not None:
+            problems.extend(_check_pin(c, c.pinned_cell_id, pins, layout))
+    return problems
+
+
+def _check_pin(c: ExpandedCell, pid: str, pins: dict[str, ExpandedCell], layout: Layout) -> list[Problem]:
+    where = f"{c.config_path}.pinnedCellId"
+    problems: list[Problem] = []
+    err = label_value_error(pid)
+    if err:
+        problems.append(Problem(where, f"invalid pinnedCellId: {err}"))
+    if pid in pins:
+        problems.append(
+            Problem(where, f"pinnedCellId {pid!r} is defined twice (also at {pins[pid].config_path})")
+        )
+        return problems
+    pins[pid] = c
+    parent = c.parent
+    while parent is not None:
+        outer = layout.cells[parent]
+        if outer.pinned_cell_id is not None:
+            problems.append(
+                Problem(
+                    where,
+                    f"pinned cell {pid!r} lies inside pinned cell {outer.pinned_cell_id!r} "
+                    f"({outer.config_path}); pinned cells must not nest",
+                )
+            )
+            break
+        parent = outer.parent
+    return problems
+
+
+def pinned_cells(layout: Layout) -> dict[str, ExpandedCell]:
+    """pinnedCellId -> its physical cell (the first definition when an id is duplicated)."""
+    out: dict[str, ExpandedCell] = {}
+    for c in layout.cells:
+        if c.pinned_cell_id is not None and c.pinned_cell_id not in out:
+            out[c.pinned_cell_id] = c
+    return out

@@ -1,0 +1,167 @@
+"""`topogang validate | generate | schema`: argparse front-ends, one function per sub-command.
+
+Each takes its argv (without the sub-command) and returns the exit code, so the console script wires
+each one in a line and tests call them in-process. None of them lets a traceback reach the admin:
+every failure becomes `FILE: path: reason` lines and exit code 1 (2 for bad usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from config.generate import GenerateError, generate_yaml
+from config.load import ConfigError, load_config
+from config.problems import format_line, format_problem
+from config.schema import json_schema
+from config.summary import format_summary, summary_data
+
+SCHEMA_FILE = Path(__file__).parent / "schema" / "topogang-config.schema.json"
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
+    """Parsed arguments, or the exit code argparse chose (--help: 0, bad usage: 2)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+
+
+def cli_validate(argv: Sequence[str] | None = None) -> int:
+    """`topogang validate FILE [FILE...] [--json]`: 0 if every file is valid, else 1."""
+    parser = argparse.ArgumentParser(
+        prog="topogang validate",
+        description="Check topogang/HiveD config files; print a summary of each valid one, or every error.",
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    results = [_validate_one(f, as_json=args.json) for f in args.files]
+    if args.json:
+        print(json.dumps({"files": [r for r, _ in results]}, indent=2))
+    return 0 if all(ok for _, ok in results) else 1
+
+
+def _validate_one(file: str, *, as_json: bool) -> tuple[dict[str, Any], bool]:
+    result: dict[str, Any] = {"file": file, "valid": False, "errors": [], "warnings": []}
+    try:
+        loaded = load_config(file)
+    except ConfigError as exc:
+        result["errors"] = [{"path": p, "message": m} for p, m in exc.errors]
+        result["warnings"] = [{"path": w.path, "message": w.message} for w in exc.warnings]
+        if not as_json:
+            for w in exc.warnings:
+                print(format_problem(file, w), file=sys.stderr)
+            for line in exc.lines():
+                print(line, file=sys.stderr)
+        return result, False
+    except Exception as exc:  # a bug must still not print a traceback at an admin
+        reason = f"internal error while validating ({type(exc).__name__}: {exc}); please report it"
+        result["errors"] = [{"path": "", "message": reason}]
+        if not as_json:
+            print(format_line(file, "", reason), file=sys.stderr)
+        return result, False
+    data = summary_data(loaded.spec, loaded.analysis)
+    result.update(
+        valid=True, summary=data, warnings=[{"path": w.path, "message": w.message} for w in loaded.warnings]
+    )
+    if not as_json:
+        for line in loaded.warning_lines():
+            print(line, file=sys.stderr)
+        n = len(loaded.warnings)
+        note = f" ({n} warning{'s' if n > 1 else ''})" if n else ""
+        print(f"{file}: OK{note}\n")
+        print(format_summary(data))
+    return result, True
+
+
+def cli_generate(argv: Sequence[str] | None = None) -> int:
+    """`topogang generate [--nodes N] [--gpus-per-node G] [--rack-size R] [--vcs V] [--out FILE]`."""
+    parser = argparse.ArgumentParser(
+        prog="topogang generate",
+        description="Write a synthetic cluster config (racks of nodes, VCs sharing ~90%% of the nodes).",
+    )
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--rack-size", type=int, default=8, help="nodes per rack (must divide --nodes)")
+    parser.add_argument("--vcs", type=int, default=4)
+    parser.add_argument("--leaf-type", default="A100", help="GPU model name, the leaf cell type")
+    parser.add_argument("--out", metavar="FILE", help="write here instead of stdout")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    try:
+        text = generate_yaml(
+            nodes=args.nodes,
+            gpus_per_node=args.gpus_per_node,
+            rack_size=args.rack_size,
+            vcs=args.vcs,
+            leaf_type=args.leaf_type,
+        )
+    except GenerateError as exc:
+        print(f"topogang generate: error: {exc}", file=sys.stderr)
+        return 2
+    return _write(text, args.out, "topogang generate")
+
+
+def cli_schema(argv: Sequence[str] | None = None) -> int:
+    """`topogang schema [--out FILE|-] [--check]`: write (or check) the config's JSON Schema."""
+    parser = argparse.ArgumentParser(
+        prog="topogang schema",
+        description="Write the JSON Schema of the config file, generated from the pydantic models.",
+    )
+    parser.add_argument("--out", metavar="FILE", default=str(SCHEMA_FILE), help="'-' for stdout")
+    parser.add_argument("--check", action="store_true", help="exit 1 if FILE differs from the models")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    text = schema_text()
+    if args.check:
+        try:
+            current = Path(args.out).read_text(encoding="utf-8")
+        except OSError as exc:
+            print(format_line(args.out, "", f"cannot read: {exc.strerror or exc}"), file=sys.stderr)
+            return 1
+        if current != text:
+            print(
+                format_line(args.out, "", "out of date; run `topogang schema` to regenerate"), file=sys.stderr
+            )
+            return 1
+        return 0
+    return _write(text, args.out, "topogang schema")
+
+
+def schema_text() -> str:
+    """The schema file's exact content (stable key order, trailing newline)."""
+    return json.dumps(json_schema(), indent=2) + "\n"
+
+
+def _write(text: str, out: str | None, prog: str) -> int:
+    if out is None or out == "-":
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        print(f"{prog}: error: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+COMMANDS = {"validate": cli_validate, "generate": cli_generate, "schema": cli_schema}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m config COMMAND ...` (the `topogang` console script has the same sub-commands)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in COMMANDS:
+        print(f"usage: python -m config {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
+        return 2
+    return COMMANDS[args[0]](args[1:])

@@ -1,0 +1,153 @@
+"""In-process gang decisions per second: the core against a naive first-fit, same jobs, same run.
+
+Usage: python -m loadtest.bench_core [--nodes 1000] [--fill 0.3] [--decisions 20000]
+
+Both schedulers replay the same Philly-like job stream on the same generated cluster, kept near the
+target fill by releasing the oldest jobs. A decision is one placement attempt of a whole gang (placed
+or refused) together with the releases needed to stay at the fill level. Speed is reported as a
+ratio measured in one process, because absolute numbers on a shared machine mean little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from config.generate import generate_spec
+from loadtest.firstfit import FirstFit
+from loadtest.jobmix import draw_sizes, pods_for, sampler
+from topology.core import Core
+from topology.decisions import GangRequest, Member, Wait
+
+TARGET_RATE = 5000.0
+TARGET_RATIO = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    index: int
+    vc: str
+    priority: int
+    pods: tuple[int, ...]
+
+
+def make_jobs(vcs: list[str], n: int, seed: int) -> list[Job]:
+    rng = sampler(seed)
+    sizes = draw_sizes(rng, n)
+    return [
+        Job(i, vcs[i % len(vcs)], -1 if rng.random() < 0.1 else 0, tuple(pods_for(g)))
+        for i, g in enumerate(sizes)
+    ]
+
+
+@dataclass(slots=True)
+class Run:
+    decisions: int = 0
+    placed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.decisions / self.seconds if self.seconds else 0.0
+
+
+def replay(
+    jobs: list[Job],
+    total_gpus: int,
+    fill: float,
+    place: Callable[[Job], bool],
+    release: Callable[[Job], None],
+) -> Run:
+    running: deque[Job] = deque()
+    used = 0
+    run = Run()
+    start = time.perf_counter()
+    for job in jobs:
+        size = sum(job.pods)
+        while running and used + size > fill * total_gpus:
+            old = running.popleft()
+            release(old)
+            used -= sum(old.pods)
+        run.decisions += 1
+        if place(job):
+            run.placed += 1
+            running.append(job)
+            used += size
+    run.seconds = time.perf_counter() - start
+    return run
+
+
+def bench(nodes: int, fill: float, decisions: int, seed: int) -> dict[str, float]:
+    spec = generate_spec(nodes=nodes)
+    core = Core(spec)
+    vcs = sorted(core.vc_owner)
+    jobs = make_jobs(vcs, decisions, seed)
+    total = core.topo.total_leaves()
+
+    def core_place(job: Job) -> bool:
+        req = GangRequest(f"j{job.index}", job.vc, _members(job.pods), priority=job.priority)
+        return not isinstance(core.reserve(req, 0.0), Wait)
+
+    def core_release(job: Job) -> None:
+        core.delete_gang(f"j{job.index}")
+
+    ff = FirstFit([len(x) for x in core.topo.node_leaves])
+
+    def ff_place(job: Job) -> bool:
+        return ff.place(job.index, list(job.pods))
+
+    def ff_release(job: Job) -> None:
+        ff.release(job.index)
+
+    warm = jobs[: min(2000, len(jobs))]
+    replay(warm, total, fill, ff_place, ff_release)  # warm both code paths, then start clean
+    ff = FirstFit([len(x) for x in core.topo.node_leaves])
+    c = replay(jobs, total, fill, core_place, core_release)
+    f = replay(jobs, total, fill, ff_place, ff_release)
+    return {
+        "nodes": nodes,
+        "gpus": total,
+        "fill": fill,
+        "decisions": c.decisions,
+        "core_rate": c.rate,
+        "core_placed": c.placed,
+        "firstfit_rate": f.rate,
+        "firstfit_placed": f.placed,
+        "ratio": c.rate / f.rate if f.rate else 0.0,
+    }
+
+
+def _members(pods: tuple[int, ...]) -> tuple[Member, ...]:
+    counts: dict[int, int] = {}
+    for g in pods:
+        counts[g] = counts.get(g, 0) + 1
+    return tuple(Member(n, g) for g, n in sorted(counts.items(), reverse=True))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m loadtest.bench_core", description=__doc__)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--fill", type=float, default=0.3)
+    ap.add_argument("--decisions", type=int, default=20000)
+    ap.add_argument("--seed", type=int, default=7)
+    args = ap.parse_args(argv)
+    r = bench(args.nodes, args.fill, args.decisions, args.seed)
+    ok_rate = r["core_rate"] >= TARGET_RATE
+    ok_ratio = r["ratio"] >= TARGET_RATIO
+    print(
+        f"cluster: {r['nodes']:.0f} nodes, {r['gpus']:.0f} GPUs, fill {r['fill']:.0%}, "
+        f"{r['decisions']:.0f} decisions"
+    )
+    print(f"{'scheduler':<12} {'decisions/s':>12} {'placed':>8}")
+    print(f"{'topogang':<12} {r['core_rate']:>12,.0f} {r['core_placed']:>8.0f}")
+    print(f"{'first-fit':<12} {r['firstfit_rate']:>12,.0f} {r['firstfit_placed']:>8.0f}")
+    print(f"rate   {r['core_rate']:,.0f}/s  (goal >= {TARGET_RATE:,.0f}/s)   {'PASS' if ok_rate else 'FAIL'}")
+    print(f"ratio  {r['ratio']:.2f}x first-fit  (goal >= {TARGET_RATIO}x)   {'PASS' if ok_ratio else 'FAIL'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""The `topogang` command: one entry point, one sub-command per job.
+
+Sub-commands import their module lazily so `topogang validate` does not pay for the HTTP stack.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+USAGE = """usage: topogang COMMAND [ARGS]
+
+commands:
+  validate FILE...   check a topology/quota config; print its summary or every error
+  generate           write a generated cluster config (e.g. 1,000 nodes x 8 GPUs for benchmarks)
+  schema             write the config's JSON Schema (for editors)
+  demo [FILE]        place a scripted job mix on a cluster and print every decision
+"""
+
+
+def _validate(argv: Sequence[str]) -> int:
+    from config.cli import cli_validate
+
+    return cli_validate(argv)
+
+
+def _generate(argv: Sequence[str]) -> int:
+    from config.cli import cli_generate
+
+    return cli_generate(argv)
+
+
+def _schema(argv: Sequence[str]) -> int:
+    from config.cli import cli_schema
+
+    return cli_schema(argv)
+
+
+def _demo(argv: Sequence[str]) -> int:
+    from extender.demo import main as demo_main
+
+    return demo_main(argv)
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "validate": _validate,
+    "generate": _generate,
+    "schema": _schema,
+    "demo": _demo,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    cmd = COMMANDS.get(args[0])
+    if cmd is None:
+        print(f"topogang: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    return cmd(args[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Best-fit lookup of nodes by a small integer key (free GPUs), in O(keys) instead of O(nodes).
+
+Placement asks the same question on almost every decision: "which node of this VC has the fewest
+free GPUs that is still at least k?". Scanning and sorting every node answers it in O(n log n); here
+each (group, key) has a min-heap of node ids, updated lazily: a node is pushed when its key changes,
+and stale entries are dropped when they surface. Ties go to the lowest node id, so answers depend
+only on the state, never on insertion order.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Iterator
+
+
+class BestFitIndex:
+    def __init__(self) -> None:
+        self._key: dict[int, dict[int, int]] = {}
+        self._heaps: dict[int, dict[int, list[int]]] = {}
+
+    def update(self, group: int, node: int, key: int) -> None:
+        """Record `node`'s current key in `group` (key 0 = not a candidate)."""
+        keys = self._key.setdefault(group, {})
+        if keys.get(node, 0) == key:
+            return
+        if key:
+            keys[node] = key
+            heapq.heappush(self._heaps.setdefault(group, {}).setdefault(key, []), node)
+        else:
+            keys.pop(node, None)
+
+    def key(self, group: int, node: int) -> int:
+        return self._key.get(group, {}).get(node, 0)
+
+    def first(self, group: int, keys: Iterable[int]) -> Iterator[int]:
+        """Nodes in `keys` order, lowest id first within a key; each valid node once per key."""
+        current = self._key.get(group, {})
+        heaps = self._heaps.get(group, {})
+        for k in keys:
+            h = heaps.get(k)
+            if not h:
+                continue
+            # drop stale heads so the heap stays small, then walk a sorted copy of what is left
+            while h and current.get(h[0]) != k:
+                heapq.heappop(h)
+            if not h:
+                continue
+            head = h[0]
+            yield head
+            seen = {head}
+            for node in sorted(h):
+                if node not in seen and current.get(node) == k:
+                    seen.add(node)
+                    yield node

@@ -1,0 +1,151 @@
+"""Requests into the core and decisions out of it, as immutable values.
+
+Every "no" carries a machine-readable reason (which VC, chain and level, how many cells are needed and
+how many are free) because users of a gang scheduler mostly ask one question: why is my job waiting?
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+OPPORTUNISTIC_PRIORITY = -1
+MIN_GUARANTEED_PRIORITY = 0
+MAX_PRIORITY = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """`podNumber` pods that each need `leafNumber` leaf cells (GPUs) — HiveD's affinity-group member."""
+
+    pod_number: int
+    leaf_number: int
+
+
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    """What a gang asks for. Every member pod of a gang carries the same request (HiveD's rule).
+
+    `slot_keys`, when given, names each pod slot in rank order (e.g. FrameworkController's
+    `role/index`), so a retried pod takes back exactly its own slot and rank neighbours are placed as
+    topology neighbours."""
+
+    name: str
+    vc: str
+    members: tuple[Member, ...]
+    priority: int = 0
+    leaf_type: str | None = None
+    pinned_cell_id: str | None = None
+    lazy_preemption: bool = False
+    gang_release: bool = False
+    suggested_nodes: frozenset[str] | None = None
+    ttl_seconds: float = 300.0
+    slot_keys: tuple[str, ...] | None = None
+
+    @property
+    def pod_count(self) -> int:
+        return sum(m.pod_number for m in self.members)
+
+    @property
+    def leaf_total(self) -> int:
+        return sum(m.pod_number * m.leaf_number for m in self.members)
+
+    @property
+    def opportunistic(self) -> bool:
+        return self.priority < MIN_GUARANTEED_PRIORITY
+
+
+class WaitCode(StrEnum):
+    INSUFFICIENT_QUOTA = "InsufficientQuota"  # the VC's cells cannot hold the gang
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"  # the physical cluster is too full
+    NO_SUGGESTED_NODE = "NoSuggestedNode"  # kube-scheduler's filters left no usable node
+    BAD_HARDWARE = "BadHardware"  # only bad cells would fit
+    RESERVED = "Reserved"  # all candidate slots of the gang are claimed
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReason:
+    """Why a gang cannot be placed now. `level` is the cell level that came up short."""
+
+    code: WaitCode
+    vc: str
+    message: str
+    chain: str | None = None
+    level: int | None = None
+    cell_type: str | None = None
+    needed: int | None = None
+    available: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "code": self.code.value,
+            "vc": self.vc,
+            "chain": self.chain,
+            "level": self.level,
+            "cellType": self.cell_type,
+            "needed": self.needed,
+            "available": self.available,
+            "message": self.message,
+        }
+
+
+class UserError(ValueError):
+    """A request that can never succeed as written; `field` names the offending input."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """One pod slot of a placed gang: its node and GPU indices (as `nvidia-smi` numbers them)."""
+
+    slot: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    """The whole gang's placement, decided when its first member was filtered."""
+
+    gang: str
+    vc: str
+    chain: str
+    priority: int
+    pods: tuple[PodPlacement, ...]
+    lca_level: int
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Decision: bind this pod to `node` with these GPUs; `placement` is the gang's bind info."""
+
+    pod_uid: str
+    slot: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    placement: GangPlacement
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Decision: the pod (and its gang) waits."""
+
+    reason: WaitReason
+
+
+Decision = Bind | Wait
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What a release or expiry freed: pods still bound to freed cells must be evicted by the edge."""
+
+    gang: str
+    reason: str
+    evict_pod_uids: tuple[str, ...] = field(default=())

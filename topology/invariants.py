@@ -1,0 +1,161 @@
+"""The core's guarantees as executable checks.
+
+Property tests call `violations` after every step; the service can expose it on a debug endpoint.
+Each check recomputes from first principles (the ledger and the leaves) rather than trusting the
+incremental counters, which is how a counter bug gets caught.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
+
+if TYPE_CHECKING:
+    from topology.core import Core
+
+
+def violations(core: Core) -> list[str]:
+    """Every broken invariant, as a sentence; empty when all hold."""
+    out: list[str] = []
+    out += _no_double_allocation(core)
+    out += _gangs_whole(core)
+    out += _quotas(core)
+    out += _safety(core)
+    out += _counters(core)
+    return out
+
+
+def _no_double_allocation(core: Core) -> list[str]:
+    out = []
+    st = core.state
+    holder: dict[int, str] = {}
+    for gang in core.gangs():
+        for leaf in gang.held_leaves():
+            if leaf in holder:
+                out.append(f"leaf {core.topo.address[leaf]} held by {holder[leaf]} and {gang.name}")
+            holder[leaf] = gang.name
+            if st.leaf_gang[leaf] != gang.id:
+                out.append(
+                    f"leaf {core.topo.address[leaf]} of {gang.name} is marked for gang {st.leaf_gang[leaf]}"
+                )
+    for leaf in core.topo.leaves:
+        if st.leaf_gang[leaf] != NO_GANG and leaf not in holder:
+            out.append(
+                f"leaf {core.topo.address[leaf]} is used by gang {st.leaf_gang[leaf]} that holds nothing"
+            )
+    return out
+
+
+def _gangs_whole(core: Core) -> list[str]:
+    out = []
+    for gang in core.gangs():
+        if len(gang.slots) != gang.request.pod_count:
+            out.append(f"gang {gang.name} has {len(gang.slots)} slots for {gang.request.pod_count} pods")
+        for s in gang.slots:
+            if s.released_early:
+                if not s.finished:
+                    out.append(f"gang {gang.name} slot {s.index} released early without finishing")
+                continue
+            if len(s.leaves) != s.leaf_number:
+                out.append(f"gang {gang.name} slot {s.index} holds {len(s.leaves)} of {s.leaf_number} leaves")
+            if any(core.topo.cell_node[leaf] != s.node for leaf in s.leaves):
+                out.append(f"gang {gang.name} slot {s.index} spans more than one node")
+    return out
+
+
+def _quotas(core: Core) -> list[str]:
+    out = []
+    used: dict[str, int] = {}
+    for gang in core.gangs():
+        if gang.priority >= 0:
+            used[gang.request.vc] = used.get(gang.request.vc, 0) + len(gang.held_leaves())
+            st = core.state
+            for leaf in gang.held_leaves():
+                if st.leaf_owner[leaf] != gang.owner:
+                    out.append(f"guaranteed gang {gang.name} uses a leaf outside its VC's cells")
+                    break
+    for vc, n in sorted(used.items()):
+        if n > core.vc_quota_leaves[vc]:
+            out.append(f"VC {vc} uses {n} leaf cells over its quota of {core.vc_quota_leaves[vc]}")
+    return out
+
+
+def _safety(core: Core) -> list[str]:
+    out = []
+    st = core.state
+    for ch in core.topo.chains:
+        short = st.feasible(ch.index, st.pool_counts(ch.index), st.demand[ch.index])
+        if short is not None:
+            lvl, need, avail = short
+            out.append(f"VC safety broken at chain {ch.name} level {lvl}: {need} needed, {avail} available")
+    return out
+
+
+def _counters(core: Core) -> list[str]:
+    """Recompute every incremental counter and compare."""
+    out = []
+    topo, st = core.topo, core.state
+    n = topo.n_cells
+    free = [0] * n
+    ug = [0] * n
+    uo = [0] * n
+    for leaf in topo.leaves:
+        g = st.leaf_gang[leaf]
+        if (g == NO_GANG) != (st.leaf_priority[leaf] == FREE_PRIORITY):
+            out.append(f"leaf {topo.address[leaf]} gang/priority disagree")
+        c = leaf
+        while c >= 0:
+            if g == NO_GANG and not st.leaf_bad[leaf]:
+                free[c] += 1
+            elif g != NO_GANG and st.leaf_priority[leaf] >= 0:
+                ug[c] += 1
+            elif g != NO_GANG:
+                uo[c] += 1
+            c = topo.parent[c]
+    if free != st.free:
+        out.append("free-leaf counters drifted")
+    if ug != st.used_guaranteed or uo != st.used_opportunistic:
+        out.append("usage counters drifted")
+    owned: list[dict[int, int]] = [{} for _ in core.owners]
+    for leaf in topo.leaves:
+        o = st.leaf_owner[leaf]
+        root = st.binding_root(leaf)
+        expect = NO_OWNER if root < 0 else st.bound_owner[root]
+        if o != expect:
+            out.append(f"leaf {topo.address[leaf]} owner {o} but bound cell says {expect}")
+        if o != NO_OWNER and st.leaf_gang[leaf] == NO_GANG and not st.leaf_bad[leaf]:
+            node = topo.cell_node[leaf]
+            owned[o][node] = owned[o].get(node, 0) + 1
+    if owned != st.owned_free:
+        out.append("owned-free counters drifted")
+    for c in range(n):
+        if st.bound_owner[c] != NO_OWNER and topo.pinned_id[c] is None and st.used_guaranteed[c] == 0:
+            out.append(f"cell {topo.address[c]} stays bound to a VC with no guaranteed use")
+        if st.in_pool[c] and (
+            st.binding_root(c) >= 0 or (topo.parent[c] >= 0 and st.pool_root(topo.parent[c]) >= 0)
+        ):
+            out.append(f"pool cell {topo.address[c]} overlaps a binding or another pool cell")
+    for ch in topo.chains:
+        for lvl, cells in enumerate(st.pool[ch.index]):
+            if any(topo.level[c] != lvl or not st.in_pool[c] for c in cells):
+                out.append(f"pool list of chain {ch.name} level {lvl} is inconsistent")
+    return out
+
+
+def snapshot(core: Core) -> tuple[object, ...]:
+    """Everything that must come back exactly once every gang is gone."""
+    st = core.state
+    return (
+        tuple(st.leaf_gang),
+        tuple(st.free),
+        tuple(st.used_guaranteed),
+        tuple(st.used_opportunistic),
+        tuple(st.bound_owner),
+        tuple(st.leaf_owner),
+        tuple(st.pool_leaves),
+        tuple(tuple(tuple(sorted(s)) for s in chain) for chain in st.pool),
+        tuple(sorted((o, ch, tuple(v)) for o, d in st.unbound.items() for ch, v in d.items())),
+        tuple(tuple(x) for x in st.demand),
+        tuple(tuple(sorted(d.items())) for d in st.owned_free),
+    )

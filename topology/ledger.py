@@ -1,0 +1,95 @@
+"""Gang reservations: what each placed gang holds and which pod has claimed which slot.
+
+A reservation is made for the whole gang when its first member is scheduled; members then claim its
+slots one by one. The ledger is the single source of truth for "which GPUs belong to which gang", so
+every invariant (no GPU twice, gangs whole) can be checked against it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from topology.decisions import GangRequest
+
+
+class GangPhase(StrEnum):
+    RESERVED = "Reserved"  # placed whole, not every slot claimed yet
+    BOUND = "Bound"  # every slot claimed by a pod
+
+
+@dataclass(slots=True)
+class Slot:
+    """One pod position of a gang: fixed node and leaves, and the pod (if any) that claimed it."""
+
+    index: int
+    leaf_number: int
+    key: str | None
+    node: int
+    leaves: tuple[int, ...]
+    pod_uid: str | None = None
+    pod_name: str | None = None
+    finished: bool = False
+    released_early: bool = False
+
+
+@dataclass(slots=True)
+class Gang:
+    id: int
+    name: str
+    request: GangRequest
+    owner: int  # CellState owner id; -1 for opportunistic gangs
+    chain: int
+    priority: int
+    slots: list[Slot]
+    created: float
+    deadline: float | None
+    lca_level: int
+    history: list[str] = field(default_factory=list)
+
+    @property
+    def phase(self) -> GangPhase:
+        if all(s.pod_uid is not None or s.finished for s in self.slots):
+            return GangPhase.BOUND
+        return GangPhase.RESERVED
+
+    def live_slots(self) -> list[Slot]:
+        return [s for s in self.slots if s.pod_uid is not None and not s.finished]
+
+    def held_leaves(self) -> list[int]:
+        return [leaf for s in self.slots if not s.released_early for leaf in s.leaves]
+
+    def slot_of(self, pod_uid: str) -> Slot | None:
+        for s in self.slots:
+            if s.pod_uid == pod_uid:
+                return s
+        return None
+
+
+class Ledger:
+    """Gangs by name and id, and which gang each pod belongs to."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, Gang] = {}
+        self.by_id: dict[int, Gang] = {}
+        self.pod_gang: dict[str, int] = {}
+        self._next_id = 0
+
+    def new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def add(self, gang: Gang) -> None:
+        self.by_name[gang.name] = gang
+        self.by_id[gang.id] = gang
+
+    def remove(self, gang: Gang) -> None:
+        self.by_name.pop(gang.name, None)
+        self.by_id.pop(gang.id, None)
+        for s in gang.slots:
+            if s.pod_uid is not None and self.pod_gang.get(s.pod_uid) == gang.id:
+                del self.pod_gang[s.pod_uid]
+
+    def gangs(self) -> list[Gang]:
+        """Every gang, oldest first (stable order for iteration, export and expiry)."""
+        return [self.by_id[i] for i in sorted(self.by_id)]

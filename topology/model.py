@@ -1,0 +1,262 @@
+"""The physical topology: a networkx graph for structure, and flat arrays for the hot path.
+
+The graph answers questions that are asked rarely (lowest common ancestor, distance, export); the
+arrays (integer cell ids, parent/children, leaf ranges, node ids) are what placement reads on every
+call, because walking networkx per filter call would dominate its latency. Both are built once per
+config and never mutated: everything that changes lives in `topology.state`.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import networkx as nx
+
+from topology.layout import TypeInfo, expand, type_infos
+from topology.spec import ClusterSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """All top-level cells of one type and everything below them.
+
+    `level_types[l]` is the cell type at level l (1 = leaf); `child_number[l]` is how many level-(l−1)
+    cells a level-l cell holds (0 for leaves)."""
+
+    name: str
+    index: int
+    leaf_type: str
+    top_level: int
+    node_level: int
+    level_types: tuple[str, ...]
+    child_number: tuple[int, ...]
+    leaf_count: tuple[int, ...]
+    fit_level: tuple[int, ...]  # fit_level[k] = lowest level whose cells hold k leaves
+    tops: tuple[int, ...]
+    cells_by_level: tuple[tuple[int, ...], ...]
+
+
+class Topology:
+    """Immutable physical cluster. Cell ids are dense ints in depth-first order, so the leaves of a
+    subtree are the contiguous slice `leaves[leaf_lo[c]:leaf_hi[c]]`."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.types: dict[str, TypeInfo] = type_infos(spec)
+        layout = expand(spec, self.types)
+        if layout.problems:
+            first = layout.problems[0]
+            raise ValueError(f"{first.path}: {first.message}")
+        cells = layout.cells
+        n = len(cells)
+        self.n_cells = n
+        self.address: list[str] = [c.address for c in cells]
+        self.cell_type: list[str] = [c.cell_type for c in cells]
+        self.level: list[int] = [c.level for c in cells]
+        self.parent: list[int] = [-1 if c.parent is None else c.parent for c in cells]
+        self.pinned_id: list[str | None] = [c.pinned_cell_id for c in cells]
+        kids: list[list[int]] = [[] for _ in range(n)]
+        for c in cells:
+            if c.parent is not None:
+                kids[c.parent].append(c.index)
+        self.children: list[tuple[int, ...]] = [tuple(k) for k in kids]
+
+        chain_names = sorted({c.chain for c in cells})
+        self.chain_index: dict[str, int] = {name: i for i, name in enumerate(chain_names)}
+        self.cell_chain: list[int] = [self.chain_index[c.chain] for c in cells]
+
+        # leaves in depth-first order and each cell's slice of them
+        self.leaves: list[int] = []
+        self.leaf_lo = [0] * n
+        self.leaf_hi = [0] * n
+        self._number_leaves()
+
+        # nodes
+        self.node_names: list[str] = []
+        self.node_cell: list[int] = []
+        self.cell_node: list[int] = [-1] * n
+        self.node_index: dict[str, int] = {}
+        for c in cells:
+            ti = self.types[c.cell_type]
+            if ti.is_node_level:
+                assert c.node is not None
+                self.node_index[c.node] = len(self.node_names)
+                self.node_names.append(c.node)
+                self.node_cell.append(c.index)
+        for c in cells:
+            if c.node is not None:
+                self.cell_node[c.index] = self.node_index[c.node]
+        self.gpu_index: list[int] = [-1 if c.gpu_index is None else c.gpu_index for c in cells]
+        self.node_leaves: list[tuple[int, ...]] = [
+            tuple(self.leaves[self.leaf_lo[nc] : self.leaf_hi[nc]]) for nc in self.node_cell
+        ]
+        self.leaf_count: list[int] = [self.leaf_hi[c] - self.leaf_lo[c] for c in range(n)]
+        self.node_leaf_max = max((len(x) for x in self.node_leaves), default=0)
+        self.leaf_pos: dict[int, int] = {leaf: i for i, leaf in enumerate(self.leaves)}
+
+        self.chains: list[Chain] = [self._build_chain(name, i, cells) for i, name in enumerate(chain_names)]
+        self.chain_nodes: list[tuple[int, ...]] = [
+            tuple(n for n, nc in enumerate(self.node_cell) if self.cell_chain[nc] == ch.index)
+            for ch in self.chains
+        ]
+        self.chain_node_max: list[int] = [
+            max((len(self.node_leaves[n]) for n in nodes), default=0) for nodes in self.chain_nodes
+        ]
+        self.chains_by_leaf_type: dict[str, tuple[int, ...]] = {}
+        for ch in self.chains:
+            self.chains_by_leaf_type.setdefault(ch.leaf_type, ())
+            self.chains_by_leaf_type[ch.leaf_type] += (ch.index,)
+        self.pinned_cells: dict[str, int] = {
+            pid: c for c, pid in enumerate(self.pinned_id) if pid is not None
+        }
+        self.graph = self._build_graph()
+
+    # ------------------------------------------------------------------ construction helpers
+    def _number_leaves(self) -> None:
+        n = self.n_cells
+        # cells are in preorder: a subtree is the contiguous run of ids [c, end[c])
+        end = [0] * n
+        for c in range(n - 1, -1, -1):
+            end[c] = max([c + 1, *(end[k] for k in self.children[c])])
+        self.cell_end: list[int] = end
+        is_leaf = [not self.children[c] for c in range(n)]
+        prefix = [0] * (n + 1)
+        for c in range(n):
+            prefix[c + 1] = prefix[c] + (1 if is_leaf[c] else 0)
+        self.leaves = [c for c in range(n) if is_leaf[c]]
+        for c in range(n):
+            self.leaf_lo[c] = prefix[c]
+            self.leaf_hi[c] = prefix[end[c]]
+
+    def _build_chain(self, name: str, index: int, cells: tuple[object, ...]) -> Chain:
+        top_ti = self.types[name]
+        level_types: list[str] = [""] * (top_ti.level + 1)
+        child_number = [0] * (top_ti.level + 1)
+        leaf_count = [0] * (top_ti.level + 1)
+        node_level = 0
+        t: str | None = name
+        while t is not None:
+            ti = self.types[t]
+            level_types[ti.level] = t
+            child_number[ti.level] = ti.child_number
+            leaf_count[ti.level] = ti.leaf_count
+            if ti.is_node_level:
+                node_level = ti.level
+            t = ti.child_type
+        by_level: list[list[int]] = [[] for _ in range(top_ti.level + 1)]
+        tops: list[int] = []
+        for c in range(self.n_cells):
+            if self.cell_chain[c] == index:
+                by_level[self.level[c]].append(c)
+                if self.parent[c] == -1:
+                    tops.append(c)
+        fit_level = tuple(
+            next((lvl for lvl in range(1, top_ti.level + 1) if leaf_count[lvl] >= k), top_ti.level + 1)
+            for k in range(leaf_count[top_ti.level] + 1)
+        )
+        return Chain(
+            fit_level=fit_level,
+            name=name,
+            index=index,
+            leaf_type=top_ti.leaf_type,
+            top_level=top_ti.level,
+            node_level=node_level,
+            level_types=tuple(level_types),
+            child_number=tuple(child_number),
+            leaf_count=tuple(leaf_count),
+            tops=tuple(tops),
+            cells_by_level=tuple(tuple(x) for x in by_level),
+        )
+
+    def _build_graph(self) -> nx.DiGraph:
+        g = nx.DiGraph()
+        for c in range(self.n_cells):
+            g.add_node(
+                c,
+                address=self.address[c],
+                type=self.cell_type[c],
+                level=self.level[c],
+                chain=self.chains[self.cell_chain[c]].name,
+                node=self.node_names[self.cell_node[c]] if self.cell_node[c] >= 0 else None,
+                gpu=self.gpu_index[c] if self.gpu_index[c] >= 0 else None,
+            )
+            if self.parent[c] >= 0:
+                g.add_edge(self.parent[c], c)
+        return g
+
+    # ------------------------------------------------------------------ queries (hot path)
+    def cells_within(self, c: int, level: int) -> list[int]:
+        """Cells of `level` inside `c` (itself when at that level), in id order."""
+        ids = self.chains[self.cell_chain[c]].cells_by_level[level]
+        return list(ids[bisect_left(ids, c) : bisect_left(ids, self.cell_end[c])])
+
+    def nodes_within(self, c: int) -> range:
+        """Node indexes of the nodes inside (or containing) cell `c`."""
+        ni = self.cell_node[c]
+        if ni >= 0:
+            return range(ni, ni + 1)
+        return range(bisect_left(self.node_cell, c), bisect_left(self.node_cell, self.cell_end[c]))
+
+    def nodes_in_chain(self, chain: int) -> tuple[int, ...]:
+        return self.chain_nodes[chain]
+
+    def ancestor_at(self, c: int, level: int) -> int:
+        """The ancestor-or-self of `c` at `level`, or -1 above the top."""
+        lv = self.level
+        parent = self.parent
+        while c >= 0 and lv[c] < level:
+            c = parent[c]
+        return c
+
+    # ------------------------------------------------------------------ queries (cold path)
+    def ancestors(self, c: int) -> list[int]:
+        """`c` and every cell above it, lowest first."""
+        out = []
+        while c >= 0:
+            out.append(c)
+            c = self.parent[c]
+        return out
+
+    def lca(self, cells: list[int]) -> int | None:
+        """Lowest common ancestor of `cells` (None when they sit in different top-level cells)."""
+        if not cells:
+            return None
+        common = self.ancestors(cells[0])
+        for c in cells[1:]:
+            mine = set(self.ancestors(c))
+            common = [a for a in common if a in mine]
+            if not common:
+                return None
+        return common[0]
+
+    def lca_level(self, cells: list[int]) -> int:
+        """Level of the lowest common ancestor; one above the chain's top when there is none."""
+        a = self.lca(cells)
+        if a is not None:
+            return self.level[a]
+        return self.chains[self.cell_chain[cells[0]]].top_level + 1
+
+    def distance(self, a: int, b: int) -> int:
+        """Hops between two cells through their lowest common ancestor (graph distance)."""
+        und = self.graph.to_undirected(as_view=True)
+        return int(nx.shortest_path_length(und, a, b))
+
+    def leaf_of(self, node: str, gpu: int) -> int | None:
+        ni = self.node_index.get(node)
+        if ni is None:
+            return None
+        for leaf in self.node_leaves[ni]:
+            if self.gpu_index[leaf] == gpu:
+                return leaf
+        return None
+
+    def node_of_cell(self, c: int) -> str | None:
+        ni = self.cell_node[c]
+        return self.node_names[ni] if ni >= 0 else None
+
+    def chain_of(self, c: int) -> Chain:
+        return self.chains[self.cell_chain[c]]
+
+    def total_leaves(self) -> int:
+        return len(self.leaves)

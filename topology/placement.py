@@ -1,0 +1,523 @@
+"""The placement search: where a whole gang goes, or why it cannot go anywhere yet.
+
+Rules, in order of importance:
+1. The gang lands inside the lowest cell (lowest common ancestor) that can hold it: one switch, one
+   NVLink/PCIe half, one node, one rack, … — the reason topology-aware scheduling exists.
+2. A guaranteed gang uses its VC's bound cells first and binds new quota cells only for what those
+   cannot hold, through buddy allocation that keeps every other VC's outstanding quota satisfiable.
+3. Among equal choices, pack (best fit) so large free blocks stay whole; break remaining ties by cell
+   id, never by dict or set order.
+
+The search applies its choices to the real `CellState` inside a transaction and rolls back what it
+does not keep; this keeps one implementation of every counter instead of a shadow model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from topology.model import Topology
+from topology.state import NO_OWNER, CellState
+
+# how many multi-node domains to try before settling for the best seen (bounds worst-case latency)
+MAX_DOMAIN_TRIALS = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Shortfall:
+    """Why a chain could not take the gang: the level it fell short at, and the counts."""
+
+    level: int
+    needed: int
+    available: int
+    quota_bound: bool  # the VC's own quota (not the physical cluster) is what ran out
+
+
+@dataclass(slots=True)
+class _Choice:
+    key: tuple[int, ...]
+    cell: int
+    binds: list[int]  # quota levels to bind inside (or above) the cell
+
+
+class Placer:
+    """Finds and applies placements on one `CellState`. Stateless between calls."""
+
+    def __init__(self, state: CellState) -> None:
+        self.state = state
+        self.topo: Topology = state.topo
+
+    # ------------------------------------------------------------------ public
+    def place(
+        self,
+        owner: int,
+        chain: int,
+        sizes: list[int],
+        gang: int,
+        priority: int,
+        suggested: frozenset[int] | None,
+    ) -> list[tuple[int, ...]] | Shortfall:
+        """Place pods of `sizes` leaves (slot order) as one gang; commit and return each slot's
+        leaves, or return the shortfall and change nothing. `owner` NO_OWNER = opportunistic."""
+        topo = self.topo
+        ch = topo.chains[chain]
+        total = sum(sizes)
+        k0 = next(
+            (lvl for lvl in range(1, ch.top_level + 1) if ch.leaf_count[lvl] >= total), ch.top_level + 1
+        )
+        order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+        desc = [sizes[i] for i in order]
+        st = self.state
+
+        if k0 <= ch.node_level:
+            picked = self._best_single_node(owner, chain, total, k0, suggested)
+            if picked is not None:
+                st.begin()
+                leaves = self._fill_cell(owner, chain, picked.cell, picked.binds, desc, gang, priority)
+                if leaves is not None:
+                    self._commit()
+                    return self._to_slots(order, leaves)
+                st.rollback()
+        # several nodes: try ever larger domains above node level, then the whole chain
+        lower_bound = max(1, -(-total // topo.node_leaf_max)) if topo.node_leaf_max else 1
+        for lvl in range(max(k0, ch.node_level + 1), ch.top_level + 2):
+            best: tuple[tuple[int, ...], int] | None = None
+            # domains come best fit first (least capacity that still suffices), so the first one
+            # on the fewest possible nodes is taken: it keeps big free blocks whole
+            for trials, dom in enumerate(self._domains(owner, chain, lvl, total)):
+                if trials >= MAX_DOMAIN_TRIALS:
+                    break
+                st.begin()
+                got = self._fill_nodes(owner, chain, dom, desc, gang, priority, suggested)
+                st.rollback()
+                if got is None:
+                    continue
+                key = (*got, trials)
+                if best is None or key < best[0]:
+                    best = (key, dom)
+                if got[0] <= lower_bound:
+                    break
+            if best is not None:
+                st.begin()
+                leaves = self._fill_nodes_apply(owner, chain, best[1], desc, gang, priority, suggested)
+                if leaves is not None:
+                    self._commit()
+                    return self._to_slots(order, leaves)
+                st.rollback()
+        return self._shortfall(owner, chain, total, k0)
+
+    def _commit(self) -> None:
+        """Keep the transaction, but give back any quota cell it bound and then did not use."""
+        st = self.state
+        for c in st.recent_binds:
+            if st.bound_owner[c] != NO_OWNER and st.used_guaranteed[c] == 0:
+                st.unbind(c)
+        st.commit()
+
+    # ------------------------------------------------------------------ usable capacity
+    def usable(self, owner: int, c: int) -> int:
+        """Leaves in `c` this owner can use without binding anything new."""
+        if owner == NO_OWNER:
+            return self.state.free[c]
+        return self.state.owned_free_in(owner, c)
+
+    def _quota(self, owner: int, chain: int) -> list[int] | None:
+        if owner == NO_OWNER:
+            return None
+        q = self.state.unbound.get(owner, {}).get(chain)
+        if q is None or not any(q):
+            return None
+        return q
+
+    def _bind_plan(self, q: list[int], chain: int, cell: int, need: int) -> list[int] | None:
+        """Quota levels to bind so that `cell` gains at least `need` leaves, fewest leaves first.
+
+        Two shapes compete: one quota cell at or above `cell`'s level covering all of it (possible
+        when `cell` is wholly unbound), or pieces inside it, smallest covering piece first. Works on
+        counts only; the real binding re-checks safety and may still refuse, in which case the
+        caller tries its next choice."""
+        st, topo = self.state, self.topo
+        ch = topo.chains[chain]
+        lvl_cell = topo.level[cell]
+        root = st.pool_root(cell)
+        whole: list[int] | None = None
+        if root >= 0:
+            if st.free[cell] < need:
+                return None
+            lvl = next((x for x in range(lvl_cell, topo.level[root] + 1) if q[x] > 0), None)
+            if lvl is not None:
+                whole = [lvl]
+            regions = [lvl_cell]
+        else:
+            if st.pool_leaves[cell] == 0:
+                return None
+            pieces = [c for c in range(cell, topo.cell_end[cell]) if st.in_pool[c]]
+            if sum(st.free[c] for c in pieces) < need:
+                return None
+            regions = [topo.level[c] for c in pieces]
+        parts = self._pieces(list(q), ch.leaf_count, ch.child_number, regions, lvl_cell, need)
+        if parts is None or (
+            whole is not None and ch.leaf_count[whole[0]] <= sum(ch.leaf_count[x] for x in parts)
+        ):
+            return whole
+        return parts
+
+    @staticmethod
+    def _pieces(
+        q: list[int],
+        leaf_count: tuple[int, ...],
+        child_number: tuple[int, ...],
+        regions: list[int],
+        top: int,
+        need: int,
+    ) -> list[int] | None:
+        """Greedy cover of `need` leaves by quota cells below `top` fitted into free `regions`."""
+        plan: list[int] = []
+        regions.sort()
+        while need > 0:
+            usable = [lvl for lvl in range(1, top + 1) if q[lvl] > 0 and any(r >= lvl for r in regions)]
+            if not usable:
+                return None
+            covering = [lvl for lvl in usable if leaf_count[lvl] >= need]
+            lvl = covering[0] if covering else usable[-1]
+            region = next(r for r in regions if r >= lvl)
+            regions.remove(region)
+            for j in range(lvl, region):
+                regions.extend([j] * (child_number[j + 1] - 1))
+            regions.sort()
+            q[lvl] -= 1
+            plan.append(lvl)
+            need -= leaf_count[lvl]
+        return plan
+
+    def _choose_in(self, owner: int, chain: int, within: int, size: int) -> _Choice | None:
+        """The lowest cell inside `within` (at most node level) that can hold `size` leaves."""
+        topo, st = self.topo, self.state
+        ch = topo.chains[chain]
+        start = ch.fit_level[size] if size < len(ch.fit_level) else ch.top_level + 1
+        if owner == NO_OWNER or st.bound_owner_of(within) == owner:
+            return self._choose_free(within, size, start)
+        q = self._quota(owner, chain)
+        for lvl in range(start, topo.level[within] + 1):
+            best: _Choice | None = None
+            for c in topo.cells_within(within, lvl):
+                own = self.usable(owner, c)
+                binds: list[int] = []
+                new = 0
+                if own < size:
+                    if q is None:
+                        continue
+                    plan = self._bind_plan(q, chain, c, size - own)
+                    if plan is None:
+                        continue
+                    binds = plan
+                    new = sum(ch.leaf_count[x] for x in plan)
+                key = (new, own, *self._ancestor_usage(owner, c, within), c)
+                if best is None or key < best.key:
+                    best = _Choice(key, c, binds)
+            if best is not None:
+                return best
+        del st
+        return None
+
+    def _choose_free(self, within: int, size: int, start: int) -> _Choice | None:
+        """`_choose_in` where usable means free (opportunistic, or a cell wholly the owner's): plain
+        array reads, the path nearly every decision takes."""
+        topo = self.topo
+        free, parent = self.state.free, topo.parent
+        if free[within] < size:
+            return None
+        for lvl in range(start, topo.level[within] + 1):
+            best: tuple[int, ...] | None = None
+            for c in topo.cells_within(within, lvl):
+                f = free[c]
+                if f < size:
+                    continue
+                key = [0, f]
+                a = c
+                while a != within:
+                    a = parent[a]
+                    key.append(free[a])
+                key.append(c)
+                k = tuple(key)
+                if best is None or k < best:
+                    best = k
+            if best is not None:
+                return _Choice(best, best[-1], [])
+        return None
+
+    def _ancestor_usage(self, owner: int, c: int, within: int) -> list[int]:
+        out = []
+        parent = self.topo.parent
+        while c != within and c >= 0:
+            c = parent[c]
+            out.append(self.usable(owner, c))
+        return out
+
+    # ------------------------------------------------------------------ single node
+    def _candidate_nodes(
+        self, owner: int, chain: int, size: int, suggested: frozenset[int] | None
+    ) -> list[int]:
+        topo, st = self.topo, self.state
+        ch = topo.chains[chain]
+        out: list[int] = []
+        seen: set[int] = set()
+        if owner == NO_OWNER:
+            free, ug = st.free, st.used_guaranteed
+            nodes = [
+                n
+                for n in topo.nodes_in_chain(chain)
+                if free[topo.node_cell[n]] >= size and (suggested is None or n in suggested)
+            ]
+            nodes.sort(key=lambda n: (ug[topo.node_cell[n]] > 0, free[topo.node_cell[n]], n))
+            return nodes
+        owned = st.owned_free[owner]
+        q = self._quota(owner, chain)
+        for n in sorted(owned, key=lambda n: (owned[n], n)):
+            if topo.cell_chain[topo.node_cell[n]] != chain or (suggested is not None and n not in suggested):
+                continue
+            if owned[n] >= size or (q is not None and owned[n] + st.pool_leaves[topo.node_cell[n]] >= size):
+                out.append(n)
+                seen.add(n)
+        if q is None:
+            return out
+        extra: list[int] = []
+        for lvl in range(1, ch.node_level):
+            for p in sorted(st.pool[chain][lvl]):
+                n = topo.cell_node[p]
+                if n not in seen and (suggested is None or n in suggested):
+                    seen.add(n)
+                    extra.append(n)
+        for lvl in range(ch.node_level, ch.top_level + 1):
+            pool = st.pool[chain][lvl]
+            if not pool:
+                continue
+            for p in sorted(pool):
+                rep = next((n for n in topo.nodes_within(p) if suggested is None or n in suggested), None)
+                if rep is not None:
+                    if rep not in seen:
+                        seen.add(rep)
+                        extra.append(rep)
+                    break
+        return out + extra
+
+    def _best_single_node(
+        self, owner: int, chain: int, total: int, k0: int, suggested: frozenset[int] | None
+    ) -> _Choice | None:
+        topo, st = self.topo, self.state
+        # fast path: the best-fit node that already has room, if it reaches the optimal level
+        if owner == NO_OWNER:
+            pen = st.opp_penalty
+            keys = [*range(total, pen), *range(pen + total, 2 * pen)]
+            group = st.opp_group(chain)
+        else:
+            keys = list(range(total, topo.chain_node_max[chain] + 1))
+            group = owner
+        for n in st.nodes_by_free.first(group, keys):
+            nc = topo.node_cell[n]
+            if topo.cell_chain[nc] != chain or (suggested is not None and n not in suggested):
+                continue
+            choice = self._choose_in(owner, chain, nc, total)
+            if choice is not None and topo.level[choice.cell] == k0 and choice.key[0] == 0:
+                choice.key = (k0, *choice.key)
+                return choice
+            break
+        best: _Choice | None = None
+        for n in self._candidate_nodes(owner, chain, total, suggested):
+            choice = self._choose_in(owner, chain, topo.node_cell[n], total)
+            if choice is None:
+                continue
+            key = (topo.level[choice.cell], *choice.key)
+            choice.key = key
+            if best is None or key < best.key:
+                best = choice
+                if key[0] == k0 and key[1] == 0:
+                    break
+        return best
+
+    def _fill_cell(
+        self, owner: int, chain: int, cell: int, binds: list[int], sizes: list[int], gang: int, priority: int
+    ) -> list[tuple[int, ...]] | None:
+        """Bind what the choice needs, then place each pod inside `cell` at its lowest level."""
+        if not self._apply_binds(owner, cell, binds):
+            return None
+        out = []
+        for size in sizes:
+            choice = self._choose_in(owner, chain, cell, size)
+            if choice is None or not self._apply_binds(owner, choice.cell, choice.binds):
+                return None
+            got = self._take(owner, choice.cell, size, gang, priority)
+            if got is None:
+                return None
+            out.append(got)
+        return out
+
+    # ------------------------------------------------------------------ binding
+    def _apply_binds(self, owner: int, cell: int, levels: list[int]) -> bool:
+        """Bind quota cells of `levels` at/above or inside `cell`, smallest free region first."""
+        st, topo = self.state, self.topo
+        for lvl in levels:
+            if lvl >= topo.level[cell]:
+                target = topo.ancestor_at(cell, lvl)
+                if target < 0 or not st.can_bind(owner, target):
+                    return False
+                st.bind(owner, target)
+                continue
+            candidates = [c for c in topo.cells_within(cell, lvl) if st.pool_root(c) >= 0]
+            candidates.sort(key=lambda c: (topo.level[st.pool_root(c)], c))
+            for c in candidates:
+                if st.can_bind(owner, c):
+                    st.bind(owner, c)
+                    break
+            else:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ leaves
+    def _take(self, owner: int, cell: int, size: int, gang: int, priority: int) -> tuple[int, ...] | None:
+        """Allocate `size` leaves of `cell`, or None when the estimate that chose it was optimistic
+        (e.g. a newly bound cell turned out to hold opportunistic pods)."""
+        leaves = self._pick(owner, cell, size)
+        if len(leaves) < size:
+            return None
+        for leaf in leaves:
+            self.state.allocate_leaf(leaf, gang, priority)
+        return tuple(sorted(leaves))
+
+    def _pick(self, owner: int, cell: int, size: int) -> list[int]:
+        """`size` usable leaves of `cell`: descend into the best-fitting child that can hold them
+        all; when none can, take from the most used children first so whole blocks stay free."""
+        topo, st = self.topo, self.state
+        kids = topo.children[cell]
+        if not kids:
+            return [cell] if st.is_usable_leaf(owner, cell) else []
+        avail = [(self.usable(owner, k), k) for k in kids]
+        fitting = [a for a in avail if a[0] >= size]
+        if fitting:
+            return self._pick(owner, min(fitting)[1], size)
+        out: list[int] = []
+        for a, k in sorted(avail):
+            if a <= 0:
+                continue
+            out.extend(self._pick(owner, k, min(a, size - len(out))))
+            if len(out) >= size:
+                break
+        return out
+
+    # ------------------------------------------------------------------ several nodes
+    def _domains(self, owner: int, chain: int, lvl: int, total: int) -> Iterable[int]:
+        """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first."""
+        topo, st = self.topo, self.state
+        ch = topo.chains[chain]
+        if lvl > ch.top_level:
+            return [-1]
+        cells = ch.cells_by_level[lvl]
+        q = self._quota(owner, chain)
+        cap: dict[int, int] = {}
+        if owner == NO_OWNER:
+            for c in cells:
+                cap[c] = st.free[c]
+        else:
+            for n, k in st.owned_free[owner].items():
+                a = topo.ancestor_at(topo.node_cell[n], lvl)
+                if a >= 0 and topo.cell_chain[a] == chain:
+                    cap[a] = cap.get(a, 0) + k
+            if q is not None:
+                for c in cells:
+                    if st.pool_leaves[c]:
+                        cap[c] = cap.get(c, 0) + st.pool_leaves[c]
+        return [c for _, c in sorted((v, c) for c, v in cap.items() if v >= total)]
+
+    def _fill_nodes(
+        self,
+        owner: int,
+        chain: int,
+        domain: int,
+        sizes: list[int],
+        gang: int,
+        priority: int,
+        suggested: frozenset[int] | None,
+    ) -> tuple[int, ...] | None:
+        """Place pods in nodes of `domain`; return (nodes used, new quota leaves) or None."""
+        before_unbound = self._unbound_leaves(owner, chain)
+        leaves = self._fill_nodes_apply(owner, chain, domain, sizes, gang, priority, suggested)
+        if leaves is None:
+            return None
+        nodes = {self.topo.cell_node[ls[0]] for ls in leaves}
+        return (len(nodes), before_unbound - self._unbound_leaves(owner, chain))
+
+    def _unbound_leaves(self, owner: int, chain: int) -> int:
+        q = self._quota(owner, chain)
+        if q is None:
+            return 0
+        ch = self.topo.chains[chain]
+        return sum(k * ch.leaf_count[lvl] for lvl, k in enumerate(q))
+
+    def _fill_nodes_apply(
+        self,
+        owner: int,
+        chain: int,
+        domain: int,
+        sizes: list[int],
+        gang: int,
+        priority: int,
+        suggested: frozenset[int] | None,
+    ) -> list[tuple[int, ...]] | None:
+        topo = self.topo
+        nodes = topo.nodes_in_chain(chain) if domain < 0 else topo.nodes_within(domain)
+        q = self._quota(owner, chain)
+        if domain >= 0 and q is not None:
+            # bind for the domain as a whole first: a gang that fills a rack should take one RACK
+            # quota cell, not scatter node cells
+            own = self.usable(owner, domain)
+            total = sum(sizes)
+            if own < total:
+                plan = self._bind_plan(q, chain, domain, total - own)
+                if plan is not None and not self._apply_binds(owner, domain, plan):
+                    return None
+        used: set[int] = set()
+        out: list[tuple[int, ...]] = []
+        for size in sizes:
+            best: _Choice | None = None
+            best_node = -1
+            for n in nodes:
+                if suggested is not None and n not in suggested:
+                    continue
+                nc = topo.node_cell[n]
+                if self.usable(owner, nc) < size and self._quota(owner, chain) is None:
+                    continue
+                choice = self._choose_in(owner, chain, nc, size)
+                if choice is None:
+                    continue
+                key = (n not in used, topo.level[choice.cell], *choice.key)
+                if best is None or key < best.key:
+                    best = _Choice(key, choice.cell, choice.binds)
+                    best_node = n
+            if best is None or not self._apply_binds(owner, best.cell, best.binds):
+                return None
+            got = self._take(owner, best.cell, size, gang, priority)
+            if got is None:
+                return None
+            out.append(got)
+            used.add(best_node)
+        return out
+
+    # ------------------------------------------------------------------ results
+    @staticmethod
+    def _to_slots(order: list[int], leaves: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        out: list[tuple[int, ...]] = [()] * len(order)
+        for pos, slot in enumerate(order):
+            out[slot] = leaves[pos]
+        return out
+
+    def _shortfall(self, owner: int, chain: int, total: int, k0: int) -> Shortfall:
+        topo, st = self.topo, self.state
+        ch = topo.chains[chain]
+        lvl = min(k0, ch.top_level)
+        if owner == NO_OWNER:
+            avail = sum(st.free[c] for c in ch.tops)
+            return Shortfall(lvl, total, avail, quota_bound=False)
+        owned = sum(k for n, k in st.owned_free[owner].items() if topo.cell_chain[topo.node_cell[n]] == chain)
+        quota_free = owned + self._unbound_leaves(owner, chain)
+        return Shortfall(lvl, total, quota_free, quota_bound=quota_free < total)

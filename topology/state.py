@@ -1,0 +1,379 @@
+"""Mutable cell state: who uses each leaf, which cells are bound to which VC, the buddy free pool.
+
+All counters that placement reads are kept incrementally here (free leaves per cell, guaranteed and
+opportunistic usage per cell, unbound leaves per cell, owned free leaves per VC and node), so a
+placement never rescans the cluster. Every mutation is recorded in an undo log when one is open,
+which lets the search try a placement on the real state and roll it back exactly.
+
+Owners: each VC has an owner id for its quota cells, and each pinned cell gets an owner id of its
+own, because HiveD lets only pods that name a pinned cell use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from topology.bestfit import BestFitIndex
+from topology.model import Topology
+
+NO_GANG = -1
+NO_OWNER = -1
+FREE_PRIORITY = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """A holder of bound cells: a VC's quota, or one pinned cell of a VC."""
+
+    index: int
+    vc: str
+    pinned_cell_id: str | None
+
+
+class CellState:
+    """The mutable half of the core. Not thread-safe: the edge serialises calls."""
+
+    def __init__(self, topo: Topology, owners: list[Owner], quota: dict[int, dict[int, list[int]]]) -> None:
+        """`quota[owner][chain][level]` = unbound quota cells the owner starts with."""
+        self.topo = topo
+        n = topo.n_cells
+        self.owners = owners
+        self.leaf_gang: list[int] = [NO_GANG] * n
+        self.leaf_priority: list[int] = [FREE_PRIORITY] * n
+        self.leaf_bad: list[bool] = [False] * n
+        self.free: list[int] = list(topo.leaf_count)  # unused and healthy leaves in subtree
+        self.used_guaranteed: list[int] = [0] * n
+        self.used_opportunistic: list[int] = [0] * n
+        self.bad_count: list[int] = [0] * n
+        self.bound_owner: list[int] = [NO_OWNER] * n  # set on the root cell of a binding
+        self.leaf_owner: list[int] = [NO_OWNER] * n  # set on leaves under a binding
+        self.in_pool: list[bool] = [False] * n
+        self.pool_leaves: list[int] = list(topo.leaf_count)  # leaves in subtree bound to no one
+        n_chains = len(topo.chains)
+        self.pool: list[list[set[int]]] = [[set() for _ in range(ch.top_level + 1)] for ch in topo.chains]
+        self.unbound: dict[int, dict[int, list[int]]] = {
+            o: {ch: list(levels) for ch, levels in per_chain.items()} for o, per_chain in quota.items()
+        }
+        self.demand: list[list[int]] = [[0] * (ch.top_level + 1) for ch in topo.chains]
+        for per_chain in quota.values():
+            for ch, levels in per_chain.items():
+                for lvl, k in enumerate(levels):
+                    self.demand[ch][lvl] += k
+        # owned free leaves per owner and node: the intra-VC view placement starts from
+        self.owned_free: list[dict[int, int]] = [{} for _ in owners]
+        self.owned_cells: list[set[int]] = [set() for _ in owners]
+        # best-fit node lookup: group = owner id (key: owned free leaves), or opp_group(chain) (key:
+        # free leaves, plus a penalty when the node has guaranteed work, so idle nodes come first)
+        self.nodes_by_free = BestFitIndex()
+        self.opp_penalty = topo.node_leaf_max + 1
+        for n, nc in enumerate(topo.node_cell):
+            self.nodes_by_free.update(self.opp_group(topo.cell_chain[nc]), n, topo.leaf_count[nc])
+        self._undo: list[Callable[[], None]] | None = None
+        self.recent_binds: list[int] = []  # cells bound since the last transaction began
+        for ch in range(n_chains):
+            for top in topo.chains[ch].tops:
+                self._pool_add(top)
+
+    # ------------------------------------------------------------------ undo log
+    def begin(self) -> None:
+        """Open a transaction; nested use is not supported (placement never nests)."""
+        assert self._undo is None, "transaction already open"
+        self._undo = []
+        self.recent_binds = []
+
+    def commit(self) -> None:
+        self._undo = None
+
+    def rollback(self) -> None:
+        log = self._undo
+        self._undo = None
+        assert log is not None
+        for fn in reversed(log):
+            fn()
+
+    def _record(self, fn: Callable[[], None]) -> None:
+        if self._undo is not None:
+            self._undo.append(fn)
+
+    # ------------------------------------------------------------------ pool primitives
+    def _pool_add(self, c: int) -> None:
+        self.in_pool[c] = True
+        self.pool[self.topo.cell_chain[c]][self.topo.level[c]].add(c)
+
+    def _pool_remove(self, c: int) -> None:
+        self.in_pool[c] = False
+        self.pool[self.topo.cell_chain[c]][self.topo.level[c]].discard(c)
+
+    def _add_pool_leaves(self, c: int, delta: int) -> None:
+        parent = self.topo.parent
+        while c >= 0:
+            self.pool_leaves[c] += delta
+            c = parent[c]
+
+    def pool_root(self, c: int) -> int:
+        """The pool cell holding `c` entirely (itself or an ancestor), or -1 when `c` is not wholly
+        unbound."""
+        parent = self.topo.parent
+        in_pool = self.in_pool
+        while c >= 0:
+            if in_pool[c]:
+                return c
+            c = parent[c]
+        return -1
+
+    def pool_counts(self, chain: int) -> list[int]:
+        return [len(s) for s in self.pool[chain]]
+
+    # ------------------------------------------------------------------ safety
+    def feasible(self, chain: int, pool_counts: list[int], demand: list[int]) -> tuple[int, int, int] | None:
+        """HiveD's per-level check: None when every unbound quota cell can still get a physical cell,
+        else (level, needed, available) for the first level that comes up short (top-down)."""
+        ch = self.topo.chains[chain]
+        carry = 0
+        for lvl in range(ch.top_level, 0, -1):
+            avail = carry + pool_counts[lvl]
+            left = avail - demand[lvl]
+            if left < 0:
+                return (lvl, demand[lvl], avail)
+            carry = left * ch.child_number[lvl]
+        return None
+
+    def split_delta(self, root: int, target: int) -> list[int]:
+        """Pool count changes per level if `target` (inside pool cell `root`) were carved out."""
+        topo = self.topo
+        ch = topo.chains[topo.cell_chain[root]]
+        delta = [0] * (ch.top_level + 1)
+        delta[topo.level[root]] -= 1
+        for lvl in range(topo.level[target], topo.level[root]):
+            delta[lvl] += ch.child_number[lvl + 1] - 1
+        return delta
+
+    def can_bind(self, owner: int, target: int) -> bool:
+        """Would binding `target` for `owner` keep every VC's outstanding quota satisfiable?"""
+        topo = self.topo
+        chain = topo.cell_chain[target]
+        lvl = topo.level[target]
+        per_chain = self.unbound.get(owner, {}).get(chain)
+        if per_chain is None or per_chain[lvl] <= 0:
+            return False
+        root = self.pool_root(target)
+        if root < 0:
+            return False
+        counts = self.pool_counts(chain)
+        for i, d in enumerate(self.split_delta(root, target)):
+            counts[i] += d
+        demand = list(self.demand[chain])
+        demand[lvl] -= 1
+        return self.feasible(chain, counts, demand) is None
+
+    # ------------------------------------------------------------------ bind / unbind
+    def bind(self, owner: int, target: int, *, quota: bool = True) -> None:
+        """Bind `target` (wholly in the pool) to `owner`, splitting pool cells down to it.
+
+        `quota=False` binds without consuming an unbound quota cell (pinned cells at start-up)."""
+        topo = self.topo
+        root = self.pool_root(target)
+        assert root >= 0, "bind target is not free"
+        path = []
+        c = target
+        while c != root:
+            path.append(c)
+            c = topo.parent[c]
+        self._pool_remove(root)
+        added: list[int] = []
+        cur = root
+        for nxt in reversed(path):
+            for kid in topo.children[cur]:
+                if kid != nxt:
+                    self._pool_add(kid)
+                    added.append(kid)
+            cur = nxt
+        chain = topo.cell_chain[target]
+        lvl = topo.level[target]
+        if quota:
+            self.unbound[owner][chain][lvl] -= 1
+            self.demand[chain][lvl] -= 1
+        self._set_binding(target, owner)
+        self.recent_binds.append(target)
+
+        def undo() -> None:
+            self._set_binding(target, NO_OWNER)
+            if quota:
+                self.unbound[owner][chain][lvl] += 1
+                self.demand[chain][lvl] += 1
+            for kid in added:
+                self._pool_remove(kid)
+            self._pool_add(root)
+
+        self._record(undo)
+
+    def unbind(self, target: int) -> None:
+        """Return a bound cell to the pool and merge buddies back up (HiveD's release)."""
+        topo = self.topo
+        owner = self.bound_owner[target]
+        assert owner != NO_OWNER
+        chain = topo.cell_chain[target]
+        lvl = topo.level[target]
+        self._set_binding(target, NO_OWNER)
+        self.unbound[owner][chain][lvl] += 1
+        self.demand[chain][lvl] += 1
+        self._pool_add(target)
+        merged: list[tuple[int, tuple[int, ...]]] = []
+        c = target
+        while topo.parent[c] >= 0:
+            p = topo.parent[c]
+            kids = topo.children[p]
+            if not all(self.in_pool[k] for k in kids):
+                break
+            for k in kids:
+                self._pool_remove(k)
+            self._pool_add(p)
+            merged.append((p, kids))
+            c = p
+
+        def undo() -> None:
+            for p, kids in reversed(merged):
+                self._pool_remove(p)
+                for k in kids:
+                    self._pool_add(k)
+            self._pool_remove(target)
+            self.unbound[owner][chain][lvl] -= 1
+            self.demand[chain][lvl] -= 1
+            self._set_binding(target, owner)
+
+        self._record(undo)
+
+    def _set_binding(self, target: int, owner: int) -> None:
+        topo = self.topo
+        old = self.bound_owner[target]
+        self.bound_owner[target] = owner
+        lo, hi = topo.leaf_lo[target], topo.leaf_hi[target]
+        count = hi - lo
+        pool_leaves = self.pool_leaves
+        if owner == NO_OWNER:
+            self.owned_cells[old].discard(target)
+            self._add_pool_leaves(topo.parent[target], count)
+            for c in range(target, topo.cell_end[target]):
+                pool_leaves[c] = topo.leaf_count[c]
+        else:
+            self.owned_cells[owner].add(target)
+            self._add_pool_leaves(topo.parent[target], -count)
+            for c in range(target, topo.cell_end[target]):
+                pool_leaves[c] = 0
+        for leaf in topo.leaves[lo:hi]:
+            prev = self.leaf_owner[leaf]
+            usable = self.leaf_gang[leaf] == NO_GANG and not self.leaf_bad[leaf]
+            if usable and prev != NO_OWNER:
+                self._owned_free_add(prev, topo.cell_node[leaf], -1)
+            self.leaf_owner[leaf] = owner
+            if usable and owner != NO_OWNER:
+                self._owned_free_add(owner, topo.cell_node[leaf], 1)
+
+    @staticmethod
+    def opp_group(chain: int) -> int:
+        return -1 - chain
+
+    def opp_key(self, node: int) -> int:
+        nc = self.topo.node_cell[node]
+        return self.free[nc] + (self.opp_penalty if self.used_guaranteed[nc] else 0) if self.free[nc] else 0
+
+    def _owned_free_add(self, owner: int, node: int, delta: int) -> None:
+        d = self.owned_free[owner]
+        v = d.get(node, 0) + delta
+        if v:
+            d[node] = v
+        else:
+            d.pop(node, None)
+        self.nodes_by_free.update(owner, node, v)
+
+    # ------------------------------------------------------------------ leaves
+    def allocate_leaf(self, leaf: int, gang: int, priority: int) -> None:
+        assert self.leaf_gang[leaf] == NO_GANG and not self.leaf_bad[leaf], "leaf not free"
+        self._set_leaf(leaf, gang, priority)
+        self._record(lambda: self._set_leaf(leaf, NO_GANG, FREE_PRIORITY))
+
+    def release_leaf(self, leaf: int) -> None:
+        gang, prio = self.leaf_gang[leaf], self.leaf_priority[leaf]
+        assert gang != NO_GANG
+        self._set_leaf(leaf, NO_GANG, FREE_PRIORITY)
+        self._record(lambda: self._set_leaf(leaf, gang, prio))
+
+    def _set_leaf(self, leaf: int, gang: int, priority: int) -> None:
+        topo = self.topo
+        old_gang, old_prio = self.leaf_gang[leaf], self.leaf_priority[leaf]
+        bad = self.leaf_bad[leaf]
+        was_free = old_gang == NO_GANG and not bad
+        now_free = gang == NO_GANG and not bad
+        self.leaf_gang[leaf] = gang
+        self.leaf_priority[leaf] = priority
+        d_free = int(now_free) - int(was_free)
+        d_g = int(gang != NO_GANG and priority >= 0) - int(old_gang != NO_GANG and old_prio >= 0)
+        d_o = int(gang != NO_GANG and priority < 0) - int(old_gang != NO_GANG and old_prio < 0)
+        c = leaf
+        parent = topo.parent
+        free, ug, uo = self.free, self.used_guaranteed, self.used_opportunistic
+        while c >= 0:
+            free[c] += d_free
+            ug[c] += d_g
+            uo[c] += d_o
+            c = parent[c]
+        owner = self.leaf_owner[leaf]
+        node = topo.cell_node[leaf]
+        if d_free and owner != NO_OWNER:
+            self._owned_free_add(owner, node, d_free)
+        self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+
+    def set_leaf_bad(self, leaf: int, bad: bool) -> None:
+        if self.leaf_bad[leaf] == bad:
+            return
+        topo = self.topo
+        in_use = self.leaf_gang[leaf] != NO_GANG
+        self.leaf_bad[leaf] = bad
+        d = 1 if bad else -1
+        c = leaf
+        while c >= 0:
+            self.bad_count[c] += d
+            if not in_use:
+                self.free[c] -= d
+            c = topo.parent[c]
+        owner = self.leaf_owner[leaf]
+        if not in_use and owner != NO_OWNER:
+            self._owned_free_add(owner, topo.cell_node[leaf], -d)
+        node = topo.cell_node[leaf]
+        self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+        self._record(lambda: self.set_leaf_bad(leaf, not bad))
+
+    # ------------------------------------------------------------------ views
+    def binding_root(self, c: int) -> int:
+        """The bound cell containing `c` (itself or an ancestor), or -1."""
+        parent = self.topo.parent
+        while c >= 0:
+            if self.bound_owner[c] != NO_OWNER:
+                return c
+            c = parent[c]
+        return -1
+
+    def bound_owner_of(self, c: int) -> int:
+        """Owner of the binding that contains `c` wholly, or NO_OWNER."""
+        root = self.binding_root(c)
+        return self.bound_owner[root] if root >= 0 else NO_OWNER
+
+    def owned_free_in(self, owner: int, c: int) -> int:
+        """Free, healthy leaves of `owner` inside cell `c`."""
+        topo = self.topo
+        root = self.binding_root(c)
+        if root >= 0:
+            return self.free[c] if self.bound_owner[root] == owner else 0
+        n = 0
+        lg, lb, lo = self.leaf_gang, self.leaf_bad, self.leaf_owner
+        for leaf in topo.leaves[topo.leaf_lo[c] : topo.leaf_hi[c]]:
+            if lo[leaf] == owner and lg[leaf] == NO_GANG and not lb[leaf]:
+                n += 1
+        return n
+
+    def is_usable_leaf(self, owner: int, leaf: int) -> bool:
+        """Can `owner` (-1 = opportunistic, any idle leaf) put a pod on this leaf now?"""
+        if self.leaf_gang[leaf] != NO_GANG or self.leaf_bad[leaf]:
+            return False
+        return owner == NO_OWNER or self.leaf_owner[leaf] == owner
