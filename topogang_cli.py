@@ -15,6 +15,9 @@ commands:
   generate           write a generated cluster config (e.g. 1,000 nodes x 8 GPUs for benchmarks)
   schema             write the config's JSON Schema (for editors)
   demo [FILE]        place a scripted job mix on a cluster and print every decision
+  serve              run the extender (standalone on a config file, or against Kubernetes)
+  replay             drive a running extender like kube-scheduler does and print its decisions
+  simulate           replay a GPU-cluster trace through several policies and write a report
 """
 
 
@@ -42,11 +45,32 @@ def _demo(argv: Sequence[str]) -> int:
     return demo_main(argv)
 
 
+def _serve(argv: Sequence[str]) -> int:
+    from extender.cli import serve_main
+
+    return serve_main(argv)
+
+
+def _replay(argv: Sequence[str]) -> int:
+    from extender.replay import main as replay_main
+
+    return replay_main(argv)
+
+
+def _simulate(argv: Sequence[str]) -> int:
+    from loadtest.simulate.cli import main as simulate_main
+
+    return simulate_main(argv)
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "validate": _validate,
     "generate": _generate,
     "schema": _schema,
     "demo": _demo,
+    "serve": _serve,
+    "replay": _replay,
+    "simulate": _simulate,
 }
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from topology.decisions import (
     MAX_PRIORITY,
+    AdoptedPod,
+    Preemption,
     OPPORTUNISTIC_PRIORITY,
     Bind,
     Decision,
@@ -426,6 +428,148 @@ class Core:
         for root in sorted(roots):
             if st.used_guaranteed[root] == 0 and topo.pinned_id[root] is None:
                 st.unbind(root)
+
+    # ------------------------------------------------------------------ preemption
+    def preempt(self, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
+        """kube-scheduler's preempt phase: place the gang if it fits now, otherwise reserve cells over
+        lower-priority victims and name them. (Victim search lands with the preemption work; until
+        then this answers exactly as `reserve`.)"""
+        return self.reserve(req, now)
+
+    # ------------------------------------------------------------------ health
+    def set_node_health(
+        self, node: str, healthy: bool, *, bad_gpus: frozenset[int] = frozenset(), healthy_gpus: int | None = None
+    ) -> None:
+        """Mark a node's GPUs bad or healthy. A NotReady/unschedulable node (`healthy=False`) has every
+        GPU bad; otherwise `bad_gpus` names bad GPU indices, and `healthy_gpus` (device-plugin
+        allocatable) marks the highest-numbered surplus GPUs bad. Allocated gangs are never moved."""
+        topo = self.topo
+        ni = topo.node_index.get(node)
+        if ni is None:
+            return
+        leaves = topo.node_leaves[ni]
+        bad: set[int] = set()
+        if not healthy:
+            bad = set(leaves)
+        else:
+            bad = {leaf for leaf in leaves if topo.gpu_index[leaf] in bad_gpus}
+            if healthy_gpus is not None and healthy_gpus < len(leaves):
+                ranked = sorted(leaves, key=lambda leaf: -topo.gpu_index[leaf])
+                missing = len(leaves) - healthy_gpus - len(bad)
+                for leaf in ranked:
+                    if missing <= 0:
+                        break
+                    if leaf not in bad:
+                        bad.add(leaf)
+                        missing -= 1
+        for leaf in leaves:
+            self.state.set_leaf_bad(leaf, leaf in bad)
+
+    def node_health(self, node: str) -> tuple[int, ...]:
+        """Bad GPU indices of a node (empty when healthy)."""
+        ni = self.topo.node_index[node]
+        return tuple(self.topo.gpu_index[x] for x in self.topo.node_leaves[ni] if self.state.leaf_bad[x])
+
+    # ------------------------------------------------------------------ recovery
+    def adopt(self, req: GangRequest, pods: list[AdoptedPod], now: float) -> GangPlacement:
+        """Re-create a gang from where its pods already run (bind annotations after a restart, or a
+        running allocation across a reconfiguration). Never fails: leaves it cannot account for are
+        reported in the gang's history, and a guaranteed gang whose cells no longer fit its VC keeps
+        running downgraded to opportunistic."""
+        topo, st = self.topo, self.state
+        gang = self.ledger.by_name.get(req.name)
+        if gang is None:
+            gang = self._adopt_new(req, pods, now)
+        for p in pods:
+            if gang.slot_of(p.pod_uid) is not None:
+                continue
+            slot = next(
+                (
+                    s
+                    for s in gang.slots
+                    if s.pod_uid is None
+                    and topo.node_names[s.node] == p.node
+                    and tuple(topo.gpu_index[x] for x in s.leaves) == tuple(sorted(p.gpu_indices))
+                ),
+                None,
+            )
+            if slot is None:
+                gang.history.append(f"pod {p.pod_uid} on {p.node} {p.gpu_indices} matches no slot")
+                continue
+            slot.pod_uid, slot.pod_name = p.pod_uid, p.pod_name
+            self.ledger.pod_gang[p.pod_uid] = gang.id
+        if gang.phase is GangPhase.BOUND:
+            gang.deadline = None
+        return self.placement_of(gang)
+
+    def _adopt_new(self, req: GangRequest, pods: list[AdoptedPod], now: float) -> Gang:
+        topo, st = self.topo, self.state
+        owner = self._owner(req) if req.vc in self.vc_owner else NO_OWNER
+        priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
+        gid = self.ledger.new_id()
+        slots: list[Slot] = []
+        history: list[str] = []
+        claimed: list[int] = []
+        for p in pods:
+            leaves: list[int] = []
+            for g in sorted(p.gpu_indices):
+                leaf = topo.leaf_of(p.node, g)
+                if leaf is None:
+                    history.append(f"pod {p.pod_uid}: GPU {g} of node {p.node} is not in the cluster")
+                elif st.leaf_gang[leaf] != -1 or leaf in claimed:
+                    history.append(f"pod {p.pod_uid}: GPU {g} of node {p.node} is already held")
+                else:
+                    leaves.append(leaf)
+                    claimed.append(leaf)
+            if not leaves:
+                continue
+            slots.append(Slot(len(slots), len(p.gpu_indices), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves)))
+        if owner != NO_OWNER and not self._bind_for(owner, claimed):
+            history.append(f"cells no longer fit VC {req.vc}: kept running as opportunistic")
+            owner, priority = NO_OWNER, OPPORTUNISTIC_PRIORITY
+        for leaf in claimed:
+            was_bad = st.leaf_bad[leaf]
+            if was_bad:
+                st.set_leaf_bad(leaf, False)
+            st.allocate_leaf(leaf, gid, priority)
+            if was_bad:
+                st.set_leaf_bad(leaf, True)
+        chain = topo.cell_chain[claimed[0]] if claimed else 0
+        gang = Gang(
+            id=gid,
+            name=req.name,
+            request=req,
+            owner=owner,
+            chain=chain,
+            priority=priority,
+            slots=slots,
+            created=now,
+            deadline=now + req.ttl_seconds,
+            lca_level=topo.lca_level(claimed) if claimed else 0,
+            history=history,
+        )
+        self.ledger.add(gang)
+        return gang
+
+    def _bind_for(self, owner: int, leaves: list[int]) -> bool:
+        """Bind the owner's quota cells so that it owns every leaf, smallest cells first; all or none."""
+        st, topo = self.state, self.topo
+        st.begin()
+        for leaf in leaves:
+            if st.leaf_owner[leaf] == owner:
+                continue
+            if st.leaf_owner[leaf] != NO_OWNER:
+                st.rollback()
+                return False
+            c = leaf
+            while c >= 0 and not (st.pool_root(c) >= 0 and st.can_bind(owner, c)):
+                c = topo.parent[c]
+            if c < 0:
+                st.rollback()
+                return False
+            st.bind(owner, c)
+        st.commit()
+        return True
 
     # ------------------------------------------------------------------ views
     def gang(self, name: str) -> Gang | None:

@@ -61,6 +61,8 @@ class WaitCode(StrEnum):
     NO_SUGGESTED_NODE = "NoSuggestedNode"  # kube-scheduler's filters left no usable node
     BAD_HARDWARE = "BadHardware"  # only bad cells would fit
     RESERVED = "Reserved"  # all candidate slots of the gang are claimed
+    PREEMPTIBLE = "Preemptible"  # it would fit by preempting the listed victims (see `Wait.victims`)
+    PREEMPTING = "Preempting"  # cells are reserved for it; waiting for the victims to go
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,10 +135,53 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
+class Victim:
+    """A pod that must go so a higher-priority gang can have its cells; victims come in whole gangs."""
+
+    pod_uid: str
+    gang: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
 class Wait:
-    """Decision: the pod (and its gang) waits."""
+    """Decision: the pod (and its gang) waits. With code PREEMPTIBLE, `victims` lists whom the
+    gang would preempt (the filter phase reports them but reserves nothing)."""
 
     reason: WaitReason
+    victims: tuple[Victim, ...] = ()
+
+    def victims_by_node(self) -> dict[str, tuple[str, ...]]:
+        return _by_node(self.victims)
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Decision of the preempt phase: cells are now reserved for `gang`; these pods must go."""
+
+    gang: str
+    victims: tuple[Victim, ...]
+
+    def victims_by_node(self) -> dict[str, tuple[str, ...]]:
+        return _by_node(self.victims)
+
+
+def _by_node(victims: tuple[Victim, ...]) -> dict[str, tuple[str, ...]]:
+    out: dict[str, list[str]] = {}
+    for v in victims:
+        out.setdefault(v.node, []).append(v.pod_uid)
+    return {node: tuple(uids) for node, uids in sorted(out.items())}
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptedPod:
+    """A pod found already bound (recovery after restart, or reconfiguration): where it runs."""
+
+    pod_uid: str
+    node: str
+    gpu_indices: tuple[int, ...]
+    pod_name: str | None = None
+    slot_key: str | None = None
 
 
 Decision = Bind | Wait
