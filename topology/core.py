@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from topology.decisions import (
     MAX_PRIORITY,
-    AdoptedPod,
-    Preemption,
     OPPORTUNISTIC_PRIORITY,
+    AdoptedPod,
     Bind,
     Decision,
     GangPlacement,
     GangRequest,
     PodPlacement,
+    Preemption,
     Released,
     UserError,
     Wait,
@@ -438,7 +438,12 @@ class Core:
 
     # ------------------------------------------------------------------ health
     def set_node_health(
-        self, node: str, healthy: bool, *, bad_gpus: frozenset[int] = frozenset(), healthy_gpus: int | None = None
+        self,
+        node: str,
+        healthy: bool,
+        *,
+        bad_gpus: frozenset[int] = frozenset(),
+        healthy_gpus: int | None = None,
     ) -> None:
         """Mark a node's GPUs bad or healthy. A NotReady/unschedulable node (`healthy=False`) has every
         GPU bad; otherwise `bad_gpus` names bad GPU indices, and `healthy_gpus` (device-plugin
@@ -476,7 +481,7 @@ class Core:
         running allocation across a reconfiguration). Never fails: leaves it cannot account for are
         reported in the gang's history, and a guaranteed gang whose cells no longer fit its VC keeps
         running downgraded to opportunistic."""
-        topo, st = self.topo, self.state
+        topo = self.topo
         gang = self.ledger.by_name.get(req.name)
         if gang is None:
             gang = self._adopt_new(req, pods, now)
@@ -523,7 +528,9 @@ class Core:
                     claimed.append(leaf)
             if not leaves:
                 continue
-            slots.append(Slot(len(slots), len(p.gpu_indices), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves)))
+            slots.append(
+                Slot(len(slots), len(p.gpu_indices), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves))
+            )
         if owner != NO_OWNER and not self._bind_for(owner, claimed):
             history.append(f"cells no longer fit VC {req.vc}: kept running as opportunistic")
             owner, priority = NO_OWNER, OPPORTUNISTIC_PRIORITY
