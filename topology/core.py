@@ -7,6 +7,7 @@ expires them. It does no I/O and reads no clock.
 
 from __future__ import annotations
 
+from topology import preemption
 from topology.decisions import (
     MAX_PRIORITY,
     OPPORTUNISTIC_PRIORITY,
@@ -23,11 +24,12 @@ from topology.decisions import (
     WaitCode,
     WaitReason,
 )
+from topology.health import Doomed, doomed
 from topology.ledger import Gang, GangPhase, Ledger, Slot
 from topology.model import Topology
 from topology.placement import Placer, Shortfall
 from topology.spec import ClusterSpec
-from topology.state import NO_OWNER, CellState, Owner
+from topology.state import NO_GANG, NO_OWNER, CellState, Owner
 
 
 class Core:
@@ -159,19 +161,66 @@ class Core:
 
     # ------------------------------------------------------------------ reserve
     def reserve(self, req: GangRequest, now: float) -> GangPlacement | Wait:
-        """Place the whole gang (or find it already placed). Raises `UserError` on a bad request."""
-        existing = self.ledger.by_name.get(req.name)
+        """Filtering phase: place the whole gang (or find it placed). When it fits only by preemption,
+        answer Wait(PREEMPTIBLE) with the victims and reserve nothing. Raises `UserError`."""
+        existing = self._existing(req)
+        suggested = self._suggested(req)
         if existing is not None:
-            if not _same_shape(existing.request, req):
-                raise UserError(
-                    "affinityGroup",
-                    f"gang {req.name} already exists with a different shape (VC, priority or members)",
-                )
+            if existing.phase is GangPhase.PREEMPTING:
+                return self._wait_preempting(existing)
             return self.placement_of(existing)
         self.validate(req)
+        got = self._place_new(req, now, suggested)
+        if not isinstance(got, Wait) or req.opportunistic:
+            return got
+        plan = preemption.find_plan(self, req, self._owner(req), suggested)
+        if plan is None:
+            return got
+        victims = preemption.live_victims(self, plan.victims)
+        r = got.reason
+        msg = (
+            f"gang {req.name} fits by preempting {len(victims)} pods of "
+            f"{len(plan.victims)} lower-priority gangs"
+        )
+        return Wait(
+            WaitReason(WaitCode.PREEMPTIBLE, req.vc, msg, r.chain, r.level, r.cell_type, r.needed), victims
+        )
+
+    def _existing(self, req: GangRequest) -> Gang | None:
+        """The gang's live reservation; a preemption that now needs a bad or non-suggested node is
+        cancelled here (HiveD's rule), so the caller places the gang afresh."""
+        g = self.ledger.by_name.get(req.name)
+        if g is None:
+            return None
+        if not _same_shape(g.request, req):
+            raise UserError(
+                "affinityGroup",
+                f"gang {req.name} already exists with a different shape (VC, priority or members)",
+            )
+        if g.phase is GangPhase.PREEMPTING and self._preemptor_broken(g, self._suggested(req)):
+            self._cancel(g, "its placement needs a bad or non-suggested node")
+            return None
+        return g
+
+    def _preemptor_broken(self, g: Gang, suggested: frozenset[int] | None) -> bool:
+        st = self.state
+        for s in g.slots:
+            if suggested is not None and s.node not in suggested:
+                return True
+            if any(st.leaf_bad[leaf] for leaf in s.leaves):
+                return True
+        return False
+
+    def _wait_preempting(self, g: Gang) -> Wait:
+        victims = preemption.live_victims(self, g.victims)
+        msg = f"gang {g.name} holds a reservation and waits for {len(victims)} preempted pods to go"
+        return Wait(WaitReason(WaitCode.PREEMPTING, g.request.vc, msg, needed=len(g.pending)), victims)
+
+    def _place_new(
+        self, req: GangRequest, now: float, suggested: frozenset[int] | None
+    ) -> GangPlacement | Wait:
         owner = self._owner(req)
         sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
-        suggested = self._suggested(req)
         gang_id = self.ledger.new_id()
         shortfalls: list[tuple[int, Shortfall]] = []
         for ch in self._chains(req):
@@ -179,22 +228,36 @@ class Core:
             if isinstance(got, Shortfall):
                 shortfalls.append((ch, got))
                 continue
-            slots = self._slots(req, got)
-            gang = Gang(
-                id=gang_id,
-                name=req.name,
-                request=req,
-                owner=owner,
-                chain=ch,
-                priority=req.priority,
-                slots=slots,
-                created=now,
-                deadline=now + req.ttl_seconds,
-                lca_level=self.topo.lca_level([leaf for s in slots for leaf in s.leaves]),
-            )
-            self.ledger.add(gang)
-            return self.placement_of(gang)
+            return self.placement_of(self._record_gang(gang_id, req, owner, ch, got, now))
         return Wait(self._wait_reason(req, shortfalls, suggested))
+
+    def _record_gang(
+        self,
+        gang_id: int,
+        req: GangRequest,
+        owner: int,
+        chain: int,
+        leaves: list[tuple[int, ...]],
+        now: float,
+    ) -> Gang:
+        slots = self._slots(req, leaves)
+        gang = Gang(
+            id=gang_id,
+            name=req.name,
+            request=req,
+            owner=owner,
+            chain=chain,
+            priority=req.priority,
+            slots=slots,
+            created=now,
+            deadline=now + req.ttl_seconds,
+            lca_level=self.topo.lca_level([leaf for s in slots for leaf in s.leaves]),
+        )
+        self.ledger.add(gang)
+        return gang
+
+    def chains_for(self, req: GangRequest) -> list[int]:
+        return self._chains(req)
 
     def _suggested(self, req: GangRequest) -> frozenset[int] | None:
         if req.suggested_nodes is None:
@@ -232,6 +295,15 @@ class Core:
                 f"VC {req.vc} has {sf.available} of its quota's leaf cells free on {where}; "
                 f"gang {req.name} needs {sf.needed}"
             )
+        elif (bad := self._doomed_for(req, ch)) is not None:
+            code = WaitCode.BAD_HARDWARE
+            lvl_type = bad.cell_type
+            msg = (
+                f"VC {req.vc}'s remaining quota on chain {chain.name} can only map onto bad hardware: "
+                f"{bad.demand} {bad.cell_type} cells are promised but {bad.healthy} healthy ones are free "
+                f"(bad nodes: {', '.join(bad.bad_nodes) or 'none'})"
+            )
+            return WaitReason(code, req.vc, msg, chain.name, bad.level, lvl_type, bad.demand, bad.healthy)
         elif suggested is not None and len(suggested) < len(topo.nodes_in_chain(ch)):
             code = WaitCode.NO_SUGGESTED_NODE
             msg = (
@@ -246,6 +318,19 @@ class Core:
                 f"leaf cells within one {lvl_type} on {where}; {sf.available} are free but not in one place"
             )
         return WaitReason(code, req.vc, msg, chain.name, sf.level, lvl_type, sf.needed, sf.available)
+
+    def _doomed_for(self, req: GangRequest, chain: int) -> Doomed | None:
+        """The doomed level (bad hardware) that the gang's VC still has unbound quota at or above."""
+        if req.opportunistic or req.vc not in self.vc_owner:
+            return None
+        unbound = self.state.unbound[self.vc_owner[req.vc]].get(chain)
+        if unbound is None:
+            return None
+        name = self.topo.chains[chain].name
+        for d in doomed(self.state):
+            if d.chain == name and any(unbound[lvl] for lvl in range(d.level, len(unbound))):
+                return d
+        return None
 
     # ------------------------------------------------------------------ slots
     def placement_of(self, gang: Gang) -> GangPlacement:
@@ -390,9 +475,9 @@ class Core:
             slot.finished = True
             if gang.request.gang_release and not slot.released_early:
                 slot.released_early = True
-                self._free_leaves(list(slot.leaves))
+                self._free_leaves(list(slot.leaves), now)
         if not gang.live_slots():
-            return self._release(gang, "all members gone")
+            return self._release(gang, "all members gone", now)
         if not finished:
             gang.deadline = now + gang.request.ttl_seconds
         return None
@@ -404,37 +489,152 @@ class Core:
         return self._release(gang, "deleted")
 
     def expire(self, now: float) -> list[Released]:
-        """Release every reservation whose deadline has passed without all its slots claimed."""
+        """Release every reservation (or preemption) whose deadline passed before all its slots were
+        claimed; pods already bound to it are named for eviction, so no gang stays half-bound."""
         out = []
         for gang in self.ledger.gangs():
-            if gang.deadline is not None and gang.deadline <= now and gang.phase is GangPhase.RESERVED:
-                out.append(self._release(gang, "expired"))
+            if gang.deadline is not None and gang.deadline <= now and gang.phase is not GangPhase.BOUND:
+                if gang.pending:
+                    out.append(self._cancel(gang, "expired"))
+                else:
+                    out.append(self._release(gang, "expired"))
         return out
 
-    def _release(self, gang: Gang, reason: str) -> Released:
+    def _release(self, gang: Gang, reason: str, now: float | None = None, *, unbind: bool = True) -> Released:
+        """Free everything the gang holds and drop its marks on leaves its victims still hold."""
         evict = tuple(s.pod_uid for s in gang.slots if s.pod_uid is not None)
-        self._free_leaves(gang.held_leaves())
         self.ledger.remove(gang)
+        held = gang.held_leaves()
+        for leaf in sorted(gang.pending):
+            self.state.set_reserver(leaf, NO_GANG)
+        gang.pending.clear()
+        self._free_leaves(held, now, unbind=unbind)
+        if unbind:
+            self.unbind_unused([leaf for s in gang.slots for leaf in s.leaves])
+        for other in self.ledger.gangs():
+            other.victims.discard(gang.id)
         return Released(gang.name, reason, evict)
 
-    def _free_leaves(self, leaves: list[int]) -> None:
-        st, topo = self.state, self.topo
-        roots: set[int] = set()
+    def _free_leaves(self, leaves: list[int], now: float | None = None, *, unbind: bool = True) -> None:
+        """Free leaves; a leaf reserved by a preemptor passes straight to it (Reserving → Reserved)."""
+        st = self.state
         for leaf in leaves:
             st.release_leaf(leaf)
-            root = st.binding_root(leaf)
-            if root >= 0:
-                roots.add(root)
-        for root in sorted(roots):
-            if st.used_guaranteed[root] == 0 and topo.pinned_id[root] is None:
+            heir = st.leaf_reserver[leaf]
+            if heir != NO_GANG:
+                st.set_reserver(leaf, NO_GANG)
+                g = self.ledger.by_id.get(heir)
+                if g is not None:
+                    st.allocate_leaf(leaf, g.id, g.priority)
+                    g.pending.discard(leaf)
+                    if not g.pending:
+                        g.history.append("victims gone: reservation complete")
+                        if now is not None:
+                            g.deadline = now + g.request.ttl_seconds
+        if unbind:
+            self.unbind_unused(leaves)
+
+    def unbind_unused(self, leaves: list[int]) -> None:
+        """Give back VC cells (around `leaves`) that no guaranteed gang uses or has reserved."""
+        st, topo = self.state, self.topo
+        roots = sorted({r for r in (st.binding_root(leaf) for leaf in leaves) if r >= 0})
+        for root in roots:
+            if topo.pinned_id[root] is None and not self.holds_guaranteed(root):
                 st.unbind(root)
+
+    def holds_guaranteed(self, cell: int) -> bool:
+        st, topo = self.state, self.topo
+        if st.used_guaranteed[cell]:
+            return True
+        reserver = st.leaf_reserver
+        return any(reserver[x] != NO_GANG for x in topo.leaves[topo.leaf_lo[cell] : topo.leaf_hi[cell]])
 
     # ------------------------------------------------------------------ preemption
     def preempt(self, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
-        """kube-scheduler's preempt phase: place the gang if it fits now, otherwise reserve cells over
-        lower-priority victims and name them. (Victim search lands with the preemption work; until
-        then this answers exactly as `reserve`.)"""
-        return self.reserve(req, now)
+        """Preempting phase: place the gang if it fits now; otherwise reserve its cells over the
+        cheapest victims (lazily downgrading opted-in same-VC victims first) and name the pods that
+        must go. Repeated calls return the same reservation and its remaining victims."""
+        existing = self._existing(req)
+        if existing is not None:
+            if existing.phase is GangPhase.PREEMPTING:
+                return Preemption(existing.name, preemption.live_victims(self, existing.victims))
+            return self.placement_of(existing)
+        self.validate(req)
+        suggested = self._suggested(req)
+        got = self._place_new(req, now, suggested)
+        if not isinstance(got, Wait) or req.opportunistic:
+            return got
+        owner = self._owner(req)
+        st = self.state
+        st.begin()
+        lazy = self._lazy_downgrade(req, owner, suggested)
+        if lazy:
+            placed = self._place_new(req, now, suggested)
+            if not isinstance(placed, Wait):
+                st.commit()
+                return placed
+        plan = preemption.find_plan(self, req, owner, suggested)
+        if plan is None:
+            st.rollback()
+            for g, o, p in lazy:
+                preemption.revert_downgrade(g, o, p)
+            return got
+        gang = self._apply_plan(req, owner, plan, now)
+        st.commit()
+        if gang.phase is GangPhase.PREEMPTING:
+            return Preemption(gang.name, preemption.live_victims(self, gang.victims))
+        return self.placement_of(gang)
+
+    def _lazy_downgrade(
+        self, req: GangRequest, owner: int, suggested: frozenset[int] | None
+    ) -> list[tuple[Gang, int, int]]:
+        """Downgrade the opted-in same-VC victims of a dry-run plan; return what to revert."""
+        plan = preemption.find_plan(self, req, owner, suggested)
+        if plan is None:
+            return []
+        out: list[tuple[Gang, int, int]] = []
+        for gid in plan.victims:
+            g = self.ledger.by_id[gid]
+            if g.priority >= 0 and g.request.lazy_preemption and g.phase is not GangPhase.PREEMPTING:
+                out.append((g, g.owner, g.priority))
+                preemption.downgrade(self, g, req.name)
+        return out
+
+    def _apply_plan(self, req: GangRequest, owner: int, plan: preemption.Plan, now: float) -> Gang:
+        """Make the preemption real: cancel victims that run nothing, bind the plan's cells, take the
+        free leaves and mark the victims' leaves as reserved for this gang."""
+        st = self.state
+        live: set[int] = set()
+        freed: list[int] = []
+        for gid in plan.victims:
+            g = self.ledger.by_id[gid]
+            if g.live_slots():
+                live.add(gid)
+            else:
+                # cancel without giving cells back yet: the plan may sit in them
+                freed.extend(leaf for s in g.slots for leaf in s.leaves)
+                g.history.append(f"cancelled: outbid by {req.name}")
+                self._release(g, f"cancelled: outbid by {req.name}", now, unbind=False)
+        for c in plan.binds:
+            if st.bound_owner[c] != owner:
+                st.bind(owner, c)
+        gang = self._record_gang(self.ledger.new_id(), req, owner, plan.chain, plan.leaves, now)
+        for ls in plan.leaves:
+            for leaf in ls:
+                if st.leaf_gang[leaf] == NO_GANG:
+                    st.allocate_leaf(leaf, gang.id, req.priority)
+                else:
+                    st.set_reserver(leaf, gang.id)
+                    gang.pending.add(leaf)
+        gang.victims = live
+        gang.history.append(f"preempting {len(live)} gangs")
+        self.unbind_unused(freed)
+        return gang
+
+    def _cancel(self, g: Gang, why: str) -> Released:
+        """Drop a reservation: victims' leaves stop being reserved, the gang's own leaves are freed."""
+        g.history.append(f"cancelled: {why}")
+        return self._release(g, f"cancelled: {why}")
 
     # ------------------------------------------------------------------ health
     def set_node_health(
@@ -486,7 +686,7 @@ class Core:
         if gang is None:
             gang = self._adopt_new(req, pods, now)
         for p in pods:
-            if gang.slot_of(p.pod_uid) is not None:
+            if not p.pod_uid or gang.slot_of(p.pod_uid) is not None:
                 continue
             slot = next(
                 (
@@ -498,6 +698,8 @@ class Core:
                 ),
                 None,
             )
+            if slot is None and gang.lost > 0:
+                slot = self._adopt_slot(gang, p)
             if slot is None:
                 gang.history.append(f"pod {p.pod_uid} on {p.node} {p.gpu_indices} matches no slot")
                 continue
@@ -515,6 +717,7 @@ class Core:
         slots: list[Slot] = []
         history: list[str] = []
         claimed: list[int] = []
+        lost = 0
         for p in pods:
             leaves: list[int] = []
             for g in sorted(p.gpu_indices):
@@ -527,6 +730,7 @@ class Core:
                     leaves.append(leaf)
                     claimed.append(leaf)
             if not leaves:
+                lost += 1
                 continue
             slots.append(
                 Slot(len(slots), len(p.gpu_indices), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves))
@@ -554,9 +758,32 @@ class Core:
             deadline=now + req.ttl_seconds,
             lca_level=topo.lca_level(claimed) if claimed else 0,
             history=history,
+            lost=lost + max(0, req.pod_count - len(pods)),
         )
+        if not slots:
+            gang.history.append("nothing left to adopt")
+            return gang
         self.ledger.add(gang)
         return gang
+
+    def _adopt_slot(self, gang: Gang, p: AdoptedPod) -> Slot | None:
+        """A member recovered after the others (pods are listed one by one after a restart)."""
+        topo, st = self.topo, self.state
+        leaves = [topo.leaf_of(p.node, g) for g in sorted(p.gpu_indices)]
+        if any(x is None or st.leaf_gang[x] != NO_GANG for x in leaves):
+            return None
+        found = [x for x in leaves if x is not None]
+        if not found or (gang.owner != NO_OWNER and not self._bind_for(gang.owner, found)):
+            return None
+        for leaf in found:
+            was_bad = st.leaf_bad[leaf]
+            st.set_leaf_bad(leaf, False)
+            st.allocate_leaf(leaf, gang.id, gang.priority)
+            st.set_leaf_bad(leaf, was_bad)
+        slot = Slot(len(gang.slots), len(found), p.slot_key, topo.cell_node[found[0]], tuple(found))
+        gang.slots.append(slot)
+        gang.lost -= 1
+        return slot
 
     def _bind_for(self, owner: int, leaves: list[int]) -> bool:
         """Bind the owner's quota cells so that it owns every leaf, smallest cells first; all or none."""

@@ -44,13 +44,24 @@ def _no_double_allocation(core: Core) -> list[str]:
             out.append(
                 f"leaf {core.topo.address[leaf]} is used by gang {st.leaf_gang[leaf]} that holds nothing"
             )
+    reserved: dict[int, int] = {}
+    for gang in core.gangs():
+        for leaf in gang.pending:
+            if leaf in reserved:
+                out.append(f"leaf {core.topo.address[leaf]} reserved by two preemptors")
+            reserved[leaf] = gang.id
+            if st.leaf_gang[leaf] == NO_GANG:
+                out.append(f"leaf {core.topo.address[leaf]} reserved by {gang.name} is free but not taken")
+    for leaf in core.topo.leaves:
+        if st.leaf_reserver[leaf] != reserved.get(leaf, NO_GANG):
+            out.append(f"leaf {core.topo.address[leaf]} reserver mark disagrees with the ledger")
     return out
 
 
 def _gangs_whole(core: Core) -> list[str]:
     out = []
     for gang in core.gangs():
-        if len(gang.slots) != gang.request.pod_count:
+        if len(gang.slots) + gang.lost != gang.request.pod_count:
             out.append(f"gang {gang.name} has {len(gang.slots)} slots for {gang.request.pod_count} pods")
         for s in gang.slots:
             if s.released_early:
@@ -130,7 +141,7 @@ def _counters(core: Core) -> list[str]:
     if owned != st.owned_free:
         out.append("owned-free counters drifted")
     for c in range(n):
-        if st.bound_owner[c] != NO_OWNER and topo.pinned_id[c] is None and st.used_guaranteed[c] == 0:
+        if st.bound_owner[c] != NO_OWNER and topo.pinned_id[c] is None and not core.holds_guaranteed(c):
             out.append(f"cell {topo.address[c]} stays bound to a VC with no guaranteed use")
         if st.in_pool[c] and (
             st.binding_root(c) >= 0 or (topo.parent[c] >= 0 and st.pool_root(topo.parent[c]) >= 0)
@@ -148,6 +159,7 @@ def snapshot(core: Core) -> tuple[object, ...]:
     st = core.state
     return (
         tuple(st.leaf_gang),
+        tuple(st.leaf_reserver),
         tuple(st.free),
         tuple(st.used_guaranteed),
         tuple(st.used_opportunistic),

@@ -14,6 +14,7 @@ from topology.decisions import GangRequest
 
 
 class GangPhase(StrEnum):
+    PREEMPTING = "Preempting"  # cells reserved over lower-priority victims that must go first
     RESERVED = "Reserved"  # placed whole, not every slot claimed yet
     BOUND = "Bound"  # every slot claimed by a pod
 
@@ -46,9 +47,15 @@ class Gang:
     deadline: float | None
     lca_level: int
     history: list[str] = field(default_factory=list)
+    pending: set[int] = field(default_factory=set)  # leaves still held by victims
+    victims: set[int] = field(default_factory=set)  # ids of the gangs being preempted
+    downgraded_by: str | None = None  # lazily preempted: runs as opportunistic for this gang
+    lost: int = 0  # pods whose hardware vanished in a reconfiguration (reported, not held)
 
     @property
     def phase(self) -> GangPhase:
+        if self.pending:
+            return GangPhase.PREEMPTING
         if all(s.pod_uid is not None or s.finished for s in self.slots):
             return GangPhase.BOUND
         return GangPhase.RESERVED
@@ -57,7 +64,10 @@ class Gang:
         return [s for s in self.slots if s.pod_uid is not None and not s.finished]
 
     def held_leaves(self) -> list[int]:
-        return [leaf for s in self.slots if not s.released_early for leaf in s.leaves]
+        """Leaves allocated to this gang now (not those still waiting for a victim to leave)."""
+        return [
+            leaf for s in self.slots if not s.released_early for leaf in s.leaves if leaf not in self.pending
+        ]
 
     def slot_of(self, pod_uid: str) -> Slot | None:
         for s in self.slots:

@@ -110,7 +110,7 @@ class Placer:
     def _commit(self) -> None:
         """Keep the transaction, but give back any quota cell it bound and then did not use."""
         st = self.state
-        for c in st.recent_binds:
+        for c in st.binds_since_begin():
             if st.bound_owner[c] != NO_OWNER and st.used_guaranteed[c] == 0:
                 st.unbind(c)
         st.commit()

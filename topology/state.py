@@ -42,6 +42,8 @@ class CellState:
         self.leaf_gang: list[int] = [NO_GANG] * n
         self.leaf_priority: list[int] = [FREE_PRIORITY] * n
         self.leaf_bad: list[bool] = [False] * n
+        # a preempting gang's claim on a leaf its victim still holds (HiveD's "Reserving" state)
+        self.leaf_reserver: list[int] = [NO_GANG] * n
         self.free: list[int] = list(topo.leaf_count)  # unused and healthy leaves in subtree
         self.used_guaranteed: list[int] = [0] * n
         self.used_opportunistic: list[int] = [0] * n
@@ -69,32 +71,39 @@ class CellState:
         self.opp_penalty = topo.node_leaf_max + 1
         for n, nc in enumerate(topo.node_cell):
             self.nodes_by_free.update(self.opp_group(topo.cell_chain[nc]), n, topo.leaf_count[nc])
-        self._undo: list[Callable[[], None]] | None = None
-        self.recent_binds: list[int] = []  # cells bound since the last transaction began
+        self._log: list[Callable[[], None]] = []
+        self._marks: list[tuple[int, int]] = []
+        self.recent_binds: list[int] = []  # cells bound inside open transactions
         for ch in range(n_chains):
             for top in topo.chains[ch].tops:
                 self._pool_add(top)
 
     # ------------------------------------------------------------------ undo log
     def begin(self) -> None:
-        """Open a transaction; nested use is not supported (placement never nests)."""
-        assert self._undo is None, "transaction already open"
-        self._undo = []
-        self.recent_binds = []
+        """Open a (possibly nested) transaction: a savepoint in the undo log."""
+        self._marks.append((len(self._log), len(self.recent_binds)))
 
     def commit(self) -> None:
-        self._undo = None
+        """Keep what the innermost transaction did (an outer one can still roll it back)."""
+        self._marks.pop()
+        if not self._marks:
+            self._log.clear()
+            self.recent_binds.clear()
 
     def rollback(self) -> None:
-        log = self._undo
-        self._undo = None
-        assert log is not None
-        for fn in reversed(log):
-            fn()
+        """Undo everything since the innermost `begin`."""
+        mark, binds = self._marks.pop()
+        log = self._log
+        while len(log) > mark:
+            log.pop()()
+        del self.recent_binds[binds:]
+
+    def binds_since_begin(self) -> list[int]:
+        return self.recent_binds[self._marks[-1][1] :] if self._marks else []
 
     def _record(self, fn: Callable[[], None]) -> None:
-        if self._undo is not None:
-            self._undo.append(fn)
+        if self._marks:
+            self._log.append(fn)
 
     # ------------------------------------------------------------------ pool primitives
     def _pool_add(self, c: int) -> None:
@@ -195,7 +204,8 @@ class CellState:
             self.unbound[owner][chain][lvl] -= 1
             self.demand[chain][lvl] -= 1
         self._set_binding(target, owner)
-        self.recent_binds.append(target)
+        if self._marks:
+            self.recent_binds.append(target)
 
         def undo() -> None:
             self._set_binding(target, NO_OWNER)
@@ -289,7 +299,8 @@ class CellState:
 
     # ------------------------------------------------------------------ leaves
     def allocate_leaf(self, leaf: int, gang: int, priority: int) -> None:
-        assert self.leaf_gang[leaf] == NO_GANG and not self.leaf_bad[leaf], "leaf not free"
+        # a bad leaf may still be handed to a preemptor that reserved it; placement never picks one
+        assert self.leaf_gang[leaf] == NO_GANG, "leaf not free"
         self._set_leaf(leaf, gang, priority)
         self._record(lambda: self._set_leaf(leaf, NO_GANG, FREE_PRIORITY))
 
@@ -323,6 +334,14 @@ class CellState:
         if d_free and owner != NO_OWNER:
             self._owned_free_add(owner, node, d_free)
         self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+
+    def set_reserver(self, leaf: int, gang: int) -> None:
+        old = self.leaf_reserver[leaf]
+        self.leaf_reserver[leaf] = gang
+        self._record(lambda: self._restore_reserver(leaf, old))
+
+    def _restore_reserver(self, leaf: int, gang: int) -> None:
+        self.leaf_reserver[leaf] = gang
 
     def set_leaf_bad(self, leaf: int, bad: bool) -> None:
         if self.leaf_bad[leaf] == bad:

@@ -1,6 +1,13 @@
-"""Random call sequences against the core, checking every guarantee after every step."""
+"""Random call sequences against the core, checking every guarantee after every step.
+
+Rules cover the whole life of gangs: submit (every priority), member schedule, member delete
+(finished or not), gang delete, reservation expiry, preemption (with and without the victims going),
+node and GPU health flips, and reconfiguration between two quota layouts on the same hardware.
+"""
 
 from __future__ import annotations
+
+import os
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -8,8 +15,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.topology.fixtures import rack_cluster
 from topology.core import Core
-from topology.decisions import Bind, GangRequest, Member, Wait
+from topology.decisions import Bind, GangRequest, Member, Preemption, Wait
 from topology.invariants import snapshot, violations
+from topology.reconfigure import reconfigure
 
 SPEC = rack_cluster(
     racks=2,
@@ -17,6 +25,18 @@ SPEC = rack_cluster(
     pinned={"a": ["pin"]},
     pin_nodes={"r1-n3": "pin"},
 )
+# the same hardware with a's quota shrunk and c's grown: reconfiguration flips between the two
+SPEC2 = rack_cluster(
+    racks=2,
+    vcs={
+        "a": [("NODE", 1)],
+        "b": [("NODE", 1), ("NODE.HALF", 3)],
+        "c": [("NODE", 2), ("NODE.HALF.SWITCH", 3)],
+    },
+    pinned={"a": ["pin"]},
+    pin_nodes={"r1-n3": "pin"},
+)
+NODES = [f"r{r}-n{n}" for r in range(2) for n in range(4)]
 
 sizes = st.sampled_from([1, 1, 1, 2, 4, 8])
 members = st.lists(st.tuples(st.integers(1, 3), sizes), min_size=1, max_size=2, unique_by=lambda m: m[1])
@@ -26,57 +46,112 @@ class CoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.core = Core(SPEC)
-        self.initial = snapshot(self.core)
+        self.spec = SPEC
         self.now = 0.0
         self.counter = 0
-        self.requests: dict[str, GangRequest] = {}
 
     def _uid(self) -> str:
         self.counter += 1
         return f"pod-{self.counter}"
 
-    @rule(
-        vc=st.sampled_from(["a", "b", "c"]),
-        prio=st.sampled_from([-1, 0, 10]),
-        ms=members,
-        pinned=st.booleans(),
-        release=st.booleans(),
-        ttl=st.sampled_from([5.0, 50.0]),
-    )
-    def submit(
-        self, vc: str, prio: int, ms: list[tuple[int, int]], pinned: bool, release: bool, ttl: float
-    ) -> None:
+    def _request(
+        self,
+        vc: str,
+        prio: int,
+        ms: list[tuple[int, int]],
+        pinned: bool,
+        release: bool,
+        ttl: float,
+        lazy: bool,
+    ) -> GangRequest:
         self.counter += 1
-        name = f"g{self.counter}"
-        req = GangRequest(
-            name,
+        return GangRequest(
+            f"g{self.counter}",
             vc,
             tuple(Member(p, g) for p, g in ms),
             priority=prio,
             pinned_cell_id="pin" if pinned and vc == "a" and prio >= 0 else None,
             gang_release=release,
             ttl_seconds=ttl,
+            lazy_preemption=lazy,
         )
+
+    @rule(
+        vc=st.sampled_from(["a", "b", "c"]),
+        prio=st.sampled_from([-1, 0, 10, 100]),
+        ms=members,
+        pinned=st.booleans(),
+        release=st.booleans(),
+        ttl=st.sampled_from([5.0, 50.0]),
+        lazy=st.booleans(),
+    )
+    def submit(
+        self,
+        vc: str,
+        prio: int,
+        ms: list[tuple[int, int]],
+        pinned: bool,
+        release: bool,
+        ttl: float,
+        lazy: bool,
+    ) -> None:
+        req = self._request(vc, prio, ms, pinned, release, ttl, lazy)
         before = snapshot(self.core)
         got = self.core.reserve(req, self.now)
         if isinstance(got, Wait):
-            assert snapshot(self.core) == before, "a gang that waits must hold nothing"
-            assert self.core.gang(name) is None
+            assert snapshot(self.core) == before, "a gang that waits (even a preemptible one) holds nothing"
+            assert self.core.gang(req.name) is None
         else:
             assert len(got.pods) == req.pod_count
-            self.requests[name] = req
+
+    @rule(
+        vc=st.sampled_from(["a", "b", "c"]),
+        prio=st.sampled_from([0, 10, 100, 1000]),
+        ms=members,
+        kill=st.booleans(),
+    )
+    def preempt(self, vc: str, prio: int, ms: list[tuple[int, int]], kill: bool) -> None:
+        req = self._request(vc, prio, ms, False, False, 50.0, False)
+        before = snapshot(self.core)
+        got = self.core.preempt(req, self.now)
+        if isinstance(got, Wait):
+            assert snapshot(self.core) == before, "a failed preemption must change nothing"
+        elif isinstance(got, Preemption):
+            for v in got.victims:
+                g = self.core.gang(v.gang)
+                assert g is not None
+                assert g.priority < 0 or (g.request.vc == vc and g.priority < prio), (
+                    "only lower-priority gangs of the same VC, or opportunistic ones, may be victims"
+                )
+            if kill:
+                for v in got.victims:
+                    self.core.release_pod(v.pod_uid, self.now)
+
+    @precondition(lambda self: any(g.victims for g in self.core.gangs()))
+    @rule(data=st.data())
+    def kill_victims(self, data: st.DataObject) -> None:
+        g = data.draw(st.sampled_from([g for g in self.core.gangs() if g.victims]))
+        for vid in sorted(g.victims):
+            victim = self.core.ledger.by_id.get(vid)
+            for s in list(victim.slots) if victim is not None else []:
+                if s.pod_uid is not None:
+                    self.core.release_pod(s.pod_uid, self.now)
 
     @precondition(lambda self: bool(self.core.gangs()))
     @rule(data=st.data())
     def schedule_member(self, data: st.DataObject) -> None:
-        gangs = [g for g in self.core.gangs() if any(s.pod_uid is None and not s.finished for s in g.slots)]
+        gangs = [
+            g
+            for g in self.core.gangs()
+            if not g.pending and any(s.pod_uid is None and not s.finished for s in g.slots)
+        ]
         if not gangs:
             return
         g = data.draw(st.sampled_from(gangs))
         open_slots = [s for s in g.slots if s.pod_uid is None and not s.finished]
         s = data.draw(st.sampled_from(open_slots))
         d = self.core.schedule(g.request, self._uid(), s.leaf_number, self.now)
-        assert isinstance(d, Bind)
+        assert isinstance(d, Bind), d
 
     @precondition(lambda self: bool(self.core.ledger.pod_gang))
     @rule(data=st.data(), finished=st.booleans())
@@ -100,18 +175,34 @@ class CoreMachine(RuleBasedStateMachine):
         for g in self.core.gangs():
             assert g.deadline is None or g.deadline > self.now or g.phase.value == "Bound"
 
+    @rule(node=st.sampled_from(NODES), healthy=st.booleans(), bad=st.sets(st.integers(0, 7), max_size=2))
+    def flip_health(self, node: str, healthy: bool, bad: set[int]) -> None:
+        self.core.set_node_health(node, healthy, bad_gpus=frozenset(bad))
+
+    @rule()
+    def reconfigure(self) -> None:
+        self.spec = SPEC2 if self.spec is SPEC else SPEC
+        running = {s.pod_uid for g in self.core.gangs() for s in g.slots if s.pod_uid is not None}
+        self.core, _report = reconfigure(self.core, self.spec, self.now)
+        kept = {s.pod_uid for g in self.core.gangs() for s in g.slots if s.pod_uid is not None}
+        assert kept == running, "reconfiguration must keep every running pod"
+
     @invariant()
     def guarantees_hold(self) -> None:
         assert violations(self.core) == []
 
     def teardown(self) -> None:
+        for node in NODES:
+            self.core.set_node_health(node, True)
         for g in self.core.gangs():
             self.core.delete_gang(g.name)
         assert violations(self.core) == []
-        assert snapshot(self.core) == self.initial, "deleting everything must restore the initial state"
+        assert snapshot(self.core) == snapshot(Core(self.spec)), "deleting everything must restore the start"
 
 
+# TOPOGANG_SM_EXAMPLES raises the example count for a thorough local run
+EXAMPLES = int(os.environ.get("TOPOGANG_SM_EXAMPLES", "100"))
 CoreMachine.TestCase.settings = settings(
-    max_examples=100, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=EXAMPLES, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestCore = CoreMachine.TestCase

@@ -1,0 +1,124 @@
+"""Bad hardware, work-preserving reconfiguration and the explain API."""
+
+from __future__ import annotations
+
+from tests.topology.fixtures import rack_cluster
+from topology.core import Core
+from topology.decisions import AdoptedPod, Bind, GangRequest, Member, Wait, WaitCode
+from topology.explain import explain
+from topology.invariants import snapshot, violations
+from topology.reconfigure import reconfigure
+
+
+def gang(name: str, vc: str, *members: tuple[int, int], **kw: object) -> GangRequest:
+    return GangRequest(name, vc, tuple(Member(p, g) for p, g in members), **kw)  # type: ignore[arg-type]
+
+
+def run(core: Core, req: GangRequest, prefix: str) -> list[Bind]:
+    out = []
+    for m in req.members:
+        for k in range(m.pod_number):
+            d = core.schedule(req, f"{prefix}-{m.leaf_number}-{k}", m.leaf_number, 0.0)
+            assert isinstance(d, Bind), d
+            out.append(d)
+    assert violations(core) == []
+    return out
+
+
+def test_placement_avoids_bad_gpus_and_nodes() -> None:
+    core = Core(rack_cluster(racks=1, vcs={"a": [("NODE", 4)]}))
+    core.set_node_health("r0-n0", healthy=False)
+    core.set_node_health("r0-n1", healthy=True, bad_gpus=frozenset({0}))
+    d = run(core, gang("g", "a", (1, 8)), "g")[0]
+    assert d.node not in ("r0-n0", "r0-n1")
+    small = run(core, gang("s", "a", (1, 2)), "s")[0]
+    assert small.node != "r0-n0" and not (small.node == "r0-n1" and 0 in small.gpu_indices)
+
+
+def test_allocatable_below_capacity_marks_surplus_gpus_bad() -> None:
+    core = Core(rack_cluster(racks=2))
+    core.set_node_health("r0-n2", healthy=True, healthy_gpus=6)
+    assert core.node_health("r0-n2") == (6, 7)
+    core.set_node_health("r0-n2", healthy=True)
+    assert core.node_health("r0-n2") == ()
+
+
+def test_allocated_gang_is_never_moved_off_a_bad_node() -> None:
+    core = Core(rack_cluster(racks=2))
+    d = run(core, gang("g", "a", (1, 8)), "g")[0]
+    core.set_node_health(d.node, healthy=False)
+    assert core.gang("g") is not None
+    assert violations(core) == []
+    core.release_pod(d.pod_uid, 1.0)
+    core.set_node_health(d.node, healthy=True)
+    assert violations(core) == []
+
+
+def test_vc_whose_free_cells_map_only_to_a_bad_node_sees_bad_hardware() -> None:
+    core = Core(rack_cluster(racks=1, vcs={"a": [("NODE", 3)], "b": [("NODE", 1)]}))
+    run(core, gang("a-all", "a", (3, 8)), "a")
+    free_node = next(
+        n for n in core.topo.node_names if core.state.free[core.topo.node_cell[core.topo.node_index[n]]]
+    )
+    core.set_node_health(free_node, healthy=False)
+    w = core.reserve(gang("b1", "b", (1, 4)), 0.0)
+    assert isinstance(w, Wait) and w.reason.code is WaitCode.BAD_HARDWARE
+    assert free_node in w.reason.message
+    assert explain(core, gang("b1", "b", (1, 4)), 0.0)["doomed"]
+    core.set_node_health(free_node, healthy=True)
+    assert explain(core, gang("b1", "b", (1, 4)), 0.0)["doomed"] == []
+    assert isinstance(core.schedule(gang("b1", "b", (1, 4)), "b1", 4, 0.0), Bind)
+
+
+def test_explain_is_a_what_if_that_changes_nothing() -> None:
+    core = Core(rack_cluster())
+    run(core, gang("x", "a", (1, 8)), "x")
+    before = snapshot(core)
+    fits = explain(core, gang("q", "a", (2, 8)), 0.0)
+    assert fits["fitsNow"] is True and len(fits["placement"]["pods"]) == 2
+    nope = explain(core, gang("big", "b", (4, 8)), 0.0)
+    assert nope["fitsNow"] is False and nope["reason"]["code"] == "InsufficientQuota"
+    assert nope["chains"][0]["levels"][3]["cellType"] == "NODE"
+    assert snapshot(core) == before and core.gang("q") is None
+
+
+def test_reconfiguration_that_shrinks_a_vc_downgrades_the_overflow_and_keeps_the_rest() -> None:
+    old = Core(rack_cluster(vcs={"a": [("NODE", 4)], "b": [("NODE", 2)]}))
+    keep = run(old, gang("a-old", "a", (2, 8)), "k")
+    more = run(old, gang("a-new", "a", (2, 8)), "m")
+    other = run(old, gang("b-job", "b", (1, 4)), "o")
+    smaller = rack_cluster(vcs={"a": [("NODE", 2)], "b": [("NODE", 2)]})
+    new, report = reconfigure(old, smaller, now=10.0)
+    assert violations(new) == []
+    assert "a-new" in report.downgraded and "a-old" in report.kept and "b-job" in report.kept
+    for binds, name in ((keep, "a-old"), (more, "a-new"), (other, "b-job")):
+        g = new.gang(name)
+        assert g is not None
+        assert {(b.node, b.gpu_indices) for b in binds} == {
+            (new.topo.node_names[s.node], tuple(new.topo.gpu_index[x] for x in s.leaves)) for s in g.slots
+        }
+        assert {b.pod_uid for b in binds} == {s.pod_uid for s in g.slots}
+    assert new.gang("a-new").priority == -1  # type: ignore[union-attr]
+
+
+def test_reconfiguration_reports_pods_on_removed_hardware() -> None:
+    old = Core(rack_cluster(racks=2, vcs={"a": [("NODE", 2)]}))
+    d = run(old, gang("g", "a", (1, 8), suggested_nodes=frozenset({"r1-n3"})), "g")[0]
+    assert d.node == "r1-n3"
+    new, report = reconfigure(old, rack_cluster(racks=1, vcs={"a": [("NODE", 2)]}), now=0.0)
+    assert report.lost and new.gang("g") is None
+    assert violations(new) == []
+
+
+def test_adopt_rebuilds_a_gang_pod_by_pod_after_restart() -> None:
+    core = Core(rack_cluster())
+    req = gang("g", "a", (2, 8))
+    first = core.adopt(req, [AdoptedPod("u1", "r0-n1", tuple(range(8)))], 0.0)
+    assert len(first.pods) == 1
+    second = core.adopt(req, [AdoptedPod("u2", "r0-n2", tuple(range(8)))], 0.0)
+    assert len(second.pods) == 2
+    g = core.gang("g")
+    assert g is not None and g.phase.value == "Bound" and g.priority == 0
+    assert violations(core) == []
+    again = core.adopt(req, [AdoptedPod("u2", "r0-n2", tuple(range(8)))], 0.0)
+    assert again == second

@@ -1,0 +1,180 @@
+"""Priorities and gang-wide preemption in the core."""
+
+from __future__ import annotations
+
+from tests.topology.fixtures import rack_cluster
+from topology.core import Core
+from topology.decisions import Bind, GangPlacement, GangRequest, Member, Preemption, Wait, WaitCode
+from topology.invariants import snapshot, violations
+
+
+def gang(name: str, vc: str, *members: tuple[int, int], **kw: object) -> GangRequest:
+    return GangRequest(name, vc, tuple(Member(p, g) for p, g in members), **kw)  # type: ignore[arg-type]
+
+
+def run(core: Core, req: GangRequest, prefix: str) -> list[Bind]:
+    """Schedule every pod of the gang; all must bind."""
+    out = []
+    for m in req.members:
+        for k in range(m.pod_number):
+            d = core.schedule(req, f"{prefix}-{m.leaf_number}-{k}", m.leaf_number, 0.0)
+            assert isinstance(d, Bind), d
+            out.append(d)
+    assert violations(core) == []
+    return out
+
+
+def kill(core: Core, victims: Preemption | Wait) -> None:
+    for v in victims.victims:
+        core.release_pod(v.pod_uid, 1.0)
+    assert violations(core) == []
+
+
+def one_rack(**vcs: list[tuple[str, int]]) -> Core:
+    return Core(rack_cluster(racks=1, vcs=vcs))
+
+
+def test_same_vc_lower_priority_is_preempted_whole() -> None:
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 2)])
+    low = run(core, gang("low", "a", (2, 8), priority=1), "low")
+    hi = gang("hi", "a", (1, 8), priority=100)
+    w = core.reserve(hi, 0.0)
+    assert isinstance(w, Wait) and w.reason.code is WaitCode.PREEMPTIBLE
+    assert {v.pod_uid for v in w.victims} == {b.pod_uid for b in low}  # gang-wide, both pods
+    assert core.gang("hi") is None  # the filtering phase reserves nothing
+    p = core.preempt(hi, 0.0)
+    assert isinstance(p, Preemption) and len(p.victims) == 2
+    assert violations(core) == []
+    assert isinstance(core.schedule(hi, "h0", 8, 0.0), Wait)  # still waiting for the victims
+    kill(core, p)
+    d = core.schedule(hi, "h0", 8, 2.0)
+    assert isinstance(d, Bind)
+    assert violations(core) == []
+
+
+def test_no_cross_vc_preemption_of_guaranteed_work() -> None:
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 2)])
+    run(core, gang("b-low", "b", (2, 8), priority=0), "b")
+    run(core, gang("a-low", "a", (2, 8), priority=0), "a")
+    hi = gang("b-hi", "b", (3, 8), priority=1000)  # more than b's quota: only a's nodes could help
+    w = core.reserve(hi, 0.0)
+    assert isinstance(w, Wait) and w.reason.code is not WaitCode.PREEMPTIBLE
+    before = snapshot(core)
+    assert isinstance(core.preempt(hi, 0.0), Wait)
+    assert snapshot(core) == before
+
+
+def test_opportunistic_victims_in_another_vc() -> None:
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 2)])
+    opp = run(core, gang("opp", "b", (4, 8), priority=-1), "opp")  # fills the cluster
+    g = gang("a-job", "a", (1, 8), priority=0)
+    w = core.reserve(g, 0.0)
+    assert isinstance(w, Wait) and w.reason.code is WaitCode.PREEMPTIBLE
+    p = core.preempt(g, 0.0)
+    assert isinstance(p, Preemption)
+    assert {v.pod_uid for v in p.victims} == {b.pod_uid for b in opp}
+    kill(core, p)
+    assert isinstance(core.schedule(g, "a0", 8, 1.0), Bind)
+
+
+def test_opportunistic_gang_never_preempts() -> None:
+    core = one_rack(a=[("NODE", 4)])
+    run(core, gang("g", "a", (4, 8), priority=0), "g")
+    o = gang("o", "a", (1, 1), priority=-1)
+    w = core.reserve(o, 0.0)
+    assert isinstance(w, Wait) and w.victims == ()
+    assert isinstance(core.preempt(o, 0.0), Wait)
+
+
+def test_outbidding_cancels_the_lower_preemptor() -> None:
+    core = one_rack(a=[("NODE", 4)])
+    run(core, gang("base", "a", (4, 8), priority=0), "base")
+    mid = gang("mid", "a", (2, 8), priority=10)
+    p1 = core.preempt(mid, 0.0)
+    assert isinstance(p1, Preemption)
+    top = gang("top", "a", (4, 8), priority=20)
+    p2 = core.preempt(top, 0.0)
+    assert isinstance(p2, Preemption)
+    assert core.gang("mid") is None  # outbid and cancelled
+    assert violations(core) == []
+    kill(core, p2)
+    assert isinstance(core.schedule(top, "t0", 8, 2.0), Bind)
+
+
+def test_cancelled_preemption_restores_victims_cells_exactly() -> None:
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 2)])
+    run(core, gang("low", "a", (1, 8), priority=0), "low")
+    run(core, gang("opp", "b", (2, 8), priority=-1), "opp")
+    before = snapshot(core)
+    hi = gang("hi", "a", (2, 8), priority=50)
+    assert isinstance(core.preempt(hi, 0.0), Preemption)
+    assert snapshot(core) != before
+    core.delete_gang("hi")  # all its pending pods deleted
+    assert snapshot(core) == before
+    assert violations(core) == []
+
+
+def test_preemptor_needing_a_bad_node_is_cancelled() -> None:
+    core = one_rack(a=[("NODE", 4)])
+    run(core, gang("low", "a", (4, 8), priority=0), "low")
+    hi = gang("hi", "a", (1, 8), priority=10)
+    p = core.preempt(hi, 0.0)
+    assert isinstance(p, Preemption)
+    node = p.victims[0].node
+    core.set_node_health(node, healthy=False)
+    got = core.reserve(hi, 1.0)  # the old reservation is cancelled and the gang is placed afresh
+    assert core.gang("hi") is None or all(
+        s.node != core.topo.node_index[node]
+        for s in core.gang("hi").slots  # type: ignore[union-attr]
+    )
+    assert isinstance(got, Wait | GangPlacement)
+    assert violations(core) == []
+
+
+def test_lazy_preemption_keeps_victim_running_when_room_exists() -> None:
+    # a's quota is full with a lazy low-priority job; the rack still has an idle node outside any VC use
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 1)])
+    low = run(core, gang("low", "a", (2, 8), priority=0, lazy_preemption=True), "low")
+    hi = gang("hi", "a", (1, 8), priority=100)
+    got = core.preempt(hi, 0.0)
+    assert isinstance(got, GangPlacement)  # placed without killing anyone
+    g = core.gang("low")
+    assert g is not None and g.priority == -1 and g.downgraded_by == "hi"
+    assert all(s.pod_uid is not None for s in g.slots)
+    assert {b.pod_uid for b in low} == {s.pod_uid for s in g.slots}
+    assert violations(core) == []
+
+
+def test_lazy_preemption_reverts_when_the_preemptor_cannot_be_mapped() -> None:
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 2)])
+    run(core, gang("b-work", "b", (2, 8), priority=0), "b")
+    run(core, gang("low", "a", (2, 8), priority=0, lazy_preemption=True), "low")
+    before = snapshot(core)
+    hi = gang("hi", "a", (3, 8), priority=100)  # more than a's quota: cannot be mapped at all
+    assert isinstance(core.preempt(hi, 0.0), Wait)
+    g = core.gang("low")
+    assert g is not None and g.priority == 0 and g.downgraded_by is None
+    assert snapshot(core) == before
+
+
+def test_lazy_victim_is_preempted_for_real_when_no_room_remains() -> None:
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 2)])
+    run(core, gang("b-work", "b", (2, 8), priority=0), "b")
+    low = run(core, gang("low", "a", (2, 8), priority=0, lazy_preemption=True), "low")
+    hi = gang("hi", "a", (1, 8), priority=100)
+    p = core.preempt(hi, 0.0)
+    assert isinstance(p, Preemption)
+    assert {v.pod_uid for v in p.victims} == {b.pod_uid for b in low}
+    kill(core, p)
+    assert isinstance(core.schedule(hi, "h", 8, 1.0), Bind)
+
+
+def test_reservation_of_a_preemptor_expires() -> None:
+    core = one_rack(a=[("NODE", 4)])
+    run(core, gang("low", "a", (4, 8), priority=0), "low")
+    before = snapshot(core)
+    hi = gang("hi", "a", (1, 8), priority=10, ttl_seconds=30.0)
+    assert isinstance(core.preempt(hi, 0.0), Preemption)
+    released = core.expire(31.0)
+    assert [r.gang for r in released] == ["hi"]
+    assert snapshot(core) == before

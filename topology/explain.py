@@ -1,0 +1,101 @@
+"""Why a gang waits, and would it fit now: answers that change nothing.
+
+`explain` runs the same search the scheduler runs, inside a transaction that is always rolled back,
+and lays out per chain and level what the gang's VC has (unbound quota cells, free owned GPUs), what
+the free pool has (free, bad) and what other VCs are still owed, so an admin can see which number is
+short without reading code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from topology.core import Core
+from topology.decisions import GangPlacement, GangRequest
+from topology.health import doomed
+from topology.preemption import find_plan, live_victims
+
+
+def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
+    """What-if for `req`: where it would go now, or why not, and whom it could preempt."""
+    core.validate(req)
+    st = core.state
+    existing = core.gang(req.name)
+    out: dict[str, Any] = {"gang": req.name, "vc": req.vc, "priority": req.priority}
+    if existing is not None:
+        out["existing"] = {
+            "phase": existing.phase.value,
+            "placement": _placement(core.placement_of(existing)),
+        }
+    st.begin()
+    try:
+        got = core._place_new(req, now, core._suggested(req))
+        if isinstance(got, GangPlacement):
+            out["fitsNow"] = True
+            out["placement"] = _placement(got)
+            gang = core.gang(req.name)
+            if gang is not None and existing is None:
+                core.ledger.remove(gang)
+        else:
+            out["fitsNow"] = False
+            out["reason"] = got.reason.to_dict()
+    finally:
+        st.rollback()
+    if not out["fitsNow"] and not req.opportunistic:
+        plan = find_plan(core, req, core._owner(req), core._suggested(req))
+        out["wouldPreempt"] = (
+            None
+            if plan is None
+            else [
+                {"pod": v.pod_uid, "gang": v.gang, "node": v.node} for v in live_victims(core, plan.victims)
+            ]
+        )
+    out["chains"] = [_chain_view(core, req, ch) for ch in core.chains_for(req)]
+    out["doomed"] = [
+        {
+            "chain": d.chain,
+            "level": d.level,
+            "cellType": d.cell_type,
+            "promised": d.demand,
+            "healthyFree": d.healthy,
+            "badNodes": list(d.bad_nodes),
+        }
+        for d in doomed(st)
+    ]
+    return out
+
+
+def _placement(p: GangPlacement) -> dict[str, Any]:
+    return {
+        "chain": p.chain,
+        "lcaLevel": p.lca_level,
+        "nodes": list(p.nodes),
+        "pods": [{"slot": x.slot, "node": x.node, "gpus": list(x.gpu_indices)} for x in p.pods],
+    }
+
+
+def _chain_view(core: Core, req: GangRequest, chain: int) -> dict[str, Any]:
+    topo, st = core.topo, core.state
+    ch = topo.chains[chain]
+    owner = core.vc_owner.get(req.vc)
+    unbound = st.unbound.get(owner, {}).get(chain) if owner is not None else None
+    levels = []
+    for lvl in range(1, ch.top_level + 1):
+        pool = sorted(st.pool[chain][lvl])
+        levels.append(
+            {
+                "level": lvl,
+                "cellType": ch.level_types[lvl],
+                "gpusPerCell": ch.leaf_count[lvl],
+                "vcUnboundCells": unbound[lvl] if unbound is not None else 0,
+                "allVcUnboundCells": st.demand[chain][lvl],
+                "freePoolCells": len(pool),
+                "badPoolCells": sum(1 for c in pool if st.bad_count[c]),
+            }
+        )
+    owned_free = 0
+    if owner is not None:
+        owned_free = sum(
+            k for n, k in st.owned_free[owner].items() if topo.cell_chain[topo.node_cell[n]] == chain
+        )
+    return {"chain": ch.name, "vcOwnedFreeGpus": owned_free, "levels": levels}

@@ -1,0 +1,61 @@
+"""Bad hardware as the VCs see it: which promised cells can now only be honoured with bad GPUs.
+
+HiveD binds "doomed bad cells" into VC views so a VC does not wait forever on hardware it cannot have.
+Here the same knowledge is computed on demand from the free pool: for each chain and level, how many
+unbound quota cells could only be mapped onto cells that contain a bad GPU. Wait reasons and the
+explain API report it, so a tenant sees "bad hardware" rather than an endless "insufficient capacity".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topology.state import CellState
+
+
+@dataclass(frozen=True, slots=True)
+class Doomed:
+    chain: str
+    level: int
+    cell_type: str
+    demand: int  # unbound quota cells needing a cell of this level (or part of one) from the pool
+    healthy: int  # wholly healthy cells of this level obtainable from the pool
+    bad_nodes: tuple[str, ...]
+
+    @property
+    def count(self) -> int:
+        return max(0, self.demand - self.healthy)
+
+
+def doomed(state: CellState) -> list[Doomed]:
+    """Levels where outstanding VC quota exceeds what healthy free hardware can give."""
+    topo = state.topo
+    out = []
+    for ch in topo.chains:
+        pool_cells = [c for lvl in range(1, ch.top_level + 1) for c in sorted(state.pool[ch.index][lvl])]
+        bad_nodes = sorted(
+            {
+                topo.node_names[n]
+                for c in pool_cells
+                if state.bad_count[c]
+                for n in topo.nodes_within(c)
+                if state.bad_count[topo.node_cell[n]]
+            }
+        )
+        for lvl in range(1, ch.top_level + 1):
+            need = sum(
+                state.demand[ch.index][hi] * (ch.leaf_count[hi] // ch.leaf_count[lvl])
+                for hi in range(lvl, ch.top_level + 1)
+            )
+            if not need:
+                continue
+            healthy = sum(
+                1
+                for p in pool_cells
+                if topo.level[p] >= lvl
+                for c in topo.cells_within(p, lvl)
+                if state.bad_count[c] == 0
+            )
+            if healthy < need:
+                out.append(Doomed(ch.name, lvl, ch.level_types[lvl], need, healthy, tuple(bad_nodes)))
+    return out
