@@ -66,6 +66,7 @@ class Core:
             self.state.bind(idx, topo.pinned_cells[pid], quota=False)
         self.placer = Placer(self.state)
         self.ledger = Ledger()
+        self.preemptors: set[int] = set()  # ids of gangs that are waiting for victims
         self.vc_quota_leaves: dict[str, int] = dict.fromkeys(self.vc_owner, 0)
         for o in owners:
             self.vc_quota_leaves[o.vc] += self._quota_leaves(o.index)
@@ -511,8 +512,9 @@ class Core:
         self._free_leaves(held, now, unbind=unbind)
         if unbind:
             self.unbind_unused([leaf for s in gang.slots for leaf in s.leaves])
-        for other in self.ledger.gangs():
-            other.victims.discard(gang.id)
+        self.preemptors.discard(gang.id)
+        for pid in sorted(self.preemptors):
+            self.ledger.by_id[pid].victims.discard(gang.id)
         return Released(gang.name, reason, evict)
 
     def _free_leaves(self, leaves: list[int], now: float | None = None, *, unbind: bool = True) -> None:
@@ -627,6 +629,8 @@ class Core:
                     st.set_reserver(leaf, gang.id)
                     gang.pending.add(leaf)
         gang.victims = live
+        if live:
+            self.preemptors.add(gang.id)
         gang.history.append(f"preempting {len(live)} gangs")
         self.unbind_unused(freed)
         return gang
