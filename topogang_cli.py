@@ -18,6 +18,7 @@ commands:
   serve              run the extender (standalone on a config file, or against Kubernetes)
   replay             drive a running extender like kube-scheduler does and print its decisions
   simulate           replay a GPU-cluster trace through several policies and write a report
+  barrier            FrameworkBarrier drop-in: wait until the gang is Ready, write injector.sh
 """
 
 
@@ -63,6 +64,12 @@ def _simulate(argv: Sequence[str]) -> int:
     return simulate_main(argv)
 
 
+def _barrier(argv: Sequence[str]) -> int:
+    from extender.barrier import main as barrier_main
+
+    return barrier_main(argv)
+
+
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "validate": _validate,
     "generate": _generate,
@@ -71,6 +78,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "serve": _serve,
     "replay": _replay,
     "simulate": _simulate,
+    "barrier": _barrier,
 }
 
 

@@ -1,0 +1,152 @@
+"""FrameworkController's `Framework` object, read the way FrameworkBarrier reads it.
+
+Pure functions over the Framework as a JSON dict: decompress `taskRoleStatusesCompressed`, apply the
+barrier's readiness rule, render `injector.sh` byte for byte as FrameworkBarrier renders it (jobs
+source that file, so its text is a contract), and blank pod IPs of gangs the ledger does not yet call
+Ready (the zero-image-change proxy). Both `topogang barrier` and the extender use them.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import gzip
+from typing import Any
+
+import orjson
+
+Framework = dict[str, Any]
+INJECTOR_PATH = "./injector.sh"  # the path FrameworkBarrier prints in the script's echo lines
+
+
+class FrameworkError(ValueError):
+    """The object is not a Framework this code can read (e.g. corrupt compressed statuses)."""
+
+
+def task_role_specs(f: Framework) -> list[dict[str, Any]]:
+    roles = (f.get("spec") or {}).get("taskRoles") or []
+    return [r for r in roles if isinstance(r, dict)]
+
+
+def total_tasks(f: Framework) -> int:
+    """Gang size as FrameworkController defines it: Σ spec.taskRoles[].taskNumber."""
+    return sum(int(r.get("taskNumber") or 0) for r in task_role_specs(f))
+
+
+def task_role_statuses(f: Framework) -> list[dict[str, Any]] | None:
+    """Status per task role, in status order, decompressing `taskRoleStatusesCompressed` (gzip of
+    the JSON list, base64 in JSON) when the plain list is absent. None when there is no status."""
+    attempt = ((f.get("status") or {}).get("attemptStatus")) or None
+    if attempt is None:
+        return None
+    plain = attempt.get("taskRoleStatuses")
+    if plain is not None:
+        return [r for r in plain if isinstance(r, dict)]
+    packed = attempt.get("taskRoleStatusesCompressed")
+    if not packed:
+        return None
+    try:
+        raw = gzip.decompress(base64.b64decode(packed))
+        out = orjson.loads(raw)
+    except (ValueError, OSError, orjson.JSONDecodeError) as err:
+        raise FrameworkError(
+            f"status.attemptStatus.taskRoleStatusesCompressed: cannot decompress: {err}"
+        ) from err
+    if not isinstance(out, list):
+        raise FrameworkError(
+            "status.attemptStatus.taskRoleStatusesCompressed: not a list of task role statuses"
+        )
+    return [r for r in out if isinstance(r, dict)]
+
+
+def decompressed(f: Framework) -> Framework:
+    """A copy with plain `taskRoleStatuses` (what FrameworkBarrier dumps to framework.json)."""
+    out = copy.deepcopy(f)
+    statuses = task_role_statuses(f)
+    attempt = (out.get("status") or {}).get("attemptStatus")
+    if isinstance(attempt, dict) and statuses is not None:
+        attempt["taskRoleStatuses"] = statuses
+        attempt.pop("taskRoleStatusesCompressed", None)
+    return out
+
+
+def _pod_ip(task: dict[str, Any]) -> str:
+    return str(((task.get("attemptStatus") or {}).get("podIP")) or "")
+
+
+def _ready(task: dict[str, Any]) -> bool:
+    return not task.get("deletionPending", False) and _pod_ip(task) != ""
+
+
+def _counted(f: Framework) -> list[tuple[str, list[dict[str, Any]]]]:
+    """(role, the tasks FrameworkBarrier counts: the first min(status, spec) of them), status order."""
+    specs = {r.get("name"): int(r.get("taskNumber") or 0) for r in task_role_specs(f)}
+    out = []
+    for role in task_role_statuses(f) or []:
+        name = role.get("name")
+        if name not in specs:
+            continue
+        tasks = [t for t in role.get("taskStatuses") or [] if isinstance(t, dict)]
+        out.append((str(name), tasks[: specs[name]]))
+    return out
+
+
+def ready_counts(f: Framework) -> tuple[int, int]:
+    """(ready tasks, total tasks) by FrameworkBarrier's rule: a task is ready when its pod has an IP
+    and it is not deletion-pending; the barrier passes when ready ≥ Σ taskNumber."""
+    return sum(1 for _, tasks in _counted(f) for t in tasks if _ready(t)), total_tasks(f)
+
+
+def barrier_passed(f: Framework) -> bool:
+    ready, total = ready_counts(f)
+    return ready >= total
+
+
+def env_name(role: str, suffix: str) -> str:
+    return f"FB_{role.upper()}_{suffix}"
+
+
+def injector(f: Framework) -> str:
+    """`injector.sh` exactly as FrameworkBarrier writes it: per task role, in status order, IPS then
+    ADDRESSES exports in task-index order, each followed by an echo line."""
+    lines = ["#!/bin/bash"]
+    if f.get("status") is None:
+        return "\n".join(lines) + "\n"
+    counted = _counted(f)
+    lines += ["", f"echo {INJECTOR_PATH}: Start to inject environment variables", ""]
+    for role, tasks in counted:
+        name = env_name(role, "IPS")
+        lines += [f"export {name}={','.join(_pod_ip(t) for t in tasks)}", f"echo {name}=${{{name}}}"]
+    lines.append("")
+    for role, tasks in counted:
+        name, port = env_name(role, "ADDRESSES"), env_name(role, "PORT")
+        addrs = ",".join(f"{_pod_ip(t)}:${{{port}}}" for t in tasks)
+        lines += [f"export {name}={addrs}", f"echo {name}=${{{name}}}"]
+    lines += ["", f"echo {INJECTOR_PATH}: Succeeded to inject environment variables"]
+    return "\n".join(lines) + "\n"
+
+
+def with_ips_hidden(f: Framework, keep: set[tuple[str, int]] | None) -> Framework:
+    """A copy whose tasks show no pod IP unless (role, index) is in `keep` (None = keep all). The
+    statuses are returned in the shape they came in (compressed stays compressed)."""
+    if keep is None:
+        return f
+    out = copy.deepcopy(f)
+    statuses = task_role_statuses(out)
+    if statuses is None:
+        return out
+    for role in statuses:
+        for i, t in enumerate(role.get("taskStatuses") or []):
+            idx = int(t.get("index", i)) if isinstance(t, dict) else i
+            if isinstance(t, dict) and (str(role.get("name")), idx) not in keep:
+                att = t.get("attemptStatus")
+                if isinstance(att, dict) and att.get("podIP"):
+                    att["podIP"] = None
+    attempt = out["status"]["attemptStatus"]
+    if attempt.get("taskRoleStatuses") is not None:
+        attempt["taskRoleStatuses"] = statuses
+    else:
+        attempt["taskRoleStatusesCompressed"] = base64.b64encode(
+            gzip.compress(orjson.dumps(statuses))
+        ).decode()
+    return out
