@@ -14,10 +14,11 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-## run: check the bundled example cluster and place a scripted job mix on it
+## run: check the bundled example cluster, then serve the extender on it (standalone, 127.0.0.1:9096);
+##      in another terminal: .venv/bin/topogang replay  (drives it like kube-scheduler)
 run: $(STAMP)
 	$(BIN)/topogang validate config/examples/example-cluster.yaml
-	$(BIN)/topogang demo
+	$(BIN)/topogang serve --config config/examples/example-cluster.yaml
 
 ## test: lint, type-check and run the whole test suite
 test: $(STAMP) lint typecheck
@@ -36,3 +37,10 @@ bench-core: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+## e2e: real control plane (etcd, kube-apiserver, kube-scheduler, KWOK) built from Go modules into
+##      ~/.cache/topogang-e2e (first build ~20-40 min on 2 cores, then seconds), then the e2e tests
+.PHONY: e2e
+e2e: $(STAMP)
+	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok
+	TOPOGANG_E2E=1 $(BIN)/pytest tests/e2e

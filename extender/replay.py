@@ -1,11 +1,358 @@
-"""Placeholder until this command is implemented; it says so instead of failing obscurely."""
+"""`topogang replay --url URL [--config FILE]`: drive a running extender exactly like kube-scheduler.
+
+For every pod of a small job mix it calls filter with the full node list, prioritize when more than
+one node survives, and bind on the best score; when filter says preemption may help (FailedNodes)
+and the pod outranks pods already bound there, it calls preempt with those pods as the dry run's
+victims and, when the extender names victims, deletes the chosen node's victims (through the
+standalone server's pod-deletion route, as kube-scheduler would through the API) and tries again.
+
+The mix is built from the config's VCs (largest quota first): a 4-pod x 8-GPU gang of
+FrameworkController tasks submitted in random order, single-GPU pods, a 2-pod gang, an
+opportunistic gang, a gang larger than its VC's quota (it waits, with the reason), and a
+high-priority pod that needs GPUs held by a low-priority batch gang (preemption).
+
+It prints every decision and a summary, then the server's decision counters from /metrics, and
+finally deletes the pods it created (unless --keep), so it can be run again and again.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import random
 import sys
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from config.load import ConfigError, load_config
+from extender.standalone import EXAMPLE_CONFIG
+from topology.core import Core
+
+SPEC = "topogang.io/pod-scheduling-spec"
+ENABLE = "topogang.io/pod-scheduling-enable"
+
+
+class ReplayError(Exception):
+    pass
+
+
+@dataclass
+class Client:
+    base: str
+    timeout: float = 10.0
+
+    def call(self, method: str, path: str, body: object | None = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as err:
+            raw, status = err.read(), err.code
+        except (urllib.error.URLError, OSError) as err:
+            raise ReplayError(f"cannot reach {self.base}{path}: {getattr(err, 'reason', err)}") from None
+        if path == "/metrics":
+            return status, raw.decode()
+        try:
+            return status, json.loads(raw) if raw else None
+        except json.JSONDecodeError:
+            return status, raw.decode(errors="replace")
+
+    def post(self, verb: str, body: object) -> Any:
+        status, doc = self.call("POST", f"/v1/extender/{verb}", body)
+        if status != 200 and verb != "preempt":
+            raise ReplayError(f"{verb} answered HTTP {status}: {doc}")
+        return doc if status == 200 else {"status": status, "body": doc}
+
+
+@dataclass
+class Job:
+    gang: str
+    vc: str
+    priority: int
+    pods: list[int]  # GPUs per pod
+    framework: bool = False
+    single: bool = False
+    note: str = ""
+
+    @property
+    def namespace(self) -> str:
+        return self.gang.split("/", 1)[0]
+
+    @property
+    def base(self) -> str:
+        return self.gang.split("/", 1)[1]
+
+    def server_gang(self, run: str) -> str:
+        """The gang's name on the server: FrameworkController tasks form `<ns>/<framework>/<attempt>`,
+        a pod without an affinity group is its own gang `<ns>/<pod>`."""
+        if self.framework:
+            return f"{self.namespace}/{self.base}/0_{run}"
+        if self.single:
+            return f"{self.namespace}/{self.base}-0"
+        return self.gang
+
+
+@dataclass
+class Bound:
+    uid: str
+    node: str
+    priority: int
+    gang: str
+
+
+@dataclass
+class Stats:
+    pods: int = 0
+    bound: int = 0
+    placed: list[str] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    preempt_calls: int = 0
+    victims: int = 0
+
+
+def job_mix(core: Core, run: str) -> list[Job]:
+    """The scripted jobs, using the config's VCs by quota (largest first)."""
+    vcs = sorted(core.vc_quota_leaves.items(), key=lambda kv: (-kv[1], kv[0]))
+    if not vcs:
+        raise ReplayError("the config has no virtual clusters")
+    big = vcs[0][0]
+    mid = vcs[1][0] if len(vcs) > 1 else big
+    small, small_quota = vcs[-1] if len(vcs) > 2 else vcs[0]
+    node = core.topo.node_leaf_max
+    mid_quota = core.vc_quota_leaves[mid]
+    batch = max(1, (mid_quota - 2) // node)
+    too_big = small_quota // node + 1
+    return [
+        Job(f"{big}/train-{run}", big, 100, [node] * 4, framework=True, note="4 FrameworkController tasks"),
+        Job(f"{mid}/notebook-a-{run}", mid, 0, [1], single=True),
+        Job(f"{mid}/notebook-b-{run}", mid, 0, [1], single=True),
+        Job(f"{small}/pair-{run}", small, 0, [2, 2]),
+        Job(f"{small}/scavenger-{run}", small, -1, [4, 4], note="opportunistic"),
+        Job(f"{small}/too-big-{run}", small, 0, [node] * too_big, note="larger than the VC's quota"),
+        Job(f"{mid}/batch-low-{run}", mid, 10, [node] * batch, note="low priority"),
+        Job(f"{mid}/urgent-{run}", mid, 500, [node], note="needs the batch gang's GPUs"),
+    ]
+
+
+def pod_for(job: Job, index: int, run: str) -> dict[str, Any]:
+    gpus = job.pods[index]
+    name = f"{job.base}-{index}"
+    ns = job.namespace
+    spec: dict[str, Any] = {"virtualCluster": job.vc, "priority": job.priority, "leafCellNumber": gpus}
+    annotations: dict[str, str] = {}
+    if not job.single:
+        sizes: dict[int, int] = {}
+        for g in job.pods:
+            sizes[g] = sizes.get(g, 0) + 1
+        members: list[dict[str, Any]] = [{"podNumber": n, "leafCellNumber": g} for g, n in sizes.items()]
+        if job.framework:
+            members = [{"podNumber": len(job.pods), "leafCellNumber": gpus, "taskRole": "worker"}]
+            annotations.update(
+                {
+                    "FC_FRAMEWORK_NAMESPACE": ns,
+                    "FC_FRAMEWORK_NAME": job.base,
+                    "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": f"0_{run}",
+                    "FC_TASKROLE_NAME": "worker",
+                    "FC_TASK_INDEX": str(index),
+                }
+            )
+        spec["affinityGroup"] = {"name": job.gang, "members": members}
+    annotations[SPEC] = json.dumps(spec)
+    return {
+        "metadata": {"name": name, "namespace": ns, "uid": str(uuid.uuid4()), "annotations": annotations},
+        "spec": {
+            "schedulerName": "topogang",
+            "priority": job.priority,
+            "containers": [{"name": "main", "resources": {"limits": {ENABLE: "1"}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+class Replay:
+    def __init__(self, client: Client, nodes: list[str], out: Any = sys.stdout, seed: int = 0) -> None:
+        self.c = client
+        self.nodes = nodes
+        self.out = out
+        self.rng = random.Random(seed)
+        self.bound: dict[str, Bound] = {}
+        self.stats = Stats()
+
+    def say(self, text: str) -> None:
+        print(text, file=self.out, flush=True)
+
+    def schedule(self, pod: dict[str, Any], priority: int, gang: str, *, retry: bool = True) -> str:
+        """One kube-scheduler cycle for a pod: the outcome as text (`bound ...`, `waits ...`, ...)."""
+        meta = pod["metadata"]
+        r = self.c.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": self.nodes})
+        if r.get("Error"):
+            return f"rejected: {r['Error']}"
+        names = r.get("NodeNames") or []
+        if names:
+            node = names[0]
+            if len(names) > 1:
+                scores = self.c.post("prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names})
+                best = max(s["Score"] for s in scores)
+                node = next(s["Host"] for s in scores if s["Score"] == best)
+            b = self.c.post(
+                "bind",
+                {
+                    "PodName": meta["name"],
+                    "PodNamespace": meta["namespace"],
+                    "PodUID": meta["uid"],
+                    "Node": node,
+                },
+            )
+            if b.get("Error"):
+                return f"bind failed: {b['Error']}"
+            self.bound[meta["uid"]] = Bound(meta["uid"], node, priority, gang)
+            return f"bound to {node}"
+        failed: dict[str, str] = r.get("FailedNodes") or {}
+        unresolvable: dict[str, str] = r.get("FailedAndUnresolvableNodes") or {}
+        reason = next(iter(failed.values()), None) or next(iter(unresolvable.values()), "no node")
+        if failed and retry:
+            return self.preempt(pod, priority, gang, failed, reason)
+        return f"waits: {reason}"
+
+    def preempt(
+        self, pod: dict[str, Any], priority: int, gang: str, failed: dict[str, str], reason: str
+    ) -> str:
+        """kube-scheduler's dry run: on each candidate node, every lower-priority pod is a victim."""
+        meta: dict[str, Any] = {}
+        for node in failed:
+            uids = [b.uid for b in self.bound.values() if b.node == node and b.priority < priority]
+            if uids:
+                meta[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
+        if not meta:
+            return f"waits (no lower-priority pod to preempt): {reason}"
+        self.stats.preempt_calls += 1
+        r = self.c.post("preempt", {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta})
+        if "status" in r:
+            return f"preempt failed (HTTP {r['status']}): {r['body']}"
+        victims: dict[str, Any] = r.get("NodeNameToMetaVictims") or {}
+        if not victims:
+            return f"waits (preempt named no victims): {reason}"
+        node = min(victims, key=lambda n: (len(victims[n]["Pods"]), n))
+        uids = [p["UID"] for p in victims[node]["Pods"]]
+        self.say(f"    preempt: victims on {len(victims)} node(s); deleting {len(uids)} pod(s) on {node}")
+        for uid in uids:
+            self.delete(uid)
+            self.stats.victims += 1
+        self.sync()  # the extender evicts the rest of each victim gang itself
+        return self.schedule(pod, priority, gang, retry=False)
+
+    def sync(self) -> None:
+        """Forget pods the server no longer has bound."""
+        try:
+            status, doc = self.c.call("GET", "/v1/standalone/bindings")
+        except ReplayError:
+            return
+        if status == 200 and isinstance(doc, dict):
+            for uid in [u for u in self.bound if u not in doc]:
+                del self.bound[uid]
+
+    def delete(self, uid: str) -> None:
+        self.bound.pop(uid, None)
+        self.c.call("DELETE", f"/v1/standalone/pods/{quote(uid, safe='')}")
+
+    def describe(self, gang: str) -> str:
+        status, doc = self.c.call("GET", f"/v1/inspect/affinitygroups/{gang}")
+        if status != 200 or not isinstance(doc, dict):
+            return ""
+        st = doc.get("status", {})
+        placement = "  ".join(
+            f"{n}:{','.join(map(str, g))}" for n, g in st.get("physicalPlacement", {}).items()
+        )
+        return f"within one {st.get('lcaCellType', '?')}: {placement}"
+
+    def run_job(self, job: Job, run: str) -> None:
+        order = list(range(len(job.pods)))
+        if job.framework:
+            self.rng.shuffle(order)
+        pods = {i: pod_for(job, i, run) for i in order}
+        outcomes = []
+        for i in order:
+            self.stats.pods += 1
+            outcome = self.schedule(pods[i], job.priority, job.gang)
+            outcomes.append(outcome)
+            self.say(f"  {pods[i]['metadata']['namespace']}/{pods[i]['metadata']['name']:<22} {outcome}")
+            if outcome.startswith("bound"):
+                self.stats.bound += 1
+        title = (
+            f"{job.gang} (VC {job.vc}, priority {job.priority}, {len(job.pods)} pods x {job.pods[0]} GPUs)"
+        )
+        if all(o.startswith("bound") for o in outcomes):
+            self.stats.placed.append(job.gang)
+            self.say(f"= {title}: placed {self.describe(job.server_gang(run))}")
+        elif any(o.startswith("rejected") for o in outcomes):
+            self.stats.rejected.append(job.gang)
+            self.say(f"= {title}: rejected")
+        else:
+            self.stats.waiting.append(job.server_gang(run))
+            self.say(f"= {title}: waits")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    print("topogang: this command is not implemented yet", file=sys.stderr)
-    return 2
+    ap = argparse.ArgumentParser(
+        prog="topogang replay", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--url", default="http://127.0.0.1:9096", help="the extender (default: %(default)s)")
+    ap.add_argument("--config", default=str(EXAMPLE_CONFIG), help="the cluster config the server runs")
+    ap.add_argument("--seed", type=int, default=1, help="order of the FrameworkController tasks")
+    ap.add_argument("--keep", action="store_true", help="leave the pods bound at the end")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        loaded = load_config(args.config)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 1
+    core = Core(loaded.spec)
+    client = Client(args.url.rstrip("/"))
+    run = uuid.uuid4().hex[:6]
+    replay = Replay(client, list(core.topo.node_names), seed=args.seed)
+    try:
+        status, ready = client.call("GET", "/readyz")
+        if status != 200:
+            raise ReplayError(f"{args.url} is not ready: {ready}")
+        replay.say(f"replaying against {args.url}: {len(core.topo.node_names)} nodes, run {run}")
+        for job in job_mix(core, run):
+            replay.say(f"- {job.gang}{f' ({job.note})' if job.note else ''}")
+            replay.run_job(job, run)
+        s = replay.stats
+        replay.say(
+            f"summary: {s.bound}/{s.pods} pods bound; gangs placed {len(s.placed)}, "
+            f"waiting {len(s.waiting)}, rejected {len(s.rejected)}; "
+            f"preempt calls {s.preempt_calls}, victims deleted {s.victims}"
+        )
+        for gang in s.waiting:
+            status, doc = client.call("GET", f"/v1/inspect/affinitygroups/{gang}")
+            reason = doc.get("status", {}).get("waitReason") if isinstance(doc, dict) else None
+            if reason:
+                replay.say(f"  {gang} waits [{reason['code']}]: {reason['message']}")
+        _, metrics = client.call("GET", "/metrics")
+        replay.say("decision counters (/metrics):")
+        for line in str(metrics).splitlines():
+            if line.startswith("topogang_extender_decisions_total"):
+                replay.say(f"  {line}")
+    except ReplayError as err:
+        print(f"topogang replay: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.keep:  # leave the server as it was, even after a failure
+            replay.sync()
+            for uid in list(replay.bound):
+                replay.delete(uid)
+    return 0

@@ -20,7 +20,7 @@ from config.generate import generate_spec
 from loadtest.firstfit import FirstFit
 from loadtest.jobmix import draw_sizes, pods_for, sampler
 from topology.core import Core
-from topology.decisions import GangRequest, Member, Wait
+from topology.decisions import GangRequest, Member, Preemption, Wait
 
 TARGET_RATE = 5000.0
 TARGET_RATIO = 0.5
@@ -37,10 +37,9 @@ class Job:
 def make_jobs(vcs: list[str], n: int, seed: int) -> list[Job]:
     rng = sampler(seed)
     sizes = draw_sizes(rng, n)
-    return [
-        Job(i, vcs[i % len(vcs)], -1 if rng.random() < 0.1 else 0, tuple(pods_for(g)))
-        for i, g in enumerate(sizes)
-    ]
+    # 10 % opportunistic, 5 % high-priority jobs that go through the preempt phase
+    prios = [-1 if (x := rng.random()) < 0.1 else 100 if x < 0.15 else 0 for _ in sizes]
+    return [Job(i, vcs[i % len(vcs)], prios[i], tuple(pods_for(g))) for i, g in enumerate(sizes)]
 
 
 @dataclass(slots=True)
@@ -87,9 +86,22 @@ def bench(nodes: int, fill: float, decisions: int, seed: int) -> dict[str, float
     jobs = make_jobs(vcs, decisions, seed)
     total = core.topo.total_leaves()
 
+    preemptions = 0
+
     def core_place(job: Job) -> bool:
+        nonlocal preemptions
         req = GangRequest(f"j{job.index}", job.vc, _members(job.pods), priority=job.priority)
-        return not isinstance(core.reserve(req, 0.0), Wait)
+        if job.priority < 100:
+            return not isinstance(core.reserve(req, 0.0), Wait)
+        got = core.preempt(req, 0.0)
+        if isinstance(got, Preemption):  # evict the victims as kube-scheduler would, then bind
+            preemptions += 1
+            for v in got.victims:
+                core.release_pod(v.pod_uid, 0.0)
+            for gang in {v.gang for v in got.victims}:
+                core.delete_gang(gang)
+            return core.gang(req.name) is not None
+        return not isinstance(got, Wait)
 
     def core_release(job: Job) -> None:
         core.delete_gang(f"j{job.index}")
@@ -117,6 +129,7 @@ def bench(nodes: int, fill: float, decisions: int, seed: int) -> dict[str, float
         "firstfit_rate": f.rate,
         "firstfit_placed": f.placed,
         "ratio": c.rate / f.rate if f.rate else 0.0,
+        "preemptions": preemptions,
     }
 
 
@@ -142,7 +155,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{r['decisions']:.0f} decisions"
     )
     print(f"{'scheduler':<12} {'decisions/s':>12} {'placed':>8}")
-    print(f"{'topogang':<12} {r['core_rate']:>12,.0f} {r['core_placed']:>8.0f}")
+    core_row = f"{'topogang':<12} {r['core_rate']:>12,.0f} {r['core_placed']:>8.0f}"
+    print(f"{core_row}   preemptions {r['preemptions']:.0f}")
     print(f"{'first-fit':<12} {r['firstfit_rate']:>12,.0f} {r['firstfit_placed']:>8.0f}")
     print(f"rate   {r['core_rate']:,.0f}/s  (goal >= {TARGET_RATE:,.0f}/s)   {'PASS' if ok_rate else 'FAIL'}")
     print(f"ratio  {r['ratio']:.2f}x first-fit  (goal >= {TARGET_RATIO}x)   {'PASS' if ok_ratio else 'FAIL'}")

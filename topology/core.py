@@ -335,9 +335,20 @@ class Core:
 
     # ------------------------------------------------------------------ slots
     def placement_of(self, gang: Gang) -> GangPlacement:
-        topo = self.topo
+        topo, st = self.topo, self.state
+
+        def quota_type(leaf: int) -> str:
+            root = st.binding_root(leaf)
+            return topo.cell_type[root] if root >= 0 and st.bound_owner[root] == gang.owner else ""
+
         pods = tuple(
-            PodPlacement(s.index, topo.node_names[s.node], tuple(topo.gpu_index[x] for x in s.leaves), s.key)
+            PodPlacement(
+                s.index,
+                topo.node_names[s.node],
+                tuple(topo.gpu_index[x] for x in s.leaves),
+                s.key,
+                tuple(quota_type(x) for x in s.leaves) if gang.owner != NO_OWNER else (),
+            )
             for s in gang.slots
         )
         nodes = tuple(dict.fromkeys(p.node for p in pods))
@@ -721,9 +732,11 @@ class Core:
         slots: list[Slot] = []
         history: list[str] = []
         claimed: list[int] = []
+        hints: dict[int, str] = {}
         lost = 0
         for p in pods:
             leaves: list[int] = []
+            types = dict(zip(p.gpu_indices, p.cell_types, strict=False))
             for g in sorted(p.gpu_indices):
                 leaf = topo.leaf_of(p.node, g)
                 if leaf is None:
@@ -733,22 +746,18 @@ class Core:
                 else:
                     leaves.append(leaf)
                     claimed.append(leaf)
+                    hints[leaf] = types.get(g, "")
             if not leaves:
                 lost += 1
                 continue
             slots.append(
                 Slot(len(slots), len(p.gpu_indices), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves))
             )
-        if owner != NO_OWNER and not self._bind_for(owner, claimed):
+        if owner != NO_OWNER and not self._bind_for(owner, claimed, hints):
             history.append(f"cells no longer fit VC {req.vc}: kept running as opportunistic")
             owner, priority = NO_OWNER, OPPORTUNISTIC_PRIORITY
         for leaf in claimed:
-            was_bad = st.leaf_bad[leaf]
-            if was_bad:
-                st.set_leaf_bad(leaf, False)
             st.allocate_leaf(leaf, gid, priority)
-            if was_bad:
-                st.set_leaf_bad(leaf, True)
         chain = topo.cell_chain[claimed[0]] if claimed else 0
         gang = Gang(
             id=gid,
@@ -777,37 +786,70 @@ class Core:
         if any(x is None or st.leaf_gang[x] != NO_GANG for x in leaves):
             return None
         found = [x for x in leaves if x is not None]
-        if not found or (gang.owner != NO_OWNER and not self._bind_for(gang.owner, found)):
+        hints = dict(zip(found, p.cell_types, strict=False))
+        if not found or (gang.owner != NO_OWNER and not self._bind_for(gang.owner, found, hints)):
             return None
         for leaf in found:
-            was_bad = st.leaf_bad[leaf]
-            st.set_leaf_bad(leaf, False)
             st.allocate_leaf(leaf, gang.id, gang.priority)
-            st.set_leaf_bad(leaf, was_bad)
         slot = Slot(len(gang.slots), len(found), p.slot_key, topo.cell_node[found[0]], tuple(found))
         gang.slots.append(slot)
         gang.lost -= 1
         return slot
 
-    def _bind_for(self, owner: int, leaves: list[int]) -> bool:
-        """Bind the owner's quota cells so that it owns every leaf, smallest cells first; all or none."""
+    def _bind_for(self, owner: int, leaves: list[int], hints: dict[int, str] | None = None) -> bool:
+        """Bind the owner's quota cells so that it owns every leaf; all or none.
+
+        Per leaf: the quota cell type recorded at bind time when given (`hints`), else the largest
+        cell the gang covers wholly (a rack-sized gang takes its RACK cell back, not scattered node
+        cells), else the smallest cell containing the leaf that the quota allows."""
         st, topo = self.state, self.topo
+        mine = set(leaves)
         st.begin()
-        for leaf in leaves:
+        for leaf in sorted(leaves):
             if st.leaf_owner[leaf] == owner:
                 continue
             if st.leaf_owner[leaf] != NO_OWNER:
                 st.rollback()
                 return False
-            c = leaf
-            while c >= 0 and not (st.pool_root(c) >= 0 and st.can_bind(owner, c)):
-                c = topo.parent[c]
-            if c < 0:
+            target = self._hinted_cell(owner, leaf, (hints or {}).get(leaf, ""))
+            if target < 0:
+                a = leaf
+                while a >= 0 and all(x in mine for x in topo.leaves[topo.leaf_lo[a] : topo.leaf_hi[a]]):
+                    if st.pool_root(a) >= 0 and st.can_bind(owner, a):
+                        target = a
+                    a = topo.parent[a]
+            if target < 0:
+                a = leaf
+                while a >= 0 and not (st.pool_root(a) >= 0 and st.can_bind(owner, a)):
+                    a = topo.parent[a]
+                target = a
+            if target < 0:
                 st.rollback()
                 return False
-            st.bind(owner, c)
+            st.bind(owner, target)
         st.commit()
         return True
+
+    def _hinted_cell(self, owner: int, leaf: int, cell_type: str) -> int:
+        topo, st = self.topo, self.state
+        ti = topo.types.get(cell_type) if cell_type else None
+        if ti is None:
+            return -1
+        a = topo.ancestor_at(leaf, ti.level)
+        if a < 0 or topo.cell_type[a] != cell_type or st.pool_root(a) < 0 or not st.can_bind(owner, a):
+            return -1
+        return a
+
+    def unclaim(self, gang_name: str, pod_uid: str, now: float) -> None:
+        """Give a claimed slot back without touching the reservation (a Binding that failed)."""
+        gang = self.ledger.by_name.get(gang_name)
+        slot = gang.slot_of(pod_uid) if gang is not None else None
+        if gang is None or slot is None:
+            return
+        slot.pod_uid = slot.pod_name = None
+        self.ledger.pod_gang.pop(pod_uid, None)
+        if gang.deadline is None:
+            gang.deadline = now + gang.request.ttl_seconds
 
     # ------------------------------------------------------------------ views
     def gang(self, name: str) -> Gang | None:

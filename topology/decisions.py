@@ -108,6 +108,9 @@ class PodPlacement:
     node: str
     gpu_indices: tuple[int, ...]
     key: str | None = None
+    # per GPU, the type of the VC quota cell it was bound through ("" when opportunistic): what
+    # recovery needs to rebind the same cells (HiveD's preassignedCellTypes)
+    cell_types: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +180,12 @@ def _by_node(victims: tuple[Victim, ...]) -> dict[str, tuple[str, ...]]:
 class AdoptedPod:
     """A pod found already bound (recovery after restart, or reconfiguration): where it runs."""
 
-    pod_uid: str
+    pod_uid: str  # "" for a slot of the gang that no pod holds
     node: str
     gpu_indices: tuple[int, ...]
     pod_name: str | None = None
     slot_key: str | None = None
+    cell_types: tuple[str, ...] = ()  # per GPU, as `PodPlacement.cell_types` recorded it
 
 
 Decision = Bind | Wait

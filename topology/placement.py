@@ -79,6 +79,8 @@ class Placer:
                     self._commit()
                     return self._to_slots(order, leaves)
                 st.rollback()
+        if len(sizes) == 1 and k0 <= ch.node_level:
+            return self._shortfall(owner, chain, total, k0)  # one pod never spans nodes
         # several nodes: try ever larger domains above node level, then the whole chain
         lower_bound = max(1, -(-total // topo.node_leaf_max)) if topo.node_leaf_max else 1
         for lvl in range(max(k0, ch.node_level + 1), ch.top_level + 2):
@@ -294,7 +296,14 @@ class Placer:
             if not pool:
                 continue
             for p in sorted(pool):
-                rep = next((n for n in topo.nodes_within(p) if suggested is None or n in suggested), None)
+                rep = next(
+                    (
+                        n
+                        for n in topo.nodes_within(p)
+                        if (suggested is None or n in suggested) and st.free[topo.node_cell[n]] >= size
+                    ),
+                    None,
+                )
                 if rep is not None:
                     if rep not in seen:
                         seen.add(rep)

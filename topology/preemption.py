@@ -44,8 +44,22 @@ def may_preempt(req: GangRequest, owner: int, g: Gang) -> bool:
 
 
 def find_plan(core: Core, req: GangRequest, owner: int, suggested: frozenset[int] | None) -> Plan | None:
-    """Dry run: the placement this gang gets by preempting the lowest priority tier that suffices."""
-    candidates = [g for g in core.gangs() if may_preempt(req, owner, g)]
+    """Dry run: the placement this gang gets by preempting the lowest priority tier that suffices.
+
+    Only gangs that could matter are tried: same-VC lower-priority ones, and opportunistic ones on
+    cells this VC owns or could bind (an opportunistic gang inside another VC's cells never helps)."""
+    if req.opportunistic:
+        return None
+    st = core.state
+    candidates = sorted(
+        (
+            g
+            for g in core.ledger.by_id.values()
+            if may_preempt(req, owner, g)
+            and (g.priority >= 0 or any(st.leaf_owner[x] in (owner, NO_OWNER) for x in g.held_leaves()))
+        ),
+        key=lambda g: g.id,
+    )
     for tier in sorted({g.priority for g in candidates}):
         plan = _try(core, req, owner, [g for g in candidates if g.priority <= tier], suggested)
         if plan is not None:

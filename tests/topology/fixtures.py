@@ -41,7 +41,10 @@ def rack_cluster(
         virtual_clusters=tuple(
             VirtualClusterSpec(
                 name,
-                tuple(VirtualCellSpec(("RACK", *p.split(".")), k) for p, k in vcs.get(name, [])),
+                tuple(
+                    VirtualCellSpec(("RACK", *p.split(".")) if p else ("RACK",), k)
+                    for p, k in vcs.get(name, [])
+                ),
                 tuple(pinned.get(name, [])),
             )
             for name in names

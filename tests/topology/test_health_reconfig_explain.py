@@ -122,3 +122,33 @@ def test_adopt_rebuilds_a_gang_pod_by_pod_after_restart() -> None:
     assert violations(core) == []
     again = core.adopt(req, [AdoptedPod("u2", "r0-n2", tuple(range(8)))], 0.0)
     assert again == second
+
+
+def test_adopt_takes_back_a_rack_cell_for_a_rack_sized_gang() -> None:
+    spec = rack_cluster(racks=2, vcs={"a": [("", 1), ("NODE", 2)]})
+    core = Core(spec)
+    placed = run(core, gang("big", "a", (4, 8)), "big")
+    assert set(placed[0].placement.pods[0].cell_types) == {"RACK"}
+    pods = [AdoptedPod(b.pod_uid, b.node, b.gpu_indices) for b in placed]
+    fresh = Core(spec)
+    fresh.adopt(gang("big", "a", (4, 8)), pods, 0.0)  # no hints: the largest wholly covered cell
+    g = fresh.gang("big")
+    assert g is not None and g.priority == 0
+    assert violations(fresh) == []
+    hinted = Core(spec)
+    hinted.adopt(
+        gang("big", "a", (4, 8)),
+        [AdoptedPod(b.pod_uid, b.node, b.gpu_indices, cell_types=("RACK",) * 8) for b in placed],
+        0.0,
+    )
+    assert hinted.gang("big").priority == 0  # type: ignore[union-attr]
+
+
+def test_unclaim_gives_the_slot_back_and_keeps_the_reservation() -> None:
+    core = Core(rack_cluster())
+    req = gang("g", "a", (1, 8))
+    b = run(core, req, "g")[0]
+    core.unclaim("g", b.pod_uid, 5.0)
+    g = core.gang("g")
+    assert g is not None and g.slots[0].pod_uid is None and g.deadline == 305.0
+    assert violations(core) == []

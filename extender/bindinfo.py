@@ -1,0 +1,196 @@
+"""The annotations a Binding writes into the pod: the decision, durable where Kubernetes keeps it.
+
+kube-apiserver merges a Binding's annotations into the pod atomically with `spec.nodeName`, so they
+are the commit record (HiveD's trick, `reference/hived.md` §1.5, §3.3-3.4):
+
+- `…/pod-leaf-cell-isolation: "4,5,6,7"`: the GPU indices, for `NVIDIA_VISIBLE_DEVICES` through the
+  downward API (written under topogang's key, HiveD's, and HiveD's older `pod-gpu-isolation`);
+- `…/pod-bind-info`: YAML in HiveD's `PodBindInfo` shape, holding the whole gang's placement, plus
+  topogang's keys (gang, virtualCluster, priority, slot, slotKey) that HiveD ignores.
+
+After a restart the extender rebuilds every gang from these (`extender.kube.recovery`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from topology.decisions import Bind, GangPlacement
+
+ISOLATION_ANNOTATIONS = (
+    "topogang.io/pod-leaf-cell-isolation",
+    "hivedscheduler.microsoft.com/pod-leaf-cell-isolation",
+    "hivedscheduler.microsoft.com/pod-gpu-isolation",  # read by pre-v0.3 FrameworkController examples
+)
+BIND_INFO_ANNOTATIONS = ("topogang.io/pod-bind-info", "hivedscheduler.microsoft.com/pod-bind-info")
+
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedPod:
+    """One pod slot of a gang as written in the bind info."""
+
+    node: str
+    gpus: tuple[int, ...]
+    preassigned_cell_types: tuple[str, ...] = ()
+    slot: int | None = None
+    slot_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BindInfo:
+    """A decoded `pod-bind-info`: this pod's node and GPUs, and every slot of its gang."""
+
+    node: str
+    gpus: tuple[int, ...]
+    chain: str
+    placements: tuple[PlacedPod, ...]
+    gang: str | None = None
+    vc: str | None = None
+    priority: int | None = None
+    slot: int | None = None
+    slot_key: str | None = None
+
+
+def isolation(gpus: tuple[int, ...]) -> str:
+    return ",".join(str(g) for g in gpus)
+
+
+def bind_annotations(
+    bind: Bind, slot_key: str | None = None, preassigned: Callable[[str, int], str] | None = None
+) -> dict[str, str]:
+    """Every annotation the Binding carries for this decision."""
+    info = encode_bind_info(bind.placement, bind.node, bind.gpu_indices, bind.slot, slot_key, preassigned)
+    gpus = isolation(bind.gpu_indices)
+    out = dict.fromkeys(ISOLATION_ANNOTATIONS, gpus)
+    out.update(dict.fromkeys(BIND_INFO_ANNOTATIONS, info))
+    return out
+
+
+def encode_bind_info(
+    placement: GangPlacement,
+    node: str,
+    gpus: tuple[int, ...],
+    slot: int | None = None,
+    slot_key: str | None = None,
+    preassigned: Callable[[str, int], str] | None = None,
+) -> str:
+    """HiveD's PodBindInfo YAML (block style, as yaml.v2 writes it), with topogang's extra keys."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for p in placement.pods:
+        types = [preassigned(p.node, g) if preassigned else "" for g in p.gpu_indices]
+        entry: dict[str, Any] = {
+            "physicalNode": p.node,
+            "physicalLeafCellIndices": list(p.gpu_indices),
+            "preassignedCellTypes": types,
+            "slot": p.slot,
+        }
+        if p.key is not None:
+            entry["slotKey"] = p.key
+        groups.setdefault(len(p.gpu_indices), []).append(entry)
+    doc: dict[str, Any] = {
+        "node": node,
+        "leafCellIsolation": list(gpus),
+        "cellChain": placement.chain,
+        "affinityGroupBindInfo": [{"podPlacements": entries} for entries in groups.values()],
+        "gang": placement.gang,
+        "virtualCluster": placement.vc,
+        "priority": placement.priority,
+    }
+    if slot is not None:
+        doc["slot"] = slot
+    if slot_key is not None:
+        doc["slotKey"] = slot_key
+    return str(yaml.dump(doc, Dumper=_Dumper, default_flow_style=False, sort_keys=False))
+
+
+def _ints(value: object, path: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ValueError(f"{path}: expected a list of GPU indices")
+    return tuple(value)
+
+
+def _opt_str(doc: Mapping[str, Any], key: str) -> str | None:
+    v = doc.get(key)
+    return str(v) if v is not None and not isinstance(v, dict | list) else None
+
+
+def _opt_int(doc: Mapping[str, Any], key: str) -> int | None:
+    v = doc.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def decode_bind_info(text: str) -> BindInfo:
+    """Parse a `pod-bind-info` annotation (topogang's or HiveD's); `ValueError` names what is wrong."""
+    try:
+        doc = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError("expected a mapping")
+    node = doc.get("node")
+    if not isinstance(node, str) or not node:
+        raise ValueError("node: missing")
+    gpus = _ints(doc.get("leafCellIsolation"), "leafCellIsolation")
+    groups = doc.get("affinityGroupBindInfo")
+    if not isinstance(groups, list):
+        raise ValueError("affinityGroupBindInfo: expected a list")
+    placements: list[PlacedPod] = []
+    for i, g in enumerate(groups):
+        pods = g.get("podPlacements") if isinstance(g, dict) else None
+        if not isinstance(pods, list):
+            raise ValueError(f"affinityGroupBindInfo[{i}].podPlacements: expected a list")
+        for j, p in enumerate(pods):
+            path = f"affinityGroupBindInfo[{i}].podPlacements[{j}]"
+            if not isinstance(p, dict) or not isinstance(p.get("physicalNode"), str):
+                raise ValueError(f"{path}.physicalNode: missing")
+            types = p.get("preassignedCellTypes")
+            placements.append(
+                PlacedPod(
+                    node=p["physicalNode"],
+                    gpus=_ints(p.get("physicalLeafCellIndices"), f"{path}.physicalLeafCellIndices"),
+                    preassigned_cell_types=tuple(str(t) for t in types) if isinstance(types, list) else (),
+                    slot=_opt_int(p, "slot"),
+                    slot_key=_opt_str(p, "slotKey"),
+                )
+            )
+    if all(p.slot is not None for p in placements):
+        placements.sort(key=lambda p: p.slot if p.slot is not None else 0)
+    chain = doc.get("cellChain")
+    return BindInfo(
+        node=node,
+        gpus=gpus,
+        chain=str(chain) if chain is not None else "",
+        placements=tuple(placements),
+        gang=_opt_str(doc, "gang"),
+        vc=_opt_str(doc, "virtualCluster"),
+        priority=_opt_int(doc, "priority"),
+        slot=_opt_int(doc, "slot"),
+        slot_key=_opt_str(doc, "slotKey"),
+    )
+
+
+def decode_isolation(text: str) -> tuple[int, ...]:
+    """`"4,5,6,7"` -> (4, 5, 6, 7); `ValueError` on anything else."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ValueError(f"not a comma-separated list of GPU indices: {text!r}")
+    return tuple(int(p) for p in parts)
+
+
+def pod_bind_info(annotations: Mapping[str, Any]) -> BindInfo | None:
+    """The bind info a bound pod carries (topogang's key first), or None when it has none.
+
+    HiveD pods without bind info but with an isolation annotation still give node-less GPU indices;
+    the caller supplies the node from `spec.nodeName`."""
+    for key in BIND_INFO_ANNOTATIONS:
+        text = annotations.get(key)
+        if isinstance(text, str) and text.strip():
+            return decode_bind_info(text)
+    return None

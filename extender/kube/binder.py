@@ -1,0 +1,50 @@
+"""Bindings through the API server: the `pods/binding` subresource, carrying the decision.
+
+The Binding's annotations are merged into the pod atomically with `spec.nodeName` (the commit
+point). A 409 for a pod that is already on the same node is success, so a retried bind (after a
+timed-out reply) is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from extender.kube import pods as kpods
+from extender.kube.client import ApiError, AsyncKube, pod_path
+from extender.verbs import BindError, BindTarget
+
+
+def binding_body(target: BindTarget, node: str, annotations: Mapping[str, str]) -> dict[str, Any]:
+    """A `v1.Binding`; the UID makes the API server refuse a re-created pod of the same name."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {
+            "name": target.name,
+            "namespace": target.namespace,
+            "uid": target.uid,
+            "annotations": dict(annotations),
+        },
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+
+
+class KubeBinder:
+    def __init__(self, kube: AsyncKube) -> None:
+        self.kube = kube
+
+    async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None:
+        path = pod_path(target.namespace, target.name) + "/binding"
+        try:
+            done = await self.kube.request("POST", path, body=binding_body(target, node, annotations))
+        except ApiError as err:
+            if err.status == 409 and await self._already_on(target, node):
+                return
+            raise BindError(f"the API server refused the Binding: {err}") from None
+        if done is None:
+            raise BindError(f"pod {target.namespace}/{target.name} does not exist")
+
+    async def _already_on(self, target: BindTarget, node: str) -> bool:
+        pod = await self.kube.request("GET", pod_path(target.namespace, target.name))
+        return pod is not None and kpods.uid(pod) == target.uid and kpods.node_name(pod) == node

@@ -1,0 +1,217 @@
+"""The API server, spoken to as raw JSON through the `kubernetes` client's transport.
+
+The generated models are slow and choke on partial objects (`reference/extender-protocol.md` §1.1,
+§5.5), so this uses the client only for configuration, authentication and connection pooling, and
+reads and writes plain dicts. `KubeApi` is blocking; `AsyncKube` runs every call in a thread so the
+event loop never waits on the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+log = logging.getLogger("topogang.kube")
+
+REQUEST_TIMEOUT = 30.0
+WATCH_SECONDS = 300
+
+
+class ApiError(Exception):
+    """A non-2xx answer; `status` is the HTTP status, `reason` the API's `Status.reason`."""
+
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+        self.reason = reason
+
+
+class GoneError(ApiError):
+    """410: the resourceVersion is too old; list again."""
+
+
+def _error(status: int, body: bytes) -> ApiError:
+    message, reason = body.decode("utf-8", "replace")[:500], ""
+    try:
+        doc = orjson.loads(body)
+        if isinstance(doc, dict):
+            message = str(doc.get("message") or message)
+            reason = str(doc.get("reason") or "")
+    except orjson.JSONDecodeError:
+        pass
+    cls = GoneError if status == 410 else ApiError
+    return cls(status, message, reason)
+
+
+def load_api_client(kubeconfig: str | None) -> Any:
+    """A `kubernetes.client.ApiClient` from a kubeconfig file, $KUBECONFIG, or the in-cluster config."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(cfg)
+
+
+class KubeApi:
+    """Blocking JSON requests against the API server."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api = api_client
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+        timeout: float | tuple[float, float] | None = REQUEST_TIMEOUT,
+    ) -> Any:
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        ser = self.api.param_serialize(
+            method=method,
+            resource_path=path,
+            query_params=list(query),
+            header_params=headers,
+            body=dict(body) if body is not None else None,
+            auth_settings=["BearerToken"],
+        )
+        return self.api.call_api(*ser, _request_timeout=timeout)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """The decoded answer; None for 404; `ApiError` for any other failure."""
+        resp = self._send(method, path, query, body)
+        data = resp.read() or b"{}"
+        if resp.status == 404:
+            return None
+        if not 200 <= resp.status < 300:
+            raise _error(resp.status, data)
+        doc = orjson.loads(data)
+        return doc if isinstance(doc, dict) else {}
+
+    def list(self, path: str, query: Sequence[tuple[str, str]] = ()) -> tuple[list[dict[str, Any]], str]:
+        """Every item of a collection (paged) and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            q = [*query, ("limit", "500")] + ([("continue", token)] if token else [])
+            doc = self.request("GET", path, q)
+            if doc is None:
+                raise ApiError(404, f"{path} not found")
+            items += [i for i in doc.get("items") or [] if isinstance(i, dict)]
+            meta = doc.get("metadata") or {}
+            token = meta.get("continue") or ""
+            if not token:
+                return items, str(meta.get("resourceVersion") or "")
+
+    def watch(
+        self, path: str, resource_version: str, stop: threading.Event, query: Sequence[tuple[str, str]] = ()
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Watch events after `resource_version` until the server ends the watch or `stop` is set."""
+        from kubernetes.watch.watch import iter_resp_lines
+
+        q = [
+            *query,
+            ("watch", "true"),
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", str(WATCH_SECONDS)),
+        ]
+        resp = self._send("GET", path, q, timeout=(REQUEST_TIMEOUT, float(WATCH_SECONDS + 30)))
+        if not 200 <= resp.status < 300:
+            raise _error(resp.status, resp.read() or b"")
+        raw = resp.response
+        try:
+            for line in iter_resp_lines(raw):  # type: ignore[no-untyped-call]
+                if stop.is_set():
+                    return
+                if not line.strip():
+                    continue
+                event = orjson.loads(line)
+                kind, obj = event.get("type"), event.get("object")
+                if kind == "ERROR":
+                    code = obj.get("code", 0) if isinstance(obj, dict) else 0
+                    raise _error(int(code or 500), orjson.dumps(obj))
+                if isinstance(kind, str) and isinstance(obj, dict):
+                    yield kind, obj
+        finally:
+            raw.release_conn()
+
+
+def pod_path(namespace: str, name: str = "") -> str:
+    base = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods"
+    return f"{base}/{quote(name, safe='')}" if name else base
+
+
+class AsyncKube:
+    """`KubeApi` with every call in a thread."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        return await asyncio.to_thread(self.api.request, method, path, query, body)
+
+    async def list(
+        self, path: str, query: Sequence[tuple[str, str]] = ()
+    ) -> tuple[list[dict[str, Any]], str]:
+        return await asyncio.to_thread(self.api.list, path, query)
+
+    async def watch(
+        self, path: str, resource_version: str, query: Sequence[tuple[str, str]] = ()
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Events from a thread running the blocking watch; ends when the server ends the watch."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, dict[str, Any]] | BaseException | None] = asyncio.Queue()
+        stop = threading.Event()
+
+        def put(item: tuple[str, dict[str, Any]] | BaseException | None) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def run() -> None:
+            try:
+                for event in self.api.watch(path, resource_version, stop, query):
+                    put(event)
+                put(None)
+            except BaseException as exc:  # handed to the event loop, which decides
+                with contextlib.suppress(RuntimeError):  # RuntimeError: the loop is gone (shutdown)
+                    put(exc)
+
+        threading.Thread(target=run, name=f"watch {path}", daemon=True).start()
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()

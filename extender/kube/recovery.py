@@ -1,0 +1,180 @@
+"""Rebuild the core's allocations from the pods Kubernetes already runs (after a restart).
+
+Every live, bound pod that opts in carries its decision in its annotations (`extender.bindinfo`):
+its node and GPUs, and its whole gang's placement. Pods are grouped by gang (the same identity the
+filter uses), and each gang is re-created in one `Core.adopt` call with every slot of its placement:
+slots whose member is not bound yet are adopted under a placeholder and opened again at once, so the
+reservation for the missing members survives the restart (and expires after its TTL as usual).
+
+Pods bound by HiveD (its bind-info and isolation annotations) are adopted the same way, which is how
+a cluster moves from HiveD to topogang without draining.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.bindinfo import ISOLATION_ANNOTATIONS, BindInfo, PlacedPod, decode_isolation, pod_bind_info
+from extender.kube import pods as kpods
+from extender.podspec import PodRequest, is_enabled, pod_request
+from topology.core import Core
+from topology.decisions import AdoptedPod, GangRequest, Member, UserError
+
+PLACEHOLDER = "topogang-recovery"
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    request: PodRequest
+    node: str
+    gpus: tuple[int, ...]
+    info: BindInfo | None
+
+
+@dataclass
+class RecoveryReport:
+    gangs: list[str] = field(default_factory=list)
+    pods: int = 0
+    open_slots: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [
+            f"recovered {self.pods} bound pods in {len(self.gangs)} gangs "
+            f"({self.open_slots} slots still open)"
+        ]
+        out += [f"skipped pod {pod}: {why}" for pod, why in self.skipped]
+        out += self.notes
+        return out
+
+
+def _gpus(pod: Mapping[str, Any], info: BindInfo | None) -> tuple[int, ...]:
+    if info is not None:
+        return info.gpus
+    ann = kpods.pod_annotations(pod)
+    for key in ISOLATION_ANNOTATIONS:
+        text = ann.get(key)
+        if isinstance(text, str) and text.strip():
+            return decode_isolation(text)
+    raise ValueError("no pod-bind-info or pod-leaf-cell-isolation annotation")
+
+
+def _from_bind_info(pod: Mapping[str, Any], info: BindInfo, ttl_seconds: float) -> PodRequest | None:
+    """A request rebuilt from topogang's bind info alone, for a pod whose spec no longer parses."""
+    if info.gang is None or info.vc is None:
+        return None
+    sizes: dict[int, int] = {}
+    for p in info.placements:
+        sizes[len(p.gpus)] = sizes.get(len(p.gpus), 0) + 1
+    req = GangRequest(
+        name=info.gang,
+        vc=info.vc,
+        members=tuple(Member(n, leaves) for leaves, n in sizes.items()),
+        priority=info.priority if info.priority is not None else 0,
+        ttl_seconds=ttl_seconds,
+    )
+    return PodRequest(
+        kpods.uid(pod),
+        kpods.namespace(pod),
+        kpods.name(pod),
+        req,
+        len(info.gpus),
+        info.slot_key,
+        None,
+        False,
+        "",
+    )
+
+
+def collect(
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    namespace_vcs: Mapping[str, str] | None = None,
+    ttl_seconds: float = 300.0,
+    report: RecoveryReport | None = None,
+) -> dict[str, list[_Found]]:
+    """Bound, live, opted-in pods grouped by gang name (sorted, so recovery is deterministic)."""
+    report = report if report is not None else RecoveryReport()
+    groups: dict[str, list[_Found]] = {}
+    for pod in pods:
+        node = kpods.node_name(pod)
+        if node is None or kpods.finished(pod) or not is_enabled(pod) or not kpods.uid(pod):
+            continue
+        key = f"{kpods.uid(pod)}({kpods.namespace(pod)}/{kpods.name(pod)})"
+        try:
+            info = pod_bind_info(kpods.pod_annotations(pod))
+        except ValueError as err:
+            report.notes.append(
+                f"pod {key}: unreadable pod-bind-info ({err}); using its isolation annotation"
+            )
+            info = None
+        try:
+            gpus = _gpus(pod, info)
+        except ValueError as err:
+            report.skipped.append((key, str(err)))
+            continue
+        try:
+            pr: PodRequest | None = pod_request(
+                pod,
+                kpods.uid(pod),
+                kpods.namespace(pod),
+                kpods.name(pod),
+                namespace_vcs=namespace_vcs,
+                ttl_seconds=ttl_seconds,
+            )
+        except UserError as err:
+            pr = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
+            if pr is None:
+                report.skipped.append((key, f"bad scheduling spec ({err}) and no topogang bind info"))
+                continue
+        assert pr is not None
+        groups.setdefault(pr.gang, []).append(_Found(pr, node, tuple(sorted(gpus)), info))
+    return dict(sorted(groups.items()))
+
+
+def recover(
+    core: Core,
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    now: float,
+    namespace_vcs: Mapping[str, str] | None = None,
+    ttl_seconds: float = 300.0,
+) -> RecoveryReport:
+    """Adopt every bound gang into `core`; unbound members' slots stay reserved (open)."""
+    report = RecoveryReport()
+    for gang, found in collect(
+        pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report
+    ).items():
+        infos = [f.info for f in found if f.info is not None]
+        placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=len, default=())
+        members = {(f.node, f.gpus): f for f in found}
+        adopted: list[AdoptedPod] = []
+        placeholders: list[str] = []
+        for i, p in enumerate(placements):
+            f = members.pop((p.node, tuple(sorted(p.gpus))), None)
+            if f is not None:
+                adopted.append(
+                    AdoptedPod(
+                        f.request.uid, p.node, p.gpus, f.request.name, f.request.slot_key or p.slot_key
+                    )
+                )
+            else:
+                uid = f"{PLACEHOLDER}/{gang}/{i}"
+                placeholders.append(uid)
+                adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key))
+        for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
+            adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
+        request = found[0].request.request
+        core.adopt(request, adopted, now)
+        for uid in placeholders:
+            core.release_pod(uid, now)
+        report.gangs.append(gang)
+        report.pods += len(found)
+        report.open_slots += len(placeholders)
+        g = core.gang(gang)
+        if g is not None and g.history:
+            report.notes += [f"gang {gang}: {h}" for h in g.history]
+    return report

@@ -1,0 +1,110 @@
+"""Prometheus metrics of one extender instance, in a registry of its own.
+
+Request latency per verb and decisions per verb and outcome are counted as calls happen; gauges of
+the core's state (gangs by phase, GPUs per VC, free cells per chain and level) are computed when
+/metrics is scraped, so the hot path pays nothing for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class StateSnapshot:
+    """What the gauges show, read from the core under the scheduler lock."""
+
+    gangs_by_phase: dict[str, int] = field(default_factory=dict)
+    vc_gpus: dict[str, dict[str, int]] = field(default_factory=dict)
+    cells: list[tuple[str, int, str, int, int]] = field(default_factory=list)
+    cluster: tuple[int, int, int] = (0, 0, 0)
+    ready: bool = False
+
+
+class _StateCollector(Collector):
+    def __init__(self, snapshot: Callable[[], StateSnapshot]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        s = self._snapshot()
+        gangs = GaugeMetricFamily(
+            "topogang_gangs", "Gangs known to the scheduler, by phase.", labels=["phase"]
+        )
+        for phase, n in sorted(s.gangs_by_phase.items()):
+            gangs.add_metric([phase], n)
+        yield gangs
+        vc = GaugeMetricFamily(
+            "topogang_vc_gpus",
+            "GPUs per virtual cluster: quota, used (guaranteed), free (quota - used), opportunistic.",
+            labels=["vc", "state"],
+        )
+        for name, row in sorted(s.vc_gpus.items()):
+            for state in ("quota", "used", "free", "opportunistic"):
+                vc.add_metric([name, state], row.get(state, 0))
+        yield vc
+        free = GaugeMetricFamily(
+            "topogang_cells_free",
+            "Wholly free cells per chain and level.",
+            labels=["chain", "level", "cell_type"],
+        )
+        total = GaugeMetricFamily(
+            "topogang_cells", "Cells per chain and level.", labels=["chain", "level", "cell_type"]
+        )
+        for chain, level, cell_type, n_free, n in s.cells:
+            free.add_metric([chain, str(level), cell_type], n_free)
+            total.add_metric([chain, str(level), cell_type], n)
+        yield free
+        yield total
+        gpus = GaugeMetricFamily("topogang_cluster_gpus", "GPUs of the whole cluster.", labels=["state"])
+        for state, n in zip(("total", "free", "bad"), s.cluster, strict=True):
+            gpus.add_metric([state], n)
+        yield gpus
+        ready = GaugeMetricFamily("topogang_ready", "1 once recovery is done and verbs are served.")
+        ready.add_metric([], 1 if s.ready else 0)
+        yield ready
+
+
+class Metrics:
+    """The instruments of one extender; `render()` is the /metrics body."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.latency = Histogram(
+            "topogang_extender_request_duration_seconds",
+            "Time to answer an extender call, by verb.",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "topogang_extender_decisions",
+            "Extender answers by verb and outcome.",
+            ["verb", "outcome"],
+            registry=self.registry,
+        )
+        self.expiries = Counter(
+            "topogang_reservation_expiries",
+            "Gang reservations released because their members did not all arrive in time.",
+            registry=self.registry,
+        )
+        self.releases = Counter(
+            "topogang_gang_releases", "Gangs released, by reason.", ["reason"], registry=self.registry
+        )
+        self._state: _StateCollector | None = None
+
+    def watch_state(self, snapshot: Callable[[], StateSnapshot]) -> None:
+        if self._state is not None:
+            self.registry.unregister(self._state)
+        self._state = _StateCollector(snapshot)
+        self.registry.register(self._state)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,407 @@
+"""The pod contract: which pods are ours, and the gang request each one carries.
+
+A pod opts in with a positive resource limit `topogang.io/pod-scheduling-enable` (or HiveD's
+`hivedscheduler.microsoft.com/pod-scheduling-enable`) on any container or init container, and
+describes itself in the annotation `topogang.io/pod-scheduling-spec` (or HiveD's key), YAML or JSON,
+with HiveD's fields and defaults (`reference/hived.md` §3):
+
+    virtualCluster, priority (0), pinnedCellId, leafCellType, leafCellNumber, gangReleaseEnable,
+    lazyPreemptionEnable, ignoreK8sSuggestedNodes, affinityGroup {name, members [{podNumber,
+    leafCellNumber}]}; the pre-v0.3 names gpuType / gpuNumber are read too.
+
+`affinityGroup: null` is a one-pod gang named `<namespace>/<pod>`. topogang additions: an empty
+`virtualCluster` falls back to the namespace's VC (`topogang.namespaceVirtualClusters`); members may
+name their `taskRole`, which gives every FrameworkController task its own slot (`<role>/<index>`).
+
+FrameworkController pods (annotations `FC_FRAMEWORK_NAMESPACE`, `FC_FRAMEWORK_NAME`,
+`FC_FRAMEWORK_ATTEMPT_INSTANCE_UID`, `FC_TASKROLE_NAME`, `FC_TASK_INDEX`) form one gang per framework
+attempt, `<namespace>/<framework>/<attempt instance uid>`, so a new attempt never collides with the
+remains of the old one. With no `affinityGroup`, the Framework object (when the edge can read it)
+gives the gang's shape: one member per task role that opts in.
+
+Every bad spec raises `UserError` naming the field, with HiveD's wording where HiveD has one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from config.load import parse_yaml
+from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, Member, UserError
+
+ENABLE_RESOURCES = ("topogang.io/pod-scheduling-enable", "hivedscheduler.microsoft.com/pod-scheduling-enable")
+SPEC_ANNOTATIONS = ("topogang.io/pod-scheduling-spec", "hivedscheduler.microsoft.com/pod-scheduling-spec")
+MAX_SPEC_CHARS = 256 * 1024  # the API server's limit for all annotations of an object together
+
+FC_NAMESPACE = "FC_FRAMEWORK_NAMESPACE"
+FC_FRAMEWORK = "FC_FRAMEWORK_NAME"
+FC_ATTEMPT = "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID"
+FC_ROLE = "FC_TASKROLE_NAME"
+FC_INDEX = "FC_TASK_INDEX"
+
+_QUANTITY = re.compile(r"^\s*([+-]?(\d+(\.\d*)?|\.\d+))([eE][+-]?\d+)?\s*([A-Za-z]*)\s*$")
+_TRUE = {"true", "yes", "on", "y"}
+_FALSE = {"false", "no", "off", "n"}
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkTask:
+    """The FrameworkController identity of a task pod."""
+
+    namespace: str
+    framework: str
+    attempt: str
+    role: str
+    index: int
+
+    @property
+    def gang(self) -> str:
+        return f"{self.namespace}/{self.framework}/{self.attempt}"
+
+    @property
+    def slot_key(self) -> str:
+        return f"{self.role}/{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """One pod's part in its gang: the gang's request (identical for every member), this pod's GPUs,
+    and its slot key when the gang's slots are named."""
+
+    uid: str
+    namespace: str
+    name: str
+    request: GangRequest
+    leaf_number: int
+    slot_key: str | None
+    task: FrameworkTask | None
+    ignore_suggested_nodes: bool
+    spec_annotation: str
+
+    @property
+    def gang(self) -> str:
+        return self.request.name
+
+    @property
+    def key(self) -> str:
+        return f"{self.uid}({self.namespace}/{self.name})"
+
+
+# ------------------------------------------------------------------------------------------- opt-in
+def positive_quantity(value: object) -> bool:
+    """Whether a resource quantity (`1`, `"2"`, `"500m"`) is greater than zero."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return value > 0
+    if not isinstance(value, str):
+        return False
+    m = _QUANTITY.match(value)
+    if m is None:
+        return False
+    try:
+        return float(m.group(1) + (m.group(4) or "")) > 0
+    except ValueError:
+        return False
+
+
+def is_enabled(pod: Mapping[str, Any]) -> bool:
+    """A container or init container has a positive `…/pod-scheduling-enable` limit."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    for group in ("containers", "initContainers"):
+        containers = spec.get(group)
+        if not isinstance(containers, list):
+            continue
+        for c in containers:
+            res = c.get("resources") if isinstance(c, dict) else None
+            limits = res.get("limits") if isinstance(res, dict) else None
+            if isinstance(limits, dict) and any(positive_quantity(limits.get(k)) for k in ENABLE_RESOURCES):
+                return True
+    return False
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
+    return ann if isinstance(ann, dict) else {}
+
+
+def framework_task(pod: Mapping[str, Any]) -> FrameworkTask | None:
+    """The FrameworkController identity from the pod's annotations, when it has all of it."""
+    ann = pod_annotations(pod)
+    values = [ann.get(k) for k in (FC_NAMESPACE, FC_FRAMEWORK, FC_ATTEMPT, FC_ROLE, FC_INDEX)]
+    if not all(isinstance(v, str) and v for v in values):
+        return None
+    ns, fw, attempt, role, index = (str(v) for v in values)
+    if not index.isdigit():
+        return None
+    return FrameworkTask(ns, fw, attempt, role, int(index))
+
+
+def spec_text(pod: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(annotation key, text) of the pod's scheduling spec; topogang's key wins over HiveD's."""
+    ann = pod_annotations(pod)
+    for key in SPEC_ANNOTATIONS:
+        v = ann.get(key)
+        if isinstance(v, str) and v.strip():
+            return key, v
+    return SPEC_ANNOTATIONS[0], None
+
+
+# ---------------------------------------------------------------------------------- field parsing
+def _int(spec: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int | None:
+    value = spec.get(key)
+    if value is None:
+        return default
+    text = str(value).strip() if not isinstance(value, dict | list) else None
+    if text is None or not re.fullmatch(r"[+-]?\d{1,10}", text):
+        shown = (
+            "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
+        )
+        raise UserError(path, f"expected an integer, got {shown}")
+    return int(text)
+
+
+def _bool(spec: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+    value = spec.get(key)
+    if value is None:
+        return default
+    text = str(value).strip().lower() if isinstance(value, str) else None
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise UserError(path, f"expected true or false, got {value!r}")
+
+
+def _str(spec: Mapping[str, Any], key: str, path: str) -> str | None:
+    value = spec.get(key)
+    if value is None:
+        return None
+    if isinstance(value, dict | list):
+        raise UserError(path, f"expected a string, got a {'mapping' if isinstance(value, dict) else 'list'}")
+    text = str(value).strip()
+    return text or None
+
+
+def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> dict[str, Any]:
+    """The spec document as a mapping (scalars as text, legacy gpu* keys renamed)."""
+    if len(text) > MAX_SPEC_CHARS:
+        raise UserError(annotation, f"is {len(text)} characters; at most {MAX_SPEC_CHARS}")
+    doc, errors = parse_yaml(text)
+    if errors:
+        where, msg = errors[0]
+        raise UserError(annotation, f"{msg}{f' ({where})' if where else ''}")
+    if doc is None:
+        raise UserError(annotation, "Annotation does not exist or is empty")
+    if not isinstance(doc, dict):
+        raise UserError(annotation, "expected a mapping of fields (virtualCluster, leafCellNumber, ...)")
+    spec = {str(k): v for k, v in doc.items()}
+    for old, new in (("gpuType", "leafCellType"), ("gpuNumber", "leafCellNumber")):
+        if new not in spec and old in spec:
+            spec[new] = spec.pop(old)
+    return spec
+
+
+def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
+    raw = group.get("members")
+    if raw is None:
+        raise UserError("affinityGroup.members", "is empty")
+    if not isinstance(raw, list) or not raw:
+        raise UserError("affinityGroup.members", "expected a non-empty list of {podNumber, leafCellNumber}")
+    members: list[Member] = []
+    roles: list[str | None] = []
+    for i, m in enumerate(raw):
+        path = f"affinityGroup.members[{i}]"
+        if not isinstance(m, dict):
+            raise UserError(path, "expected a mapping with podNumber and leafCellNumber")
+        pods = _int(m, "podNumber", f"{path}.podNumber")
+        leaves = _int(m, "leafCellNumber", f"{path}.leafCellNumber")
+        if leaves is None and "gpuNumber" in m:
+            leaves = _int(m, "gpuNumber", f"{path}.leafCellNumber")
+        if pods is None or pods <= 0:
+            raise UserError(f"{path}.podNumber", "AffinityGroup.Members has non-positive PodNumber")
+        if leaves is None or leaves <= 0:
+            raise UserError(f"{path}.leafCellNumber", "AffinityGroup.Members has non-positive LeafCellNumber")
+        members.append(Member(pods, leaves))
+        roles.append(_str(m, "taskRole", f"{path}.taskRole"))
+    return members, roles
+
+
+def _merge(members: list[Member]) -> list[Member]:
+    """HiveD merges members of equal leafCellNumber (their podNumbers add up)."""
+    order: list[int] = []
+    count: dict[int, int] = {}
+    for m in members:
+        if m.leaf_number not in count:
+            order.append(m.leaf_number)
+            count[m.leaf_number] = 0
+        count[m.leaf_number] += m.pod_number
+    return [Member(count[n], n) for n in order]
+
+
+def framework_members(framework: Mapping[str, Any]) -> list[tuple[str, int, int]]:
+    """(task role, taskNumber, leafCellNumber) for each role of a Framework whose pods opt in."""
+    spec = framework.get("spec")
+    roles = spec.get("taskRoles") if isinstance(spec, dict) else None
+    out: list[tuple[str, int, int]] = []
+    for role in roles if isinstance(roles, list) else []:
+        if not isinstance(role, dict) or not isinstance(role.get("name"), str):
+            continue
+        number = role.get("taskNumber", 1)
+        task = role.get("task")
+        template = task.get("pod") if isinstance(task, dict) else None
+        if not isinstance(template, dict) or not isinstance(number, int) or number <= 0:
+            continue
+        if not is_enabled(template):
+            continue
+        key, text = spec_text(template)
+        if text is None:
+            continue
+        try:
+            leaves = _int(parse_spec(text, key), "leafCellNumber", "leafCellNumber")
+        except UserError:
+            continue
+        if leaves is not None and leaves > 0:
+            out.append((role["name"], number, leaves))
+    return out
+
+
+# ------------------------------------------------------------------------------------ the request
+def pod_request(
+    pod: Mapping[str, Any],
+    uid: str,
+    namespace: str,
+    name: str,
+    *,
+    namespace_vcs: Mapping[str, str] | None = None,
+    ttl_seconds: float = 300.0,
+    framework: Mapping[str, Any] | None = None,
+) -> PodRequest:
+    """The pod's gang request. Raises `UserError` naming the field for every bad spec."""
+    annotation, text = spec_text(pod)
+    if text is None:
+        raise UserError(annotation, "Annotation does not exist or is empty")
+    spec = parse_spec(text, annotation)
+    vc = _str(spec, "virtualCluster", "virtualCluster")
+    if vc is None:
+        vc = (namespace_vcs or {}).get(namespace)
+        if vc is None:
+            raise UserError(
+                "virtualCluster",
+                f"VirtualCluster is empty, and namespace {namespace} has no VC in "
+                "topogang.namespaceVirtualClusters",
+            )
+    priority = _int(spec, "priority", "priority", 0)
+    assert priority is not None
+    if priority < OPPORTUNISTIC_PRIORITY:
+        raise UserError("priority", f"Priority is less than -1 ({priority})")
+    if priority > MAX_PRIORITY:
+        raise UserError("priority", f"Priority is greater than {MAX_PRIORITY} ({priority})")
+    leaf_number = _int(spec, "leafCellNumber", "leafCellNumber")
+    if leaf_number is None or leaf_number <= 0:
+        raise UserError("leafCellNumber", f"LeafCellNumber is non-positive ({leaf_number or 0})")
+    pinned = _str(spec, "pinnedCellId", "pinnedCellId")
+    leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
+    task = framework_task(pod)
+    group = spec.get("affinityGroup")
+    slot_keys: tuple[str, ...] | None = None
+    slot_key: str | None = None
+    if group is None:
+        fw_members = framework_members(framework) if framework is not None and task is not None else []
+        if task is not None and fw_members:
+            gang = task.gang
+            members = [Member(n, leaves) for _role, n, leaves in fw_members]
+            slot_keys = tuple(f"{role}/{i}" for role, n, _ in fw_members for i in range(n))
+        else:
+            gang = f"{namespace}/{name}"
+            members = [Member(1, leaf_number)]
+    else:
+        if not isinstance(group, dict):
+            raise UserError("affinityGroup", "expected a mapping with name and members, or null")
+        group_name = _str(group, "name", "affinityGroup.name")
+        if group_name is None:
+            raise UserError("affinityGroup.name", "AffinityGroup.Name is empty")
+        members, roles = _members(group)
+        named = [r for r in roles if r is not None]
+        if named and len(named) != len(roles):
+            i = roles.index(None)
+            raise UserError(
+                f"affinityGroup.members[{i}].taskRole",
+                "is missing: name the task role on every member or none",
+            )
+        if named:
+            if len(set(named)) != len(named):
+                raise UserError("affinityGroup.members", "a taskRole is listed twice")
+            slot_keys = tuple(
+                f"{r}/{i}" for r, m in zip(named, members, strict=True) for i in range(m.pod_number)
+            )
+        else:
+            members = _merge(members)
+        gang = task.gang if task is not None else group_name
+    if all(m.leaf_number != leaf_number for m in members):
+        raise UserError(
+            "affinityGroup.members",
+            "AffinityGroup.Members does not contains current Pod "
+            f"(no member has leafCellNumber {leaf_number})",
+        )
+    if slot_keys is not None and task is not None:
+        slot_key = task.slot_key
+        if slot_key not in slot_keys:
+            raise UserError(
+                "affinityGroup.members",
+                f"task {slot_key} is not a slot of gang {gang} (slots: {_ranges(slot_keys)})",
+            )
+        role_leaves = _role_leaves(slot_keys, members)
+        if role_leaves.get(task.role) != leaf_number:
+            raise UserError(
+                "leafCellNumber",
+                f"{leaf_number}, but the gang's member for task role {task.role} has "
+                f"leafCellNumber {role_leaves.get(task.role)}",
+            )
+    request = GangRequest(
+        name=gang,
+        vc=vc,
+        members=tuple(members),
+        priority=priority,
+        leaf_type=leaf_type,
+        pinned_cell_id=pinned,
+        lazy_preemption=_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
+        gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
+        ttl_seconds=ttl_seconds,
+        slot_keys=slot_keys,
+    )
+    return PodRequest(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        request=request,
+        leaf_number=leaf_number,
+        slot_key=slot_key,
+        task=task,
+        ignore_suggested_nodes=_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False),
+        spec_annotation=annotation,
+    )
+
+
+def _role_leaves(slot_keys: tuple[str, ...], members: list[Member]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    i = 0
+    for m in members:
+        for _ in range(m.pod_number):
+            out.setdefault(slot_keys[i].rsplit("/", 1)[0], m.leaf_number)
+            i += 1
+    return out
+
+
+def _ranges(keys: tuple[str, ...]) -> str:
+    roles: dict[str, int] = {}
+    for k in keys:
+        role = k.rsplit("/", 1)[0]
+        roles[role] = roles.get(role, 0) + 1
+    return ", ".join(f"{r}/0..{n - 1}" for r, n in roles.items())

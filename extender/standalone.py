@@ -1,0 +1,141 @@
+"""Standalone mode: the extender on a config file, with an in-memory binder instead of Kubernetes.
+
+What `make run` serves, what locust and `topogang replay` hit, what demos use. It answers every verb
+exactly as in a cluster; "binding" records the pod's node and annotations in memory. Since there is
+no API server to report pods going away, it adds one route a kube-scheduler never calls:
+
+    DELETE /v1/standalone/pods/{uid}[?finished=true]   the pod was deleted (or completed)
+
+and it evicts preemption victims and expired members itself, as the Kubernetes edge would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from config.load import LoadedConfig, load_config
+from extender.app import JSON, Service, build_app
+from extender.metrics import Metrics
+from extender.verbs import BindError, BindTarget, Scheduler
+from topology.core import Core
+
+log = logging.getLogger("topogang.extender")
+
+EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "config" / "examples" / "example-cluster.yaml"
+CONFIG_ENV = "TOPOGANG_CONFIG"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    namespace: str
+    name: str
+    node: str
+    annotations: Mapping[str, str]
+
+
+class MemoryBinder:
+    """Bindings kept in a dict: idempotent for the same pod and node, refuses a second node."""
+
+    def __init__(self) -> None:
+        self.bound: dict[str, BoundPod] = {}
+
+    async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None:
+        old = self.bound.get(target.uid)
+        if old is not None and old.node != node:
+            raise BindError(f"pod {target.namespace}/{target.name} is already assigned to node {old.node}")
+        self.bound[target.uid] = BoundPod(target.namespace, target.name, node, dict(annotations))
+
+    def unbind(self, uid: str) -> BoundPod | None:
+        return self.bound.pop(uid, None)
+
+
+def expiry_interval(ttl_seconds: float) -> float:
+    return max(0.05, min(5.0, ttl_seconds / 4))
+
+
+def build_standalone(
+    loaded: LoadedConfig,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    ttl_seconds: float | None = None,
+) -> Service:
+    """A ready-to-serve standalone service for a loaded config."""
+    extras = loaded.extras
+    ttl = float(ttl_seconds if ttl_seconds is not None else extras.reservation_ttl_seconds)
+    binder = MemoryBinder()
+    scheduler = Scheduler(
+        Core(loaded.spec),
+        binder,
+        metrics=Metrics(),
+        clock=clock,
+        namespace_vcs=extras.namespace_virtual_clusters,
+        ttl_seconds=ttl,
+    )
+
+    async def evict(uids: Sequence[str], reason: str) -> None:
+        for uid in uids:
+            log.info("evicting pod %s: %s", uid, reason)
+            binder.unbind(uid)
+            await scheduler.pod_gone(uid)
+
+    scheduler.evictor = evict
+
+    async def delete_pod(request: Request) -> Response:
+        uid = request.path_params["uid"]
+        finished = request.query_params.get("finished", "false").lower() in ("1", "true", "yes")
+        was_bound = binder.unbind(uid)
+        released = await scheduler.pod_gone(uid, finished=finished)
+        return JSON(
+            {
+                "uid": uid,
+                "wasBound": was_bound is not None,
+                "releasedGang": released.gang if released is not None else None,
+                "evict": list(released.evict_pod_uids) if released is not None else [],
+            }
+        )
+
+    async def bindings(request: Request) -> Response:
+        return JSON(
+            {
+                uid: {
+                    "namespace": b.namespace,
+                    "name": b.name,
+                    "node": b.node,
+                    "annotations": dict(b.annotations),
+                }
+                for uid, b in sorted(binder.bound.items())
+            }
+        )
+
+    async def start() -> None:
+        scheduler.ready = True
+        scheduler.not_ready_reason = ""
+
+    nodes = len(scheduler.core.topo.node_names)
+    gpus = scheduler.core.topo.total_leaves()
+    return Service(
+        scheduler=scheduler,
+        background=[lambda: scheduler.run_expiry(expiry_interval(ttl))],
+        on_start=[start],
+        routes=[
+            Route("/v1/standalone/pods/{uid}", delete_pod, methods=["DELETE"]),
+            Route("/v1/standalone/bindings", bindings, methods=["GET"]),
+        ],
+        description=f"topogang standalone extender on {loaded.file} ({nodes} nodes, {gpus} GPUs)",
+    )
+
+
+def create_app() -> Starlette:
+    """App factory for `uvicorn --factory extender.standalone:create_app` ($TOPOGANG_CONFIG or the
+    bundled example cluster)."""
+    return build_app(build_standalone(load_config(os.environ.get(CONFIG_ENV) or EXAMPLE_CONFIG)))

@@ -1,0 +1,300 @@
+"""kube-scheduler's extender wire format: typed requests in, PascalCase responses out.
+
+kube-scheduler marshals its untagged Go structs, so request keys are PascalCase and nil values are
+explicit `null`; Go decodes our replies case-insensitively. We read keys case-insensitively too (some
+third-party senders copied the old lower-case tags) and always answer with the canonical PascalCase
+names and explicit nulls. Every malformed input raises `WireError` naming the offending path, so the
+caller can answer with a message a human can act on. See `reference/extender-protocol.md` §1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+MAX_NAME = 253  # a Kubernetes object name is at most 253 characters
+
+
+class WireError(ValueError):
+    """A request that does not have the extender protocol's shape; `path` names the offending key."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class WirePod:
+    """The identity of the `Pod` a request carries, plus the raw object for the pod contract."""
+
+    uid: str
+    namespace: str
+    name: str
+    raw: Mapping[str, Any]
+
+    @property
+    def key(self) -> str:
+        return f"{self.uid}({self.namespace}/{self.name})"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """Filter and prioritize request. With `nodeCacheCapable: true` only `node_names` is set; otherwise
+    `nodes` holds the full node objects (answered in the same form)."""
+
+    pod: WirePod
+    node_names: tuple[str, ...] | None
+    nodes: tuple[Mapping[str, Any], ...] | None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        if self.node_names is not None:
+            return self.node_names
+        if self.nodes is not None:
+            return tuple(_node_name(n) for n in self.nodes)
+        return ()
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.pod_uid}({self.pod_namespace}/{self.pod_name})"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """Preempt request: kube-scheduler's candidate nodes and the victims its dry run chose on each
+    (pod UIDs), from whichever of the two maps was filled."""
+
+    pod: WirePod
+    victims: dict[str, tuple[str, ...]]
+
+
+# ---------------------------------------------------------------------------------------- parsing
+def loads(body: bytes) -> object:
+    """The request body as JSON, or `WireError` saying why not."""
+    if not body.strip():
+        raise WireError("", "request body is empty; expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise WireError("", f"request body is not JSON: {exc}") from None
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _object(value: object, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise WireError(path, f"expected an object, got {_kind(value)}")
+    return value
+
+
+def _folded(doc: object, what: str) -> dict[str, Any]:
+    """Top-level keys lower-cased (Go matches struct fields case-insensitively)."""
+    obj = _object(doc, "")
+    if not obj and what:
+        raise WireError("", f"empty object; expected {what}")
+    return {str(k).lower(): v for k, v in obj.items()}
+
+
+def _required(doc: dict[str, Any], key: str) -> object:
+    if key.lower() not in doc:
+        raise WireError(key, "required key is missing")
+    return doc[key.lower()]
+
+
+def _name(value: object, path: str, *, required: bool = True) -> str:
+    if not isinstance(value, str):
+        raise WireError(path, f"expected a string, got {_kind(value)}")
+    if required and not value:
+        raise WireError(path, "is empty")
+    if len(value) > MAX_NAME:
+        raise WireError(path, f"is {len(value)} characters long; names have at most {MAX_NAME}")
+    return value
+
+
+def _names(value: object, path: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise WireError(path, f"expected an array of node names or null, got {_kind(value)}")
+    return tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+
+def _node_name(node: Mapping[str, Any]) -> str:
+    meta = node.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def parse_pod(value: object, path: str = "Pod") -> WirePod:
+    pod = _object(value, path)
+    meta = _object(pod.get("metadata"), f"{path}.metadata")
+    uid = _name(meta.get("uid"), f"{path}.metadata.uid")
+    name = _name(meta.get("name"), f"{path}.metadata.name")
+    ns_value = meta.get("namespace")
+    namespace = "default" if ns_value in (None, "") else _name(ns_value, f"{path}.metadata.namespace")
+    for key in ("spec", "annotations"):
+        holder = pod if key == "spec" else meta
+        if holder.get(key) is not None and not isinstance(holder.get(key), dict):
+            where = f"{path}.{key}" if key == "spec" else f"{path}.metadata.{key}"
+            raise WireError(where, f"expected an object, got {_kind(holder.get(key))}")
+    return WirePod(uid, namespace, name, pod)
+
+
+def parse_extender_args(doc: object) -> ExtenderArgs:
+    """`ExtenderArgs` (filter and prioritize)."""
+    d = _folded(doc, "ExtenderArgs with Pod and NodeNames")
+    pod = parse_pod(_required(d, "Pod"))
+    raw_names = d.get("nodenames")
+    raw_nodes = d.get("nodes")
+    if raw_names is not None:
+        return ExtenderArgs(pod, _names(raw_names, "NodeNames"), None)
+    if raw_nodes is None:
+        if "nodenames" not in d and "nodes" not in d:
+            raise WireError("NodeNames", "required key is missing (nodeCacheCapable: true sends NodeNames)")
+        return ExtenderArgs(pod, (), None)
+    node_list = _object(raw_nodes, "Nodes")
+    items = node_list.get("items")
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise WireError("Nodes.items", f"expected an array of node objects, got {_kind(items)}")
+    nodes: list[Mapping[str, Any]] = []
+    for i, item in enumerate(items):
+        node = _object(item, f"Nodes.items[{i}]")
+        meta = _object(node.get("metadata"), f"Nodes.items[{i}].metadata")
+        _name(meta.get("name"), f"Nodes.items[{i}].metadata.name")
+        nodes.append(node)
+    return ExtenderArgs(pod, None, tuple(nodes))
+
+
+def parse_binding_args(doc: object) -> BindingArgs:
+    """`ExtenderBindingArgs`: names only, no pod body."""
+    d = _folded(doc, "ExtenderBindingArgs with PodName, PodNamespace, PodUID and Node")
+    return BindingArgs(
+        pod_name=_name(_required(d, "PodName"), "PodName"),
+        pod_namespace=_name(_required(d, "PodNamespace"), "PodNamespace"),
+        pod_uid=_name(_required(d, "PodUID"), "PodUID"),
+        node=_name(_required(d, "Node"), "Node"),
+    )
+
+
+def parse_preemption_args(doc: object) -> PreemptionArgs:
+    """`ExtenderPreemptionArgs`: the Meta map (UIDs) when nodeCacheCapable, else full victim pods."""
+    d = _folded(doc, "ExtenderPreemptionArgs with Pod and NodeNameToMetaVictims")
+    pod = parse_pod(_required(d, "Pod"))
+    meta = d.get("nodenametometavictims")
+    full = d.get("nodenametovictims", d.get("nodetovictims"))
+    victims: dict[str, tuple[str, ...]] = {}
+    if meta is not None:
+        for node, v in _object(meta, "NodeNameToMetaVictims").items():
+            path = f"NodeNameToMetaVictims.{node}"
+            victims[_name(node, path)] = _victim_uids(v, path, meta_form=True)
+    elif full is not None:
+        for node, v in _object(full, "NodeNameToVictims").items():
+            path = f"NodeNameToVictims.{node}"
+            victims[_name(node, path)] = _victim_uids(v, path, meta_form=False)
+    elif "nodenametometavictims" not in d and "nodenametovictims" not in d:
+        raise WireError("NodeNameToMetaVictims", "required key is missing")
+    return PreemptionArgs(pod, victims)
+
+
+def _victim_uids(value: object, path: str, *, meta_form: bool) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    v = {k.lower(): x for k, x in _object(value, path).items()}
+    pods = v.get("pods")
+    if pods is None:
+        return ()
+    if not isinstance(pods, list):
+        raise WireError(f"{path}.Pods", f"expected an array, got {_kind(pods)}")
+    out = []
+    for i, p in enumerate(pods):
+        if meta_form:
+            mp = {k.lower(): x for k, x in _object(p, f"{path}.Pods[{i}]").items()}
+            out.append(_name(mp.get("uid"), f"{path}.Pods[{i}].UID"))
+        else:
+            out.append(parse_pod(p, f"{path}.Pods[{i}]").uid)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------- replies
+def dumps(value: object) -> bytes:
+    return orjson.dumps(value)
+
+
+def filter_result(
+    args: ExtenderArgs | None,
+    passed: Sequence[str] = (),
+    failed: Mapping[str, str] | None = None,
+    unresolvable: Mapping[str, str] | None = None,
+    error: str = "",
+) -> dict[str, Any]:
+    """`ExtenderFilterResult`, answered in the form the request used (names, or full node objects)."""
+    nodes: dict[str, Any] | None = None
+    names: list[str] | None = list(passed)
+    if args is not None and args.node_names is None and args.nodes is not None:
+        keep = set(passed)
+        nodes = {"metadata": {}, "items": [n for n in args.nodes if _node_name(n) in keep]}
+        names = None
+    return {
+        "Nodes": nodes,
+        "NodeNames": names,
+        "FailedNodes": dict(failed or {}),
+        "FailedAndUnresolvableNodes": dict(unresolvable or {}),
+        "Error": error,
+    }
+
+
+def filter_error(error: str) -> dict[str, Any]:
+    return {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": {},
+        "FailedAndUnresolvableNodes": {},
+        "Error": error,
+    }
+
+
+def host_priorities(scores: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+    """`HostPriorityList`: a top-level JSON array."""
+    return [{"Host": host, "Score": score} for host, score in scores]
+
+
+def binding_result(error: str = "") -> dict[str, Any]:
+    return {"Error": error}
+
+
+def preemption_result(victims: Mapping[str, Sequence[str]] | None) -> dict[str, Any]:
+    """`ExtenderPreemptionResult` (always the Meta form); null when nothing should be preempted."""
+    if not victims:
+        return {"NodeNameToMetaVictims": None}
+    return {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 0}
+            for node, uids in victims.items()
+        }
+    }

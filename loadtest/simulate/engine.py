@@ -1,0 +1,346 @@
+"""Event-driven replay of a trace through one policy, in simulated time (nothing sleeps).
+
+Rules:
+- Each VC has a FIFO queue; only its head may start (no backfilling), and it starts only when its
+  whole gang is placed. A started job holds its GPUs for its whole duration.
+- Events at one instant are taken together: finishes first (they free GPUs), then arrivals, then
+  one scheduling pass. The pass offers a start to every VC head, oldest submit first, and repeats
+  while anything changed (a preemption frees GPUs and puts its victims back at the front of their
+  queues, so heads that failed may fit now).
+- A head that failed is not asked again until GPUs have been freed somewhere (a finish or a
+  preemption): starts and arrivals only take capacity away, so asking again could not succeed.
+  This keeps a pass at O(VCs) placement attempts instead of rescanning queues.
+- A preempted job restarts from scratch: its queueing delay runs from submit to the start of the
+  run that completes (lost runs count as waiting), and the GPU time it lost is reported.
+- Jobs that can never start are dropped at arrival, identically for every policy: a gang larger than
+  its VC's whole quota (quota policies could never place it, and it would block its VC's FIFO
+  forever), or a job of a VC without quota.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from loadtest.simulate.cluster import SimCluster, private_cluster
+from loadtest.simulate.policies import Placement, Policy
+from loadtest.simulate.trace import Job
+
+DEFAULT_BIN_SECONDS = 600.0
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job: Job
+    start: float | None = None  # start of the run that completed
+    end: float | None = None
+    first_start: float | None = None
+    placement: Placement | None = None
+    runs: int = 0
+    preempted: int = 0
+    lost_gpu_seconds: float = 0.0
+    waited: float = 0.0  # time in queue, lost runs excluded
+    queued_at: float = 0.0
+
+    @property
+    def queueing(self) -> float:
+        assert self.start is not None
+        return self.start - self.job.submit
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Allocated and stranded GPUs as step functions of time, kept as time-weighted integrals over
+    the measuring window and as per-bin averages for plots."""
+
+    window: tuple[float, float]
+    bin_seconds: float
+    total_gpus: int
+    _t: float = 0.0
+    _alloc: int = 0
+    _stranded: int = 0
+    area_alloc: float = 0.0
+    area_stranded: float = 0.0
+    bins_alloc: list[float] = field(default_factory=list)
+    bins_stranded: list[float] = field(default_factory=list)
+
+    def advance(self, t: float) -> None:
+        """Integrate the current levels from the last change up to `t`."""
+        if t <= self._t:
+            return
+        lo, hi = self.window
+        a, b = max(self._t, lo), min(t, hi)
+        if b > a:
+            self.area_alloc += self._alloc * (b - a)
+            self.area_stranded += self._stranded * (b - a)
+        # per-bin areas from time 0 to the end of the run
+        start = self._t
+        while start < t:
+            k = int(start // self.bin_seconds)
+            while len(self.bins_alloc) <= k:
+                self.bins_alloc.append(0.0)
+                self.bins_stranded.append(0.0)
+            end = min(t, (k + 1) * self.bin_seconds)
+            self.bins_alloc[k] += self._alloc * (end - start)
+            self.bins_stranded[k] += self._stranded * (end - start)
+            start = end
+        self._t = t
+
+    def set(self, allocated: int, stranded: int) -> None:
+        self._alloc, self._stranded = allocated, stranded
+
+    def mean_allocated(self) -> float:
+        span = self.window[1] - self.window[0]
+        return self.area_alloc / span if span > 0 else float(self._alloc)
+
+    def mean_stranded(self) -> float:
+        span = self.window[1] - self.window[0]
+        return self.area_stranded / span if span > 0 else float(self._stranded)
+
+    def series(self) -> tuple[list[float], list[float], list[float]]:
+        """(bin start hours, mean allocated GPUs, mean stranded GPUs) per bin."""
+        w = self.bin_seconds
+        hours = [k * w / 3600 for k in range(len(self.bins_alloc))]
+        return hours, [a / w for a in self.bins_alloc], [s / w for s in self.bins_stranded]
+
+
+@dataclass(slots=True)
+class RunResult:
+    policy: str
+    cluster: SimCluster
+    records: dict[int, JobRecord]
+    dropped: dict[str, list[int]]  # reason -> job ids
+    timeline: Timeline
+    preemptions: int = 0
+    attempts: int = 0
+    first_refusal_allocation: float | None = None  # allocated share at the first fragmentation refusal
+    first_refusal_time: float | None = None
+    refusals_tracked: bool = True  # False for merged private replays (one cluster per VC)
+    end_time: float = 0.0
+    wall_seconds: float = 0.0
+
+    def completed(self) -> list[JobRecord]:
+        return [r for r in self.records.values() if r.start is not None]
+
+
+def unschedulable_reason(cluster: SimCluster, job: Job) -> str | None:
+    """Why `job` can never start on `cluster` under any policy (the drop rule), or None."""
+    if job.vc not in cluster.quotas or cluster.quotas[job.vc] <= 0:
+        return "VC without quota"
+    if job.held_gpus > cluster.quota_gpus(job.vc):
+        return "larger than its VC's quota"
+    return None
+
+
+ProgressFn = Callable[[int, int], None]
+
+
+def simulate(
+    policy: Policy,
+    jobs: Sequence[Job],
+    *,
+    window: tuple[float, float] | None = None,
+    bin_seconds: float = DEFAULT_BIN_SECONDS,
+    progress: ProgressFn | None = None,
+) -> RunResult:
+    """Replay `jobs` (in submit order) through `policy` until every admitted job has finished.
+
+    `window` is the time span over which time averages are taken (default: first to last submit).
+    `progress(done, total)` is called now and then with the number of finished or dropped jobs."""
+    wall = time.perf_counter()
+    cluster = policy.cluster
+    if window is None:
+        window = (jobs[0].submit, jobs[-1].submit) if jobs else (0.0, 0.0)
+    timeline = Timeline(window, bin_seconds, cluster.total_gpus)
+    result = RunResult(policy.name, cluster, {}, {}, timeline)
+    records = result.records
+    queues: dict[str, deque[Job]] = {}
+    blocked: dict[str, int] = {}  # VC -> release epoch at which its head last failed
+    epochs: dict[str, int] = {}  # per-VC release epochs (policies whose VCs are independent)
+    shared_epoch = 0
+
+    def epoch(vc: str) -> int:
+        return epochs.get(vc, 0) if policy.vcs_independent else shared_epoch
+
+    def released(vc: str) -> None:
+        nonlocal shared_epoch
+        shared_epoch += 1
+        epochs[vc] = epochs.get(vc, 0) + 1
+
+    finishes: list[tuple[float, int, int]] = []  # (time, job id, run number)
+    total = len(jobs)
+    done = 0
+    next_arrival = 0
+    last_report = -1
+
+    def report() -> None:
+        nonlocal last_report
+        if progress is not None and done != last_report:
+            last_report = done
+            progress(done, total)
+
+    def start(job: Job, placement: Placement, now: float) -> None:
+        rec = records[job.id]
+        rec.start = now
+        if rec.first_start is None:
+            rec.first_start = now
+        rec.placement = placement
+        rec.runs += 1
+        rec.waited += now - rec.queued_at
+        heapq.heappush(finishes, (now + job.duration, job.id, rec.runs))
+
+    def requeue(jid: int, now: float) -> None:
+        rec = records[jid]
+        assert rec.start is not None
+        rec.preempted += 1
+        rec.lost_gpu_seconds += (now - rec.start) * rec.job.held_gpus
+        rec.start = None
+        rec.placement = None
+        rec.queued_at = now
+        result.preemptions += 1
+        queues[rec.job.vc].appendleft(rec.job)
+        blocked.pop(rec.job.vc, None)
+
+    def schedule(now: float) -> None:
+        changed = True
+        while changed:
+            changed = False
+            heads = sorted(
+                (q[0].id, vc) for vc, q in queues.items() if q and blocked.get(vc, -1) != epoch(vc)
+            )
+            for _, vc in heads:
+                q = queues[vc]
+                while q and blocked.get(vc, -1) != epoch(vc):
+                    job = q[0]
+                    result.attempts += 1
+                    placement = policy.try_start(job, now)
+                    if placement is None:
+                        blocked[vc] = epoch(vc)
+                        _note_refusal(result, policy, job, now)
+                        break
+                    q.popleft()
+                    blocked.pop(vc, None)
+                    start(job, placement, now)
+                    if placement.preempted:
+                        changed = True
+                        for jid in placement.preempted:
+                            released(records[jid].job.vc)
+                            requeue(jid, now)
+            timeline.set(policy.allocated, policy.stranded)
+
+    now = jobs[0].submit if jobs else 0.0
+    while next_arrival < total or finishes:
+        t_arr = jobs[next_arrival].submit if next_arrival < total else float("inf")
+        t_fin = finishes[0][0] if finishes else float("inf")
+        now = min(t_arr, t_fin)
+        timeline.advance(now)
+        while finishes and finishes[0][0] <= now:
+            _, jid, run = heapq.heappop(finishes)
+            rec = records[jid]
+            if rec.runs != run or rec.start is None:
+                continue  # a run that was preempted
+            rec.end = now
+            policy.finish(rec.job, now)
+            released(rec.job.vc)
+            done += 1
+        while next_arrival < total and jobs[next_arrival].submit <= now:
+            job = jobs[next_arrival]
+            next_arrival += 1
+            why = unschedulable_reason(cluster, job)
+            if why is not None:
+                result.dropped.setdefault(why, []).append(job.id)
+                done += 1
+                continue
+            records[job.id] = JobRecord(job, queued_at=job.submit)
+            q = queues.setdefault(job.vc, deque())
+            if not q:
+                blocked.pop(job.vc, None)
+            q.append(job)
+        schedule(now)
+        report()
+    timeline.advance(max(now, window[1]))
+    result.end_time = now
+    result.wall_seconds = time.perf_counter() - wall
+    stuck = [j.id for q in queues.values() for j in q]
+    if stuck:
+        raise RuntimeError(f"{policy.name}: {len(stuck)} jobs never started (first: j{stuck[0]})")
+    return result
+
+
+def _note_refusal(result: RunResult, policy: Policy, job: Job, now: float) -> None:
+    """FGD's "allocation rate at the first refusal", for whole-node pods refused by fragmentation:
+    the first time a job with 8-GPU pods is refused although its VC has quota for it and the cluster
+    has enough free GPUs in total, but fewer wholly free nodes than it has pods. Records the
+    allocated share of the cluster at that moment (None: it never happened)."""
+    if result.first_refusal_allocation is not None:
+        return
+    cluster = policy.cluster
+    whole = sum(1 for g in job.pods if g >= cluster.gpus_per_node)
+    if not whole or not policy.within_quota(job):
+        return
+    free = cluster.total_gpus - policy.allocated
+    if free >= job.held_gpus and policy.whole_free_nodes < whole:
+        result.first_refusal_allocation = policy.allocated / cluster.total_gpus
+        result.first_refusal_time = now
+
+
+PolicyFactory = Callable[[SimCluster], Policy]
+
+
+def simulate_private(
+    jobs: Sequence[Job],
+    shared: SimCluster,
+    factory: PolicyFactory,
+    *,
+    name: str = "private",
+    window: tuple[float, float] | None = None,
+    bin_seconds: float = DEFAULT_BIN_SECONDS,
+    progress: ProgressFn | None = None,
+) -> RunResult:
+    """Each VC alone on a private cluster of exactly its quota (`factory` builds its scheduler),
+    replayed separately; the results are merged as if the private clusters were one (allocated and
+    stranded GPUs add up, per-job records keep their ids). Jobs `shared` would drop are dropped."""
+    wall = time.perf_counter()
+    if window is None:
+        window = (jobs[0].submit, jobs[-1].submit) if jobs else (0.0, 0.0)
+    merged = RunResult(name, shared, {}, {}, Timeline(window, bin_seconds, shared.total_gpus))
+    merged.refusals_tracked = False
+    by_vc: dict[str, list[Job]] = {}
+    for job in jobs:
+        why = unschedulable_reason(shared, job)
+        if why is not None:
+            merged.dropped.setdefault(why, []).append(job.id)
+        else:
+            by_vc.setdefault(job.vc, []).append(job)
+    done = sum(len(v) for v in merged.dropped.values())
+    for vc in sorted(by_vc):
+        policy = factory(private_cluster(vc, shared.quotas[vc], shared.rack_size))
+        base = done
+
+        def step(k: int, _n: int, base: int = base) -> None:
+            if progress is not None:
+                progress(base + k, len(jobs))
+
+        r = simulate(policy, by_vc[vc], window=window, bin_seconds=bin_seconds, progress=step)
+        done += len(by_vc[vc])
+        merged.records.update(r.records)
+        merged.preemptions += r.preemptions
+        merged.attempts += r.attempts
+        merged.end_time = max(merged.end_time, r.end_time)
+        _add_timeline(merged.timeline, r.timeline)
+    merged.wall_seconds = time.perf_counter() - wall
+    return merged
+
+
+def _add_timeline(into: Timeline, other: Timeline) -> None:
+    into.area_alloc += other.area_alloc
+    into.area_stranded += other.area_stranded
+    for k in range(len(other.bins_alloc)):
+        while len(into.bins_alloc) <= k:
+            into.bins_alloc.append(0.0)
+            into.bins_stranded.append(0.0)
+        into.bins_alloc[k] += other.bins_alloc[k]
+        into.bins_stranded[k] += other.bins_stranded[k]

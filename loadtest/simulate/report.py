@@ -1,0 +1,399 @@
+"""The simulator's outputs: a Markdown report, PNG plots (when matplotlib is installed) and JSON.
+
+Files written to the output directory:
+- `report.md`: goals with PASS/FAIL, every metric per policy, the per-VC sharing anomaly;
+- `metrics.json`: the same numbers, raw (seconds, counts), plus the time series;
+- `queueing_cdf.png`, `vc_p95.png`, `gpus_over_time.png`: the plots (skipped, with a note in the
+  report, when matplotlib is missing: it is in the `load` extra, not a core dependency).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtest.simulate.cluster import SimCluster
+from loadtest.simulate.metrics import (
+    ANOMALY_TOLERANCE,
+    Delays,
+    Goal,
+    PolicyMetrics,
+    Share,
+    sharing_anomaly,
+)
+
+PLOTS = ("queueing_cdf.png", "vc_p95.png", "gpus_over_time.png")
+ORDER = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "private")
+
+
+@dataclass(slots=True)
+class RunInfo:
+    """What was simulated, for the report's header."""
+
+    trace: str
+    jobs: int
+    skipped: dict[str, int]
+    window_hours: float
+    cluster: SimCluster
+    policies: list[str]
+    wall_seconds: float
+    core_fingerprint: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def _h(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds / 3600:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _share(s: Share) -> str:
+    return "n/a" if s.share is None else f"{s.share:.1%} ({s.yes}/{s.n})"
+
+
+def _d(d: Delays | None, what: str) -> str:
+    if d is None:
+        return "n/a"
+    v: float = getattr(d, what)
+    return _h(v)
+
+
+def _ordered(m: Mapping[str, PolicyMetrics]) -> list[str]:
+    return [p for p in ORDER if p in m] + sorted(p for p in m if p not in ORDER)
+
+
+def _refusal_cell(x: PolicyMetrics) -> str:
+    if not x.refusals_tracked:
+        return "n/a"
+    if x.first_refusal_allocation is None:
+        return "never"
+    assert x.first_refusal_time is not None
+    return f"{_pct(x.first_refusal_allocation)} (at {x.first_refusal_time / 3600:.1f} h)"
+
+
+def _delay_cell(kind: str, group: str, stat: str) -> Callable[[PolicyMetrics], str]:
+    def cell(x: PolicyMetrics) -> str:
+        table = x.queueing if kind == "queueing" else x.waiting
+        return _d(table[group], stat)
+
+    return cell
+
+
+def metric_rows(m: Mapping[str, PolicyMetrics]) -> list[tuple[str, list[str]]]:
+    """(label, one cell per policy) for the main table."""
+    names = _ordered(m)
+    rows: list[tuple[str, Callable[[PolicyMetrics], str]]] = [
+        ("jobs started (of admitted)", lambda x: f"{x.completed} / {x.admitted}"),
+        ("jobs dropped as unschedulable", lambda x: str(sum(x.dropped.values()))),
+    ]
+    for group, label in (("all", "all jobs"), ("multi", "multi-GPU jobs")):
+        for stat in ("mean", "p50", "p95"):
+            rows.append((f"queueing {stat}, {label} (h)", _delay_cell("queueing", group, stat)))
+    for group, label in (("all", "all jobs"), ("multi", "multi-GPU jobs")):
+        rows.append((f"waiting mean, lost runs excluded, {label} (h)", _delay_cell("waiting", group, "mean")))
+    rows += [
+        ("mean allocated GPUs (utilisation)", lambda x: f"{x.mean_allocated_gpus:.1f} ({x.utilisation:.1%})"),
+        ("mean stranded GPUs", lambda x: f"{x.mean_stranded_gpus:.1f}"),
+        (
+            "allocation at first fragmentation refusal",
+            _refusal_cell,
+        ),
+        ("<= 8-GPU jobs on one node", lambda x: _share(x.locality["le8_one_node"])),
+        ("<= 4-GPU jobs in one half", lambda x: _share(x.locality["le4_one_half"])),
+        ("2-4-GPU jobs in one half", lambda x: _share(x.locality["2to4_one_half"])),
+        ("multi-node gangs minimal, one rack", lambda x: _share(x.locality["multinode_min_one_rack"])),
+        ("preemptions (jobs preempted)", lambda x: f"{x.preemptions} ({x.preempted_jobs})"),
+        ("GPU-hours lost to preemption", lambda x: f"{x.lost_gpu_hours:.0f}"),
+        ("jobs whose final run was opportunistic", lambda x: str(x.opportunistic_jobs)),
+        ("last job finished (days)", lambda x: f"{x.makespan / 86400:.1f}"),
+        ("placement attempts", lambda x: str(x.attempts)),
+        ("simulation wall time (s)", lambda x: f"{x.wall_seconds:.1f}"),
+    ]
+    return [(label, [fn(m[n]) for n in names]) for label, fn in rows]
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def _anomaly_table(m: Mapping[str, PolicyMetrics], jobs: str, cluster: SimCluster) -> list[str]:
+    pv = m["private"]
+    shared = [p for p in _ordered(m) if p != "private"]
+    per = {p: {a.vc: a for a in sharing_anomaly(m[p], pv, jobs)} for p in shared}
+    header = ["VC", "quota (nodes)", "jobs", "private p95 (h)"] + [f"{p} p95 (h), Δ, ratio" for p in shared]
+    rows = []
+    for vc in sorted(pv.per_vc):
+        d = pv.per_vc[vc][jobs]
+        if d is None:
+            continue
+        row = [vc, str(cluster.quotas.get(vc, 0)), str(d.n), _h(d.p95)]
+        for p in shared:
+            a = per[p].get(vc)
+            if a is None:
+                row.append("n/a")
+                continue
+            ratio = "inf" if a.ratio is None else f"{a.ratio:.2f}x"
+            flag = " **anomaly**" if a.anomalous else ""
+            row.append(f"{_h(a.shared_p95)}, {a.diff / 3600:+.2f}, {ratio}{flag}")
+        rows.append(row)
+    return _table(header, rows)
+
+
+def _per_vc_table(m: Mapping[str, PolicyMetrics]) -> list[str]:
+    names = _ordered(m)
+    vcs = sorted({vc for x in m.values() for vc in x.per_vc})
+    header = ["VC"] + [f"{n}: mean / p95 all, mean / p95 multi (h)" for n in names]
+    rows = []
+    for vc in vcs:
+        row = [vc]
+        for n in names:
+            d = m[n].per_vc.get(vc)
+            if d is None:
+                row.append("n/a")
+                continue
+            a, mu = d["all"], d["multi"]
+            row.append(f"{_d(a, 'mean')} / {_d(a, 'p95')}, {_d(mu, 'mean')} / {_d(mu, 'p95')}")
+        rows.append(row)
+    return _table(header, rows)
+
+
+def markdown(
+    info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal], plots: Sequence[str]
+) -> str:
+    c = info.cluster
+    names = _ordered(m)
+    lines = [
+        "# topogang trace simulation: placement quality",
+        "",
+        f"- Trace: `{info.trace}`: {info.jobs} jobs"
+        + (
+            f" ({', '.join(f'{v} {k}' for k, v in sorted(info.skipped.items()))} left out)"
+            if info.skipped
+            else ""
+        )
+        + f", submitted over {info.window_hours:.1f} h.",
+        f"- Cluster: {c.nodes} nodes x {c.gpus_per_node} GPUs = {c.total_gpus} GPUs, "
+        f"racks of {c.rack_size} nodes, node -> 2 halves of 4 -> 2 switches of 2 -> GPU.",
+        "- VC quotas (whole nodes, Philly VC sizes scaled to the cluster, largest remainder): "
+        + ", ".join(f"{vc} {n}" for vc, n in sorted(c.quotas.items(), key=lambda kv: (-kv[1], kv[0])))
+        + ".",
+        f"- Policies: {', '.join(names)}. Total wall time {info.wall_seconds:.1f} s.",
+    ]
+    if info.core_fingerprint:
+        lines.append(f"- Scheduling core: sha256 of `topology/*.py` = `{info.core_fingerprint[:16]}`.")
+    lines += [f"- {n}" for n in info.notes]
+    lines += ["", "## Goals (perf-anchors §e, G3–G5)", ""]
+    result = {True: "PASS", False: "FAIL", None: "n/a"}
+    lines += _table(
+        ["Goal", "What", "Target", "Measured", "Result"],
+        [[g.id, g.text, g.target, g.value, result[g.passed]] for g in goals],
+    )
+    lines += ["", "## Every metric per policy", ""]
+    lines += _table(["Metric", *names], [[label, *cells] for label, cells in metric_rows(m)])
+    if "private" in m:
+        lines += [
+            "",
+            "## Sharing anomaly per VC",
+            "",
+            f"p95 queueing of the VC's jobs in the shared cluster vs its private-cluster replay; a VC "
+            f"shows the anomaly when shared > {ANOMALY_TOLERANCE:.2f}x private. All jobs:",
+            "",
+        ]
+        lines += _anomaly_table(m, "all", c)
+        lines += ["", "Multi-GPU jobs only:", ""]
+        lines += _anomaly_table(m, "multi", c)
+    lines += ["", "## Queueing per VC", ""]
+    lines += _per_vc_table(m)
+    lines += ["", "## Plots", ""]
+    if plots:
+        lines += [f"![{p}]({p})" for p in plots]
+    else:
+        lines.append(
+            "Plots skipped: matplotlib is not installed (`pip install matplotlib`, the `load` extra)."
+        )
+    lines += ["", "## Definitions", "", *DEFINITIONS]
+    return "\n".join(lines) + "\n"
+
+
+DEFINITIONS = [
+    "- Queueing delay = start - submit, where start is the start of the run that completed: a preempted "
+    "job restarts from scratch, so time lost in runs that were preempted counts as queueing. "
+    '"Waiting" excludes those lost runs (time spent in the queue only).',
+    "- Percentiles interpolate linearly. Multi-GPU = more than 1 GPU. Jobs of more than 8 GPUs are gangs of "
+    "ceil(g/8) pods of 8 GPUs.",
+    "- Each VC has a FIFO queue; only its head may start (no backfilling), and only as a whole gang.",
+    "- topogang: guaranteed in the VC's cells when they hold the job; else preempt opportunistic gangs when "
+    "that makes it fit; else run opportunistically (priority -1) on idle cells of any VC. hived-like: the "
+    "same core without borrowing. first-fit: GPU-count quota per VC, first node(s) with enough free GPUs. "
+    "first-fit-elastic: the same, but a VC may exceed its count quota on idle GPUs and nothing is preempted "
+    "(so no quota ever binds). private: each VC alone on exactly its quota's nodes (the topogang core "
+    "inside), replayed separately.",
+    "- Jobs that can never start (larger than their VC's whole quota, or of a VC without quota) are dropped "
+    "at arrival, identically for every policy, and counted separately.",
+    "- Stranded GPUs: free GPUs on partly used nodes (they cannot host a whole-node pod), time-averaged "
+    "from the first to the last submit, like allocated GPUs. For private, the private clusters are summed.",
+    "- Allocation at first fragmentation refusal: the allocated share of the cluster the first time a job "
+    "with 8-GPU pods is refused although its VC has quota for it and enough GPUs are free in total, but "
+    'too few whole nodes; "never" is best.',
+    "- Locality: <= 8-GPU jobs on one node; <= 4-GPU jobs inside one NVLink/PCIe half (GPUs 0-3 or 4-7); "
+    "gangs of more than one node on ceil(g/8) nodes, all in one rack.",
+]
+
+
+# ---------------------------------------------------------------------- JSON
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, float) and x != x:  # NaN
+        return None
+    if isinstance(x, float) and x in (float("inf"), float("-inf")):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    return x
+
+
+def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]) -> dict[str, Any]:
+    policies: dict[str, Any] = {}
+    for name in _ordered(m):
+        d = asdict(m[name])
+        d.pop("queueing_values", None)
+        for key, s in m[name].locality.items():
+            d["locality"][key]["share"] = s.share
+        policies[name] = d
+    anomaly: dict[str, Any] = {}
+    if "private" in m:
+        for name in _ordered(m):
+            if name == "private":
+                continue
+            anomaly[name] = {
+                jobs: [
+                    {
+                        "vc": a.vc,
+                        "private_p95": a.private_p95,
+                        "shared_p95": a.shared_p95,
+                        "diff": a.diff,
+                        "ratio": a.ratio,
+                        "anomalous": a.anomalous,
+                    }
+                    for a in sharing_anomaly(m[name], m["private"], jobs)
+                ]
+                for jobs in ("all", "multi")
+            }
+    c = info.cluster
+    out: dict[str, Any] = _jsonable(
+        {
+            "trace": info.trace,
+            "jobs": info.jobs,
+            "skipped": info.skipped,
+            "window_hours": info.window_hours,
+            "cluster": {
+                "nodes": c.nodes,
+                "gpus_per_node": c.gpus_per_node,
+                "rack_size": c.rack_size,
+                "total_gpus": c.total_gpus,
+                "quotas_nodes": dict(c.quotas),
+            },
+            "wall_seconds": info.wall_seconds,
+            "core_fingerprint": info.core_fingerprint,
+            "units": "seconds for times, GPUs for counts, shares in [0, 1]",
+            "goals": [asdict(g) for g in goals],
+            "policies": policies,
+            "sharing_anomaly": anomaly,
+        }
+    )
+    return out
+
+
+# ---------------------------------------------------------------------- plots
+def plot(out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics]) -> list[str]:
+    """Write the PNGs; return their file names (empty when matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    names = _ordered(m)
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, group, title in zip(axes, ("all", "multi"), ("all jobs", "multi-GPU jobs"), strict=True):
+        for n in names:
+            v = sorted(x / 3600 for x in m[n].queueing_values.get(group, []))
+            if not v:
+                continue
+            ys = [(i + 1) / len(v) for i in range(len(v))]
+            ax.step(v, ys, where="post", label=n)
+        ax.set_xscale("symlog", linthresh=0.1)
+        ax.set_xlabel("queueing delay (hours, symlog)")
+        ax.set_ylabel("share of jobs")
+        ax.set_title(f"Queueing delay CDF, {title}")
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / PLOTS[0], dpi=110)
+    plt.close(fig)
+
+    vcs = sorted({vc for x in m.values() for vc in x.per_vc})
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    width = 0.8 / max(1, len(names))
+    for i, n in enumerate(names):
+        vals = []
+        for vc in vcs:
+            d = m[n].per_vc.get(vc, {}).get("all")
+            vals.append(0.0 if d is None else d.p95 / 3600)
+        xs = [k + (i - (len(names) - 1) / 2) * width for k in range(len(vcs))]
+        ax.bar(xs, vals, width, label=n)
+    ax.set_xticks(range(len(vcs)))
+    ax.set_xticklabels([f"{vc}\n({info.cluster.quotas.get(vc, 0)} nodes)" for vc in vcs], fontsize=8)
+    ax.set_ylabel("p95 queueing (hours)")
+    ax.set_title("Per-VC p95 queueing: shared policies vs each VC's private cluster")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / PLOTS[1], dpi=110)
+    plt.close(fig)
+
+    fig, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
+    for n in names:
+        s = m[n].series
+        days = [h / 24 for h in s.get("hours", [])]
+        axes[0].plot(days, s.get("allocated", []), label=n, linewidth=1)
+        axes[1].plot(days, s.get("stranded", []), label=n, linewidth=1)
+    end = info.window_hours / 24
+    for ax, label in zip(axes, ("allocated GPUs", "stranded GPUs"), strict=True):
+        ax.axvline(end, color="grey", linestyle=":", linewidth=1)
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        ax.legend(loc="upper right")
+    axes[0].axhline(info.cluster.total_gpus, color="black", linewidth=0.8)
+    axes[0].set_title("GPUs over time (bin averages; dotted line: last submit)")
+    axes[1].set_xlabel("days since the first submit")
+    fig.tight_layout()
+    fig.savefig(out / PLOTS[2], dpi=110)
+    plt.close(fig)
+    return list(PLOTS)
+
+
+def write_report(
+    out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
+) -> dict[str, Path]:
+    """Write every output file; return them by kind."""
+    out.mkdir(parents=True, exist_ok=True)
+    plots = plot(out, info, m)
+    md = out / "report.md"
+    md.write_text(markdown(info, m, goals, plots))
+    js = out / "metrics.json"
+    js.write_text(json.dumps(to_json(info, m, goals), indent=1, sort_keys=False) + "\n")
+    files = {"report": md, "json": js}
+    for p in plots:
+        files[p] = out / p
+    return files

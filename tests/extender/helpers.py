@@ -1,0 +1,113 @@
+"""Pods, requests and a scheduler on the bundled example cluster, for the extender's unit tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+from config.load import LoadedConfig, load_config
+from extender import wire
+from extender.metrics import Metrics
+from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
+from extender.verbs import Binder, Scheduler
+from topology.core import Core
+
+T = TypeVar("T")
+ENABLE = "topogang.io/pod-scheduling-enable"
+SPEC = "topogang.io/pod-scheduling-spec"
+
+_LOADED: LoadedConfig | None = None
+
+
+def example() -> LoadedConfig:
+    global _LOADED
+    if _LOADED is None:
+        _LOADED = load_config(EXAMPLE_CONFIG)
+    return _LOADED
+
+
+def nodes() -> list[str]:
+    return list(Core(example().spec).topo.node_names)
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def scheduler(binder: Binder | None = None, clock: Clock | None = None, **kw: Any) -> Scheduler:
+    loaded = example()
+    s = Scheduler(
+        Core(loaded.spec),
+        binder or MemoryBinder(),
+        metrics=Metrics(),
+        clock=clock or Clock(),
+        namespace_vcs=loaded.extras.namespace_virtual_clusters,
+        ttl_seconds=kw.pop("ttl_seconds", 300.0),
+        **kw,
+    )
+    s.ready = True
+    return s
+
+
+def spec(
+    vc: str = "vision", gpus: int = 8, pods: int | None = None, group: str | None = None, **extra: Any
+) -> str:
+    doc: dict[str, Any] = {"virtualCluster": vc, "leafCellNumber": gpus, **extra}
+    if pods is not None:
+        doc["affinityGroup"] = {
+            "name": group or f"{vc}/g",
+            "members": [{"podNumber": pods, "leafCellNumber": gpus}],
+        }
+    return json.dumps(doc)
+
+
+def pod(
+    uid: str,
+    name: str | None = None,
+    ns: str = "vision",
+    spec_text: str | None = None,
+    *,
+    enabled: bool = True,
+    annotations: Mapping[str, str] | None = None,
+    key: str = SPEC,
+) -> dict[str, Any]:
+    ann: dict[str, str] = dict(annotations or {})
+    if spec_text is not None:
+        ann[key] = spec_text
+    limits = {ENABLE: "1"} if enabled else {"cpu": "1"}
+    return {
+        "metadata": {"uid": uid, "name": name or uid, "namespace": ns, "annotations": ann},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def fc_annotations(ns: str, fw: str, attempt: str, role: str, index: int) -> dict[str, str]:
+    return {
+        "FC_FRAMEWORK_NAMESPACE": ns,
+        "FC_FRAMEWORK_NAME": fw,
+        "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": attempt,
+        "FC_TASKROLE_NAME": role,
+        "FC_TASK_INDEX": str(index),
+    }
+
+
+def args(p: Mapping[str, Any], names: list[str] | None = None) -> wire.ExtenderArgs:
+    return wire.parse_extender_args(
+        {"Pod": p, "Nodes": None, "NodeNames": nodes() if names is None else names}
+    )
+
+
+def bind_args(p: Mapping[str, Any], node: str) -> wire.BindingArgs:
+    m = p["metadata"]
+    return wire.BindingArgs(m["name"], m["namespace"], m["uid"], node)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)

@@ -1,0 +1,105 @@
+"""The deploy/ manifests and the Dockerfile agree with the extender and the protocol's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from extender.cli import parse_listen
+from extender.podspec import ENABLE_RESOURCES
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def docs(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+def test_kube_scheduler_configuration_follows_the_protocol_rules() -> None:
+    (cfg,) = docs("kube-scheduler-config.yaml")
+    assert (cfg["apiVersion"], cfg["kind"]) == (
+        "kubescheduler.config.k8s.io/v1",
+        "KubeSchedulerConfiguration",
+    )
+    assert cfg["percentageOfNodesToScore"] == 100
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["topogang"]
+    le = cfg["leaderElection"]
+    assert not le["leaderElect"] or le["resourceName"] != "kube-scheduler"
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"].endswith("/v1/extender")
+    assert (ext["filterVerb"], ext["prioritizeVerb"], ext["preemptVerb"], ext["bindVerb"]) == (
+        "filter",
+        "prioritize",
+        "preempt",
+        "bind",
+    )
+    assert ext["weight"] > 0 and ext["nodeCacheCapable"] is True and ext["ignorable"] is False
+    assert ext["enableHTTPS"] is False and ext["httpTimeout"] == "5s"
+    assert {r["name"] for r in ext["managedResources"]} == set(ENABLE_RESOURCES)
+    assert all(r["ignoredByScheduler"] for r in ext["managedResources"])
+
+
+def test_the_service_behind_the_url_prefix_exists() -> None:
+    (cfg,) = docs("kube-scheduler-config.yaml")
+    host = cfg["extenders"][0]["urlPrefix"].split("//", 1)[1].split("/", 1)[0]
+    name, ns = host.split(".")[:2]
+    port = int(host.rsplit(":", 1)[1])
+    deployment, service = docs("extender.yaml")
+    assert (service["kind"], service["metadata"]["name"], service["metadata"]["namespace"]) == (
+        "Service",
+        name,
+        ns,
+    )
+    assert service["spec"]["ports"][0]["port"] == port
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    listen = c["args"][c["args"].index("--listen") + 1]
+    assert parse_listen(listen, "0.0.0.0")[1] == c["ports"][0]["containerPort"] == port
+    assert "--kube" in c["args"]
+
+
+def test_extender_deployment_is_probed_and_locked_down() -> None:
+    deployment, _ = docs("extender.yaml")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    pod = spec["template"]["spec"]
+    assert "schedulerName" not in pod  # the default scheduler places the extender itself
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (c,) = pod["containers"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    limits = c.get("resources", {}).get("limits", {})
+    assert not set(limits) & set(ENABLE_RESOURCES)
+
+
+def test_rbac_grants_the_extender_only_what_it_uses() -> None:
+    roles = {d["metadata"]["name"]: d for d in docs("rbac.yaml") if d["kind"] in ("ClusterRole", "Role")}
+    grants = {
+        (g, r): sorted(rule["verbs"])
+        for rule in roles["topogang-extender"]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert grants == {
+        ("", "pods"): ["delete", "get", "list", "watch"],
+        ("", "pods/binding"): ["create"],
+        ("", "nodes"): ["list", "watch"],
+        ("", "events"): ["create"],
+        ("frameworkcontroller.microsoft.com", "frameworks"): ["get"],
+    }
+    lease = roles["topogang-scheduler-lease"]["rules"]
+    (cfg,) = docs("kube-scheduler-config.yaml")
+    assert any(cfg["leaderElection"]["resourceName"] in r.get("resourceNames", []) for r in lease)
+
+
+def test_dockerfile_runs_topogang_serve_as_non_root() -> None:
+    text = (DEPLOY.parent / "Dockerfile").read_text()
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#")]
+    base = next(line for line in lines if line.startswith("FROM "))
+    assert base.startswith("FROM python:3.11.") and "slim" in base and ":latest" not in base
+    assert any(line.startswith("USER ") and not line.startswith("USER root") for line in lines)
+    assert 'ENTRYPOINT ["topogang", "serve"]' in lines
+    assert text.index("COPY pyproject.toml") < text.index("COPY extender")  # dependencies layer first

@@ -1,0 +1,341 @@
+"""The Kubernetes edge's pure parts, on plain dicts: annotations, node health, recovery, the binder,
+and the watch handlers, against a fake API (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from extender.bindinfo import (
+    BIND_INFO_ANNOTATIONS,
+    ISOLATION_ANNOTATIONS,
+    decode_bind_info,
+    decode_isolation,
+    encode_bind_info,
+    pod_bind_info,
+)
+from extender.kube.binder import KubeBinder, binding_body
+from extender.kube.client import ApiError, AsyncKube, KubeApi
+from extender.kube.nodes import node_health
+from extender.kube.recovery import recover
+from extender.kube.service import ClusterSync, kube_service
+from extender.standalone import MemoryBinder
+from extender.verbs import BindError, BindTarget
+from tests.extender.helpers import args, bind_args, example, fc_annotations, pod, run, scheduler, spec
+from tests.extender.test_verbs import place
+from topology.core import Core
+from topology.decisions import GangPlacement, PodPlacement
+from topology.invariants import violations
+
+PLACEMENT = GangPlacement(
+    gang="ml/llm/0_a",
+    vc="vision",
+    chain="A100-RACK",
+    priority=100,
+    pods=(
+        PodPlacement(0, "a100-r1-n1", (0, 1, 2, 3, 4, 5, 6, 7), "worker/0"),
+        PodPlacement(1, "a100-r1-n2", (0, 1, 2, 3, 4, 5, 6, 7), "worker/1"),
+        PodPlacement(2, "a100-r1-n3", (4, 5), None),
+    ),
+    lca_level=5,
+    nodes=("a100-r1-n1", "a100-r1-n2", "a100-r1-n3"),
+)
+
+
+def test_bind_info_round_trip() -> None:
+    text = encode_bind_info(PLACEMENT, "a100-r1-n2", (0, 1, 2, 3, 4, 5, 6, 7), 1, "worker/1")
+    assert "affinityGroupBindInfo:" in text and "podPlacements:" in text and "- 0\n" in text  # block style
+    info = decode_bind_info(text)
+    assert (info.node, info.chain, info.gang, info.vc, info.priority) == (
+        "a100-r1-n2",
+        "A100-RACK",
+        "ml/llm/0_a",
+        "vision",
+        100,
+    )
+    assert [(p.node, p.gpus, p.slot, p.slot_key) for p in info.placements] == [
+        ("a100-r1-n1", (0, 1, 2, 3, 4, 5, 6, 7), 0, "worker/0"),
+        ("a100-r1-n2", (0, 1, 2, 3, 4, 5, 6, 7), 1, "worker/1"),
+        ("a100-r1-n3", (4, 5), 2, None),
+    ]
+    assert info.slot == 1 and info.slot_key == "worker/1"
+
+
+def test_hived_bind_info_and_isolation_decode() -> None:
+    hived = """node: gpu-node-1
+leafCellIsolation:
+- 4
+- 5
+cellChain: V100-RACK
+affinityGroupBindInfo:
+- podPlacements:
+  - physicalNode: gpu-node-1
+    physicalLeafCellIndices: [0, 1]
+    preassignedCellTypes: [V100-SWITCH, V100-SWITCH]
+  - physicalNode: gpu-node-1
+    physicalLeafCellIndices: [4, 5]
+    preassignedCellTypes: ["", ""]
+"""
+    info = pod_bind_info({BIND_INFO_ANNOTATIONS[1]: hived})
+    assert info is not None and info.gang is None and info.gpus == (4, 5)
+    assert [p.gpus for p in info.placements] == [(0, 1), (4, 5)]
+    assert info.placements[0].preassigned_cell_types == ("V100-SWITCH", "V100-SWITCH")
+    assert decode_isolation("4,5, 6") == (4, 5, 6)
+    with pytest.raises(ValueError):
+        decode_isolation("a,b")
+    with pytest.raises(ValueError, match="leafCellIsolation"):
+        decode_bind_info("node: x\nleafCellIsolation: nope\naffinityGroupBindInfo: []")
+
+
+def node(
+    name: str, *, ready: str = "True", cordoned: bool = False, cap: str | None = "8", alloc: str | None = "8"
+) -> dict[str, Any]:
+    status: dict[str, Any] = {
+        "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": ready}]
+    }
+    if cap is not None:
+        status["capacity"] = {"nvidia.com/gpu": cap}
+    if alloc is not None:
+        status["allocatable"] = {"nvidia.com/gpu": alloc}
+    return {"metadata": {"name": name}, "spec": {"unschedulable": cordoned}, "status": status}
+
+
+def test_node_health_extraction() -> None:
+    ok = node_health(node("n"))
+    assert ok.healthy and ok.healthy_gpus(8) is None
+    assert not node_health(node("n", ready="False")).healthy
+    assert not node_health(node("n", ready="Unknown")).healthy
+    assert not node_health(node("n", cordoned=True)).healthy
+    assert not node_health({"metadata": {"name": "n"}}).healthy  # no Ready condition yet
+    short = node_health(node("n", alloc="6"))
+    assert short.healthy and short.missing_gpus == 2 and short.healthy_gpus(8) == 6
+    assert node_health(node("n", cap=None, alloc=None)).healthy_gpus(8) is None
+
+
+def bound_pods(s: Any, binder: MemoryBinder, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pods as the API server would show them after our Bindings: nodeName + annotations."""
+    out = []
+    for p in pods:
+        b = binder.bound.get(p["metadata"]["uid"])
+        q = {
+            **p,
+            "metadata": {**p["metadata"], "annotations": dict(p["metadata"]["annotations"])},
+            "spec": dict(p["spec"]),
+        }
+        if b is not None:
+            q["metadata"]["annotations"].update(b.annotations)
+            q["spec"]["nodeName"] = b.node
+            q["status"] = {"phase": "Running"}
+        out.append(q)
+    return out
+
+
+def test_recovery_rebuilds_every_gang_from_bound_pods_and_keeps_open_slots_reserved() -> None:
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        text = (
+            '{"virtualCluster": "vision", "priority": 100, "leafCellNumber": 8, '
+            '"affinityGroup": {"name": "x", '
+            '"members": [{"podNumber": 4, "leafCellNumber": 8, "taskRole": "worker"}]}}'
+        )
+        gang = [
+            pod(
+                f"w{i}",
+                f"llm-worker-{i}",
+                "ml",
+                text,
+                annotations=fc_annotations("ml", "llm", "0_a", "worker", i),
+            )
+            for i in range(4)
+        ]
+        singles = [pod(f"s{i}", f"nb-{i}", "nlp", spec("nlp", 2)) for i in range(3)]
+        done = pod("d0", "done", "nlp", spec("nlp", 1))
+        for p in [*gang[:3], *singles, done]:  # one gang member never arrives
+            await place(s, p)
+        api = bound_pods(s, binder, [*gang, *singles, done])
+        api[-1]["status"] = {"phase": "Succeeded"}
+        fresh = Core(example().spec)
+        report = recover(fresh, api, now=0.0, namespace_vcs={"ml": "vision"})
+        assert report.pods == 6 and report.open_slots == 1 and not report.skipped
+        assert sorted(report.gangs) == sorted(["ml/llm/0_a", "nlp/nb-0", "nlp/nb-1", "nlp/nb-2"])
+        for name in report.gangs:
+            before, after = s.core.gang(name), fresh.gang(name)
+            assert before is not None and after is not None
+            assert s.core.placement_of(before).pods == fresh.placement_of(after).pods
+        assert fresh.open_slots("ml/llm/0_a", 8, "worker/3") == s.core.open_slots("ml/llm/0_a", 8, "worker/3")
+        assert violations(fresh) == []
+
+    run(go())
+
+
+def test_recovery_skips_pods_it_cannot_read_and_says_why() -> None:
+    p = pod("u", "p", "nlp", spec("nlp", 2))
+    p["spec"]["nodeName"] = "a100-r1-n1"
+    report = recover(Core(example().spec), [p], now=0.0)
+    assert report.pods == 0 and report.skipped and "annotation" in report.skipped[0][1]
+    p["metadata"]["annotations"][ISOLATION_ANNOTATIONS[1]] = "0,1"  # a HiveD pod without bind info
+    fresh = Core(example().spec)
+    report = recover(fresh, [p], now=0.0)
+    assert report.pods == 1 and fresh.gang("nlp/p") is not None
+
+
+class FakeKube(AsyncKube):
+    """Answers from dicts; records every request."""
+
+    def __init__(
+        self,
+        pods: dict[tuple[str, str], dict[str, Any]] | None = None,
+        nodes: list[dict[str, Any]] | None = None,
+    ) -> None:
+        super().__init__(KubeApi(None))
+        self.pods = pods or {}
+        self.nodes = nodes or []
+        self.calls: list[tuple[str, str, Any]] = []
+        self.bind_status = 201
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        self.calls.append((method, path, body))
+        parts = path.split("/")
+        if method == "POST" and path.endswith("/binding"):
+            if self.bind_status == 409:
+                raise ApiError(409, "already assigned", "Conflict")
+            if self.bind_status >= 400:
+                raise ApiError(self.bind_status, "nope")
+            return {"kind": "Status", "status": "Success"}
+        if method == "GET" and "pods" in parts:
+            return self.pods.get((parts[4], parts[6]))
+        return {}
+
+    async def list(
+        self, path: str, query: Sequence[tuple[str, str]] = ()
+    ) -> tuple[list[dict[str, Any]], str]:
+        return (list(self.pods.values()) if "pods" in path else self.nodes), "7"
+
+
+def test_kube_binder_posts_the_binding_and_accepts_a_conflict_on_the_same_node() -> None:
+    async def go() -> None:
+        kube = FakeKube(
+            {
+                ("ml", "p"): {
+                    "metadata": {"uid": "u", "name": "p", "namespace": "ml"},
+                    "spec": {"nodeName": "n1"},
+                }
+            }
+        )
+        binder = KubeBinder(kube)
+        target = BindTarget("ml", "p", "u")
+        await binder.bind(target, "n1", {"a": "b"})
+        method, path, body = kube.calls[0]
+        assert (method, path) == ("POST", "/api/v1/namespaces/ml/pods/p/binding")
+        assert body == binding_body(target, "n1", {"a": "b"})
+        assert body["metadata"]["uid"] == "u" and body["target"] == {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": "n1",
+        }
+        kube.bind_status = 409
+        await binder.bind(target, "n1", {})  # already there: success
+        with pytest.raises(BindError):
+            await binder.bind(target, "n2", {})
+        kube.bind_status = 500
+        with pytest.raises(BindError, match="refused"):
+            await binder.bind(target, "n1", {})
+
+    run(go())
+
+
+def test_cluster_sync_start_recovers_then_follows_pod_and_node_events() -> None:
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        pods = [pod(f"u{i}", f"w-{i}", "vision", spec("vision", 8, 2, "vision/two")) for i in range(2)]
+        for p in pods:
+            await place(s, p)
+        api = bound_pods(s, binder, pods)
+        names = list(s.core.topo.node_names)
+        kube = FakeKube(
+            {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in api},
+            [node(n) for n in names[1:]],
+        )
+        service = kube_service(example(), kube)
+        k = service.scheduler
+        assert not k.ready
+        sync = ClusterSync(k, kube)
+        k.evictor = sync.evict
+        await sync.start()
+        assert k.ready and k.core.gang("vision/two") is not None
+        assert k.core.node_health(names[0]) == tuple(range(8))  # not listed: bad until it shows up
+        await sync.on_node("ADDED", node(names[0]))
+        assert k.core.node_health(names[0]) == ()
+        await sync.on_node("MODIFIED", node(names[0], alloc="7"))
+        assert k.core.node_health(names[0]) == (7,)
+        await sync.on_pod("DELETED", api[0])
+        gang = k.core.gang("vision/two")
+        assert gang is not None and gang.slot_of("u0") is None
+        finished = {**api[1], "status": {"phase": "Succeeded"}}
+        await sync.on_pod("MODIFIED", finished)
+        assert k.core.gang("vision/two") is None  # every member gone
+        await sync.relist_pods([])
+        assert violations(k.core) == []
+
+    run(go())
+
+
+def test_kube_mode_bind_falls_back_to_reading_the_pod() -> None:
+    async def go() -> None:
+        p = pod("u1", "solo", "nlp", spec("nlp", 2))
+        kube = FakeKube({("nlp", "solo"): p})
+        service = kube_service(example(), kube)
+        s = service.scheduler
+        s.ready = True
+        r = await s.filter(args(p))
+        s.forget_pod("u1")
+        assert await s.bind(bind_args(p, r["NodeNames"][0])) == {"Error": ""}
+        post = [c for c in kube.calls if c[0] == "POST"]
+        assert post and post[-1][1].endswith("/pods/solo/binding")
+        assert ISOLATION_ANNOTATIONS[0] in post[-1][2]["metadata"]["annotations"]
+
+    run(go())
+
+
+def test_evict_deletes_with_a_uid_precondition() -> None:
+    async def go() -> None:
+        s = scheduler()
+        kube = FakeKube()
+        sync = ClusterSync(s, kube)
+        sync.live["u9"] = ("ml", "w-9")
+        await sync.evict(["u9", "unknown"], "test")
+        assert kube.calls == [
+            (
+                "DELETE",
+                "/api/v1/namespaces/ml/pods/w-9",
+                {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": "u9"}},
+            )
+        ]
+
+    asyncio.run(go())
+
+
+def test_recovery_keeps_a_rack_sized_gang_guaranteed() -> None:
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        pods = [pod(f"w{i}", f"w-{i}", "vision", spec("vision", 8, 4, "vision/rack")) for i in range(4)]
+        for p in pods:
+            await place(s, p)
+        fresh = Core(example().spec)
+        recover(fresh, bound_pods(s, binder, pods), now=0.0)
+        gang = fresh.gang("vision/rack")
+        assert gang is not None and gang.priority == 0 and not gang.history
+
+    run(go())

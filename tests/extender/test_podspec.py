@@ -1,0 +1,194 @@
+"""The pod contract: opt-in, HiveD's spec fields and defaults, FrameworkController identity, errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.podspec import (
+    PodRequest,
+    framework_members,
+    framework_task,
+    is_enabled,
+    pod_request,
+    positive_quantity,
+)
+from tests.extender.helpers import fc_annotations, pod
+from topology.decisions import Member, UserError
+
+HIVED_SPEC = "hivedscheduler.microsoft.com/pod-scheduling-spec"
+G = "virtualCluster: a\nleafCellNumber: 1\naffinityGroup: {name: g, members: "
+
+
+def req(p: dict[str, Any], **kw: Any) -> PodRequest:
+    m = p["metadata"]
+    return pod_request(p, m["uid"], m["namespace"], m["name"], **kw)
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("1", True), (1, True), ("500m", True), ("0", False), (0, False), ("-1", False), ("x", False)],
+)
+def test_positive_quantity(value: object, on: bool) -> None:
+    assert positive_quantity(value) is on
+
+
+def test_opt_in_through_any_container_or_init_container_and_either_key() -> None:
+    p = pod("u", enabled=False)
+    assert not is_enabled(p)
+    p["spec"]["initContainers"] = [
+        {"name": "i", "resources": {"limits": {"hivedscheduler.microsoft.com/pod-scheduling-enable": 1}}}
+    ]
+    assert is_enabled(p)
+    assert is_enabled(pod("u"))
+    assert not is_enabled({"spec": "x"})
+
+
+def test_hived_defaults_and_a_single_pod_gang() -> None:
+    r = req(pod("u1", "solo", "team", "virtualCluster: nlp\nleafCellNumber: 2\n", key=HIVED_SPEC))
+    assert r.request.name == "team/solo"
+    assert r.request.members == (Member(1, 2),)
+    assert (r.request.priority, r.request.leaf_type, r.request.pinned_cell_id) == (0, None, None)
+    assert not r.request.lazy_preemption and not r.ignore_suggested_nodes
+    assert r.spec_annotation == HIVED_SPEC and r.leaf_number == 2
+
+
+def test_yaml_group_with_legacy_keys_and_merged_members() -> None:
+    text = """
+virtualCluster: vision
+priority: 100
+gpuType: A100
+gpuNumber: 4
+lazyPreemptionEnable: true
+affinityGroup:
+  name: job/default
+  members:
+  - {podNumber: 2, leafCellNumber: 4}
+  - {podNumber: 1, leafCellNumber: 8}
+  - {podNumber: 1, leafCellNumber: 4}
+"""
+    r = req(pod("u", "p", "vision", text))
+    assert r.request.name == "job/default" and r.request.leaf_type == "A100"
+    assert r.request.members == (Member(3, 4), Member(1, 8))
+    assert r.request.priority == 100 and r.request.lazy_preemption
+
+
+def test_namespace_vc_fallback() -> None:
+    r = req(pod("u", "p", "nlp", '{"leafCellNumber": 1}'), namespace_vcs={"nlp": "nlp-vc"})
+    assert r.request.vc == "nlp-vc"
+
+
+def test_framework_tasks_form_one_gang_per_attempt_with_named_slots() -> None:
+    text = (
+        '{"virtualCluster": "vision", "leafCellNumber": 8, "affinityGroup": {"name": "ignored", "members": '
+        '[{"podNumber": 1, "leafCellNumber": 4, "taskRole": "ps"}, {"podNumber": 3, "leafCellNumber": 8, '
+        '"taskRole": "worker"}]}}'
+    )
+    p = pod("u", "llm-worker-2", "ml", text, annotations=fc_annotations("ml", "llm", "0_abc", "worker", 2))
+    r = req(p)
+    assert r.request.name == "ml/llm/0_abc"
+    assert r.request.slot_keys == ("ps/0", "worker/0", "worker/1", "worker/2")
+    assert r.slot_key == "worker/2" and r.task is not None and r.task.index == 2
+    bad = pod("u", "llm-worker-5", "ml", text, annotations=fc_annotations("ml", "llm", "0_abc", "worker", 5))
+    with pytest.raises(UserError, match="worker/5 is not a slot"):
+        req(bad)
+
+
+def test_framework_without_group_takes_its_shape_from_the_framework_object() -> None:
+    def role(name: str, n: int, gpus: int | None) -> dict[str, Any]:
+        template = pod(
+            "t",
+            spec_text=None if gpus is None else f'{{"virtualCluster": "vision", "leafCellNumber": {gpus}}}',
+        )
+        return {"name": name, "taskNumber": n, "task": {"pod": template}}
+
+    fw = {"spec": {"taskRoles": [role("worker", 2, 8), role("ps", 1, 1), role("cpu", 3, None)]}}
+    assert framework_members(fw) == [("worker", 2, 8), ("ps", 1, 1)]
+    p = pod(
+        "u",
+        "x",
+        "vision",
+        '{"virtualCluster": "vision", "leafCellNumber": 1}',
+        annotations=fc_annotations("vision", "x", "1_z", "ps", 0),
+    )
+    assert framework_task(p) is not None
+    r = req(p, framework=fw)
+    assert r.request.name == "vision/x/1_z" and r.slot_key == "ps/0"
+    assert r.request.members == (Member(2, 8), Member(1, 1))
+    assert req(p).request.name == "vision/x"  # no Framework: HiveD's one-pod default
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "message"),
+    [
+        (None, "pod-scheduling-spec", "does not exist or is empty"),
+        ("[1, 2]", "pod-scheduling-spec", "expected a mapping"),
+        ("a: [", "pod-scheduling-spec", "YAML syntax error"),
+        ("leafCellNumber: 1", "virtualCluster", "VirtualCluster is empty"),
+        ("virtualCluster: a\nleafCellNumber: 0", "leafCellNumber", "non-positive"),
+        ("virtualCluster: a\nleafCellNumber: two", "leafCellNumber", "expected an integer"),
+        ("virtualCluster: a\nleafCellNumber: 1\npriority: -2", "priority", "less than -1"),
+        ("virtualCluster: a\nleafCellNumber: 1\npriority: 1001", "priority", "greater than 1000"),
+        (
+            "virtualCluster: a\nleafCellNumber: 1\nlazyPreemptionEnable: maybe",
+            "lazyPreemptionEnable",
+            "true or false",
+        ),
+        (
+            "virtualCluster: a\nleafCellNumber: 1\naffinityGroup: {members: []}",
+            "affinityGroup.name",
+            "Name is empty",
+        ),
+        ("virtualCluster: a\nleafCellNumber: 1\naffinityGroup: {name: g}", "affinityGroup.members", "empty"),
+        (
+            G + "[{podNumber: 0, leafCellNumber: 1}]}",
+            "affinityGroup.members[0].podNumber",
+            "non-positive PodNumber",
+        ),
+        (
+            G + "[{podNumber: 1, leafCellNumber: 2}]}",
+            "affinityGroup.members",
+            "does not contains current Pod",
+        ),
+        (
+            G + "[{podNumber: 1, leafCellNumber: 1, taskRole: w}, {podNumber: 1, leafCellNumber: 1}]}",
+            "affinityGroup.members[1].taskRole",
+            "every member or none",
+        ),
+    ],
+)
+def test_every_bad_spec_names_its_field(text: str | None, field: str, message: str) -> None:
+    with pytest.raises(UserError) as exc:
+        req(pod("u", "p", "nowhere", text))
+    assert exc.value.field.endswith(field) and message in exc.value.message
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=12), kids, max_size=4),
+        max_leaves=12,
+    ),
+    st.sampled_from(["virtualCluster", "leafCellNumber", "priority", "affinityGroup", "members", "name"]),
+)
+def test_any_spec_document_is_a_request_or_a_user_error(junk: object, key: str) -> None:
+    for doc in (
+        junk,
+        {key: junk, "virtualCluster": "v", "leafCellNumber": 1},
+        {"affinityGroup": {key: junk}},
+    ):
+        try:
+            text = json.dumps(doc)
+        except (TypeError, ValueError):
+            continue
+        try:
+            r = req(pod("u", "p", "ns", text))
+        except UserError as err:
+            assert err.field and err.message
+        else:
+            assert r.leaf_number > 0 and r.request.members

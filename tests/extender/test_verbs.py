@@ -1,0 +1,356 @@
+"""The four verbs against a real core, driven the way kube-scheduler drives them (no HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from extender import wire
+from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, decode_bind_info
+from extender.standalone import MemoryBinder
+from extender.verbs import BindError, BindTarget, Scheduler
+from tests.extender.helpers import Clock, args, bind_args, fc_annotations, nodes, pod, run, scheduler, spec
+from topology.invariants import snapshot, violations
+
+
+async def place(s: Scheduler, p: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """filter -> prioritize (if needed) -> bind, as kube-scheduler does; the node bound, or None."""
+    r = await s.filter(args(p))
+    names = r["NodeNames"] or []
+    if not names:
+        return r, None
+    node = names[0]
+    if len(names) > 1:
+        scores = await s.prioritize(args(p, names))
+        node = max(scores, key=lambda h: h["Score"])["Host"]
+    b = await s.bind(bind_args(p, node))
+    assert b == {"Error": ""}, b
+    return r, node
+
+
+def test_gang_members_in_random_order_each_get_a_node_of_the_gang() -> None:
+    async def go() -> None:
+        s = scheduler()
+        pods = [pod(f"u{i}", f"w-{i}", "vision", spec("vision", 8, 4, "vision/llm")) for i in range(4)]
+        random.Random(7).shuffle(pods)
+        bound = []
+        for p in pods:
+            r, node = await place(s, p)
+            assert node is not None
+            assert set(r["NodeNames"]) | set(r["FailedAndUnresolvableNodes"]) == set(nodes())
+            assert r["FailedNodes"] == {}
+            bound.append(node)
+        gang = s.core.gang("vision/llm")
+        assert gang is not None
+        assert sorted(bound) == sorted(p.node for p in s.core.placement_of(gang).pods)
+        assert len(set(bound)) == 4
+        assert violations(s.core) == []
+
+    run(go())
+
+
+def test_filter_answers_only_requested_names_and_explains_the_others() -> None:
+    async def go() -> None:
+        s = scheduler()
+        names = [*nodes()[:6], "not-a-node"]
+        p = pod("u1", "a", "vision", spec("vision", 8, 2, "vision/pair"))
+        r = await s.filter(args(p, names))
+        assert set(r["NodeNames"]) <= set(names)
+        assert r["NodeNames"]
+        assert "not in the cluster config" in r["FailedAndUnresolvableNodes"]["not-a-node"]
+        every = set(r["NodeNames"]) | set(r["FailedNodes"]) | set(r["FailedAndUnresolvableNodes"])
+        assert every == set(names)
+        gang = s.core.gang("vision/pair")
+        assert gang is not None and set(s.core.placement_of(gang).nodes) <= set(
+            names
+        )  # suggested nodes honoured
+
+    run(go())
+
+
+def test_prioritize_gives_ten_to_the_rank_slot_of_a_framework_task() -> None:
+    async def go() -> None:
+        s = scheduler()
+        doc = (
+            '{"virtualCluster": "vision", "leafCellNumber": 8, "affinityGroup": {"name": "x", '
+            '"members": [{"podNumber": 4, "leafCellNumber": 8, "taskRole": "worker"}]}}'
+        )
+        pods = [
+            pod(
+                f"u{i}",
+                f"fw-worker-{i}",
+                "vision",
+                doc,
+                annotations=fc_annotations("vision", "fw", "0_a", "worker", i),
+            )
+            for i in range(4)
+        ]
+        for i in (2, 0, 3, 1):
+            r, node = await place(s, pods[i])
+            assert r["NodeNames"] == [node]  # a named slot: exactly one node
+        gang = s.core.gang("vision/fw/0_a")
+        assert gang is not None
+        by_key = {sl.key: sl.pod_uid for sl in gang.slots}
+        assert by_key == {f"worker/{i}": f"u{i}" for i in range(4)}
+        order = [p.node for p in s.core.placement_of(gang).pods]
+        assert order == sorted(order)  # rank order = topology order
+
+    run(go())
+
+
+def test_prioritize_steers_concurrent_members_to_different_slots() -> None:
+    async def go() -> None:
+        s = scheduler()
+        a = pod("ua", "a", "vision", spec("vision", 8, 3, "vision/three"))
+        b = pod("ub", "b", "vision", spec("vision", 8, 3, "vision/three"))
+        ra = await s.filter(args(a))
+        rb = await s.filter(args(b))
+        assert len(ra["NodeNames"]) == 3 and ra["NodeNames"] == rb["NodeNames"]
+        sa = await s.prioritize(args(a, ra["NodeNames"]))
+        sb = await s.prioritize(args(b, rb["NodeNames"]))
+        top = {max(x, key=lambda h: h["Score"])["Host"] for x in (sa, sb)}
+        assert len(top) == 2
+        assert all(0 <= h["Score"] <= 10 for h in sa + sb)
+
+    run(go())
+
+
+def test_bind_writes_the_decision_as_annotations_and_is_idempotent() -> None:
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        p = pod("u1", "solo", "nlp", spec("nlp", 4))
+        _, node = await place(s, p)
+        assert node is not None
+        ann = binder.bound["u1"].annotations
+        gpus = ann[ISOLATION_ANNOTATIONS[0]]
+        assert gpus == ann[ISOLATION_ANNOTATIONS[1]] and len(gpus.split(",")) == 4
+        info = decode_bind_info(ann[BIND_INFO_ANNOTATIONS[0]])
+        assert info.node == node and info.gang == "nlp/solo" and len(info.placements) == 1
+        before = snapshot(s.core)
+        assert await s.bind(bind_args(p, node)) == {"Error": ""}  # duplicate bind
+        r = await s.filter(args(p))  # filter after bind: its own node, nothing changes
+        assert r["NodeNames"] == [node]
+        assert snapshot(s.core) == before
+        other = next(n for n in nodes() if n != node)
+        err = (await s.bind(bind_args(p, other)))["Error"]
+        assert "already holds slot" in err
+        assert snapshot(s.core) == before
+
+    run(go())
+
+
+def test_bind_without_filter_and_with_a_stale_uid_are_refused_without_change() -> None:
+    async def go() -> None:
+        s = scheduler()
+        before = snapshot(s.core)
+        err = (await s.bind(wire.BindingArgs("ghost", "vision", "g-1", nodes()[0])))["Error"]
+        assert "without a scheduling placement" in err
+        p = pod("u1", "w", "vision", spec("vision", 8, 2, "vision/two"))
+        r = await s.filter(args(p))
+        assert r["NodeNames"]
+        mid = snapshot(s.core)
+        err = (await s.bind(wire.BindingArgs("w", "vision", "u-old", r["NodeNames"][0])))["Error"]
+        assert "stale PodUID" in err
+        assert snapshot(s.core) == mid != before
+
+    run(go())
+
+
+class FailingBinder:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None:
+        self.calls += 1
+        raise BindError("apiserver says no")
+
+
+def test_a_failed_binding_gives_the_slot_back() -> None:
+    async def go() -> None:
+        binder = FailingBinder()
+        s = scheduler(binder)
+        a = pod("ua", "a", "vision", spec("vision", 8, 2, "vision/two"))
+        b = pod("ub", "b", "vision", spec("vision", 8, 2, "vision/two"))
+        s.binder = MemoryBinder()
+        await place(s, a)
+        s.binder = binder
+        r = await s.filter(args(b))
+        err = (await s.bind(bind_args(b, r["NodeNames"][0])))["Error"]
+        assert "apiserver says no" in err and binder.calls == 1
+        gang = s.core.gang("vision/two")
+        assert gang is not None and gang.slot_of("ub") is None
+        assert len(s.core.open_slots("vision/two", 8)) == 1
+        assert violations(s.core) == []
+
+    run(go())
+
+
+def test_a_gang_too_big_for_its_quota_waits_with_its_reason_on_every_node() -> None:
+    async def go() -> None:
+        s = scheduler()
+        p = pod("u1", "big", "research", spec("research", 8, 3, "research/big"))
+        r = await s.filter(args(p))
+        assert r["NodeNames"] == [] and r["Error"] == ""
+        assert set(r["FailedAndUnresolvableNodes"]) == set(nodes())  # bigger than the whole quota
+        text = r["FailedAndUnresolvableNodes"][nodes()[0]]
+        assert "[InsufficientQuota]" in text and "research/big" in text and "never run" in text
+        groups = s.affinity_groups()
+        assert groups[0]["status"]["state"] == "Waiting"
+        assert groups[0]["status"]["waitReason"]["code"] == "InsufficientQuota"
+
+    run(go())
+
+
+def test_a_waiting_guaranteed_gang_lists_nodes_where_preemption_may_help() -> None:
+    async def go() -> None:
+        s = scheduler()
+        for i in range(3):
+            await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+        p = pod("hi", "hi", "nlp", spec("nlp", 8, priority=500))
+        r = await s.filter(args(p))
+        assert r["NodeNames"] == [] and r["FailedNodes"]
+        assert all("waits [" in v for v in r["FailedNodes"].values())
+        victims_in = {n: {"Pods": [{"UID": "low0"}], "NumPDBViolations": 0} for n in r["FailedNodes"]}
+        pre = await s.preempt(wire.parse_preemption_args({"Pod": p, "NodeNameToMetaVictims": victims_in}))
+        meta = pre["NodeNameToMetaVictims"]
+        if meta is not None:  # the core names whole lower-priority gangs
+            uids = {v["UID"] for m in meta.values() for v in m["Pods"]}
+            assert uids <= {"low0", "low1", "low2"} and uids
+            assert all(m["Pods"] and m["NumPDBViolations"] == 0 for m in meta.values())
+        assert violations(s.core) == []
+
+    run(go())
+
+
+def test_pods_that_do_not_opt_in_pass_through_untouched() -> None:
+    async def go() -> None:
+        s = scheduler()
+        p = pod("u1", "web", "default", None, enabled=False)
+        r = await s.filter(args(p))
+        assert r["NodeNames"] == nodes() and r["Error"] == ""
+        scores = await s.prioritize(args(p))
+        assert {h["Score"] for h in scores} == {0}
+        assert s.core.gangs() == []
+
+    run(go())
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ('{"leafCellNumber": 1}', "virtualCluster"),
+        ('{"virtualCluster": "nope", "leafCellNumber": 1}', "virtualCluster"),
+        ('{"virtualCluster": "vision", "leafCellNumber": 0}', "leafCellNumber"),
+        ('{"virtualCluster": "vision", "leafCellNumber": 16}', "leafCellNumber"),
+        ('{"virtualCluster": "vision", "leafCellNumber": 1, "priority": 2000}', "priority"),
+        ("virtualCluster: [", "pod-scheduling-spec"),
+    ],
+)
+def test_bad_specs_come_back_as_filter_errors_naming_the_field(text: str, field: str) -> None:
+    async def go() -> None:
+        s = scheduler()
+        r = await s.filter(args(pod("u1", "bad", "default", text)))
+        assert r["Error"].startswith("topogang: User Error: [u1(default/bad)]")
+        assert field in r["Error"]
+        assert r["NodeNames"] is None
+        assert s.core.gangs() == []
+
+    run(go())
+
+
+def test_not_ready_answers_an_error() -> None:
+    async def go() -> None:
+        s = scheduler()
+        s.ready, s.not_ready_reason = False, "recovering"
+        r = await s.filter(args(pod("u1", "a", "vision", spec())))
+        assert "not ready: recovering" in r["Error"]
+
+    run(go())
+
+
+def test_reservations_expire_and_evict_bound_members() -> None:
+    async def go() -> None:
+        clock = Clock()
+        evicted: list[str] = []
+
+        async def evict(uids: Any, reason: str) -> None:
+            evicted.extend(uids)
+
+        s = scheduler(clock=clock, ttl_seconds=30.0, evictor=evict)
+        empty = snapshot(s.core)
+        await place(s, pod("u0", "w-0", "vision", spec("vision", 8, 2, "vision/two")))
+        clock.t += 31
+        released = await s.expire()
+        assert [r.gang for r in released] == ["vision/two"]
+        assert evicted == ["u0"]
+        assert snapshot(s.core) == empty
+
+    run(go())
+
+
+def test_pod_lookup_lets_bind_work_without_a_filter_in_this_process() -> None:
+    async def go() -> None:
+        p = pod("u1", "solo", "nlp", spec("nlp", 2))
+
+        async def lookup(ns: str, name: str) -> Mapping[str, Any] | None:
+            return p if (ns, name) == ("nlp", "solo") else None
+
+        s = scheduler(pod_lookup=lookup)
+        r = await s.filter(args(p))
+        node = r["NodeNames"][0]
+        s.forget_pod("u1")  # as after a restart between filter and bind
+        assert await s.bind(bind_args(p, node)) == {"Error": ""}
+        err = (await s.bind(wire.BindingArgs("solo", "nlp", "u-other", node)))["Error"]
+        assert "stale PodUID" in err
+
+    run(go())
+
+
+def test_a_deleted_member_frees_its_slot_for_the_retry() -> None:
+    async def go() -> None:
+        s = scheduler()
+        a = pod("ua", "a", "vision", spec("vision", 8, 2, "vision/two"))
+        b = pod("ub", "b", "vision", spec("vision", 8, 2, "vision/two"))
+        _, na = await place(s, a)
+        await place(s, b)
+        await s.pod_gone("ua")
+        retry = pod("ua2", "a", "vision", spec("vision", 8, 2, "vision/two"))
+        _, node = await place(s, retry)
+        assert node == na
+        assert violations(s.core) == []
+
+    run(go())
+
+
+def test_filter_time_preemption_evicts_whole_victim_gangs_and_reserves() -> None:
+    async def go() -> None:
+        evicted: list[str] = []
+
+        async def evict(uids: Any, reason: str) -> None:
+            evicted.extend(uids)
+
+        s = scheduler(evictor=evict, preempt_on_filter=True)
+        for i in range(3):
+            await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+        never = pod("calm", "calm", "nlp", spec("nlp", 8, priority=500))
+        never["spec"]["preemptionPolicy"] = "Never"
+        r = await s.filter(args(never))
+        assert r["NodeNames"] == [] and evicted == []  # the pod refuses to preempt
+        p = pod("hi", "hi", "nlp", spec("nlp", 8, priority=600))
+        r = await s.filter(args(p))
+        await asyncio.sleep(0)  # the eviction runs in the background
+        assert r["NodeNames"] == [] and r["FailedNodes"] == {}  # the extender evicts; kube-scheduler need not
+        assert "[Preempting]" in next(iter(r["FailedAndUnresolvableNodes"].values()))
+        assert evicted and set(evicted) <= {"low0", "low1", "low2"}
+        for uid in evicted:
+            await s.pod_gone(uid)
+        _, node = await place(s, p)
+        assert node is not None
+        assert violations(s.core) == []
+
+    run(go())

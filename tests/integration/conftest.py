@@ -1,0 +1,156 @@
+"""A real standalone extender for the integration tests: `topogang serve` in a subprocess.
+
+The server listens on a free 127.0.0.1 port (it binds port 0 itself and prints the address, so there
+is no race for the port), the fixture waits for /readyz, and the process is always terminated, even
+when a test fails. Tests drive it with httpx exactly as kube-scheduler would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "config" / "examples" / "example-cluster.yaml"
+ENABLE = "topogang.io/pod-scheduling-enable"
+SPEC = "topogang.io/pod-scheduling-spec"
+START_TIMEOUT = 30.0
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[str]
+    log: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    cmd = [
+        sys.executable,
+        str(ROOT / "topogang_cli.py"),
+        "serve",
+        "--config",
+        str(CONFIG),
+        "--listen",
+        "127.0.0.1:0",
+    ]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = None
+        lines: list[str] = []
+        deadline = time.monotonic() + START_TIMEOUT
+        assert proc.stdout is not None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "listening on " in line:
+                url = line.split("listening on ", 1)[1].strip()
+        if url is None:
+            raise RuntimeError("the extender did not start:\n" + "".join(lines))
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("the extender never became ready:\n" + "".join(lines))
+        yield Server(url, proc, lines)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def client(server: Server) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=10.0) as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def node_names(client: httpx.Client) -> list[str]:
+    cells = client.get("/v1/inspect/clusterstatus/physicalcluster").json()
+    out: list[str] = []
+
+    def walk(c: dict[str, Any]) -> None:
+        if c.get("isNodeLevel"):
+            out.append(c["nodeName"])
+        for k in c.get("cellChildren", []):
+            walk(k)
+
+    for c in cells:
+        walk(c)
+    return out
+
+
+class Pods:
+    """Pods a test creates; deleted from the server at the end of the test."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+        self.uids: list[str] = []
+        self.run = uuid.uuid4().hex[:8]
+
+    def make(
+        self,
+        name: str,
+        ns: str,
+        spec: dict[str, Any] | str | None,
+        *,
+        annotations: dict[str, str] | None = None,
+        enabled: bool = True,
+    ) -> dict[str, Any]:
+        uid = f"{name}-{self.run}-{len(self.uids)}"
+        self.uids.append(uid)
+        ann = dict(annotations or {})
+        if spec is not None:
+            ann[SPEC] = spec if isinstance(spec, str) else json.dumps(spec)
+        limits = {ENABLE: "1"} if enabled else {"cpu": "1"}
+        return {
+            "metadata": {"uid": uid, "name": f"{name}-{self.run}", "namespace": ns, "annotations": ann},
+            "spec": {"containers": [{"name": "main", "resources": {"limits": limits}}]},
+            "status": {"phase": "Pending"},
+        }
+
+    def cleanup(self) -> None:
+        for uid in self.uids:
+            self.client.delete(f"/v1/standalone/pods/{uid}")
+
+
+@pytest.fixture
+def pods(client: httpx.Client) -> Iterator[Pods]:
+    p = Pods(client)
+    try:
+        yield p
+    finally:
+        p.cleanup()
+
+
+def state(client: httpx.Client) -> tuple[Any, Any, Any]:
+    """What must not change under bad requests: cells, VCs, and every gang holding GPUs."""
+    cluster = client.get("/v1/inspect/clusterstatus").json()
+    groups = [
+        g
+        for g in client.get("/v1/inspect/affinitygroups/").json()["items"]
+        if g["status"]["state"] != "Waiting"
+    ]
+    summary = client.get("/v1/inspect").json()
+    return cluster, groups, (summary["gpus"], summary["virtualClusters"])
