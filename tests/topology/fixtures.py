@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from topology.core import Core
+from topology.decisions import Bind, GangRequest, Member
+from topology.invariants import violations
 from topology.spec import CellTypeSpec, ClusterSpec, PhysicalCellSpec, VirtualCellSpec, VirtualClusterSpec
 
 CELL_TYPES = (
@@ -50,3 +53,20 @@ def rack_cluster(
             for name in names
         ),
     )
+
+
+def gang(name: str, vc: str, *members: tuple[int, int], **kw: object) -> GangRequest:
+    """A gang request from (pods, GPUs per pod) pairs."""
+    return GangRequest(name, vc, tuple(Member(p, g) for p, g in members), **kw)  # type: ignore[arg-type]
+
+
+def run(core: Core, req: GangRequest, prefix: str) -> list[Bind]:
+    """Schedule every pod of the gang (uids `prefix-GPUS-k`); all must bind, guarantees must hold."""
+    out = []
+    for m in req.members:
+        for k in range(m.pod_number):
+            d = core.schedule(req, f"{prefix}-{m.leaf_number}-{k}", m.leaf_number, 0.0)
+            assert isinstance(d, Bind), d
+            out.append(d)
+    assert violations(core) == []
+    return out

@@ -2,27 +2,12 @@
 
 from __future__ import annotations
 
-from tests.topology.fixtures import rack_cluster
+from tests.topology.fixtures import gang, rack_cluster, run
 from topology.core import Core
-from topology.decisions import AdoptedPod, Bind, GangRequest, Member, Wait, WaitCode
+from topology.decisions import AdoptedPod, Bind, Wait, WaitCode
 from topology.explain import explain
 from topology.invariants import snapshot, violations
 from topology.reconfigure import reconfigure
-
-
-def gang(name: str, vc: str, *members: tuple[int, int], **kw: object) -> GangRequest:
-    return GangRequest(name, vc, tuple(Member(p, g) for p, g in members), **kw)  # type: ignore[arg-type]
-
-
-def run(core: Core, req: GangRequest, prefix: str) -> list[Bind]:
-    out = []
-    for m in req.members:
-        for k in range(m.pod_number):
-            d = core.schedule(req, f"{prefix}-{m.leaf_number}-{k}", m.leaf_number, 0.0)
-            assert isinstance(d, Bind), d
-            out.append(d)
-    assert violations(core) == []
-    return out
 
 
 def test_placement_avoids_bad_gpus_and_nodes() -> None:

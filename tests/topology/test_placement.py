@@ -6,14 +6,10 @@ import itertools
 
 import pytest
 
-from tests.topology.fixtures import rack_cluster
+from tests.topology.fixtures import gang, rack_cluster
 from topology.core import Core
 from topology.decisions import Bind, GangRequest, Member, UserError, Wait, WaitCode
 from topology.invariants import snapshot, violations
-
-
-def gang(name: str, vc: str, *members: tuple[int, int], **kw: object) -> GangRequest:
-    return GangRequest(name, vc, tuple(Member(p, g) for p, g in members), **kw)  # type: ignore[arg-type]
 
 
 def bind(core: Core, req: GangRequest, uid: str, gpus: int, now: float = 0.0) -> Bind:
