@@ -335,6 +335,12 @@ class Core:
 
     # ------------------------------------------------------------------ slots
     def placement_of(self, gang: Gang) -> GangPlacement:
+        if gang.placement is not None and gang.placement.priority == gang.priority:
+            return gang.placement
+        gang.placement = placed = self._placement(gang)
+        return placed
+
+    def _placement(self, gang: Gang) -> GangPlacement:
         topo, st = self.topo, self.state
 
         def quota_type(leaf: int) -> str:
@@ -793,6 +799,7 @@ class Core:
             st.allocate_leaf(leaf, gang.id, gang.priority)
         slot = Slot(len(gang.slots), len(found), p.slot_key, topo.cell_node[found[0]], tuple(found))
         gang.slots.append(slot)
+        gang.placement = None
         gang.lost -= 1
         return slot
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from topology.decisions import GangRequest
+from topology.decisions import GangPlacement, GangRequest
 
 
 class GangPhase(StrEnum):
@@ -51,6 +51,7 @@ class Gang:
     victims: set[int] = field(default_factory=set)  # ids of the gangs being preempted
     downgraded_by: str | None = None  # lazily preempted: runs as opportunistic for this gang
     lost: int = 0  # pods whose hardware vanished in a reconfiguration (reported, not held)
+    placement: GangPlacement | None = None  # cached: it never changes once the slots are set
 
     @property
     def phase(self) -> GangPhase:

@@ -222,13 +222,17 @@ class Topology:
         """Lowest common ancestor of `cells` (None when they sit in different top-level cells)."""
         if not cells:
             return None
-        common = self.ancestors(cells[0])
+        parent, level = self.parent, self.level
+        a = cells[0]
         for c in cells[1:]:
-            mine = set(self.ancestors(c))
-            common = [a for a in common if a in mine]
-            if not common:
-                return None
-        return common[0]
+            while a != c:  # climb whichever is lower; cell levels make this a plain walk
+                if a < 0 or c < 0:
+                    return None
+                if level[a] <= level[c]:
+                    a = parent[a]
+                else:
+                    c = parent[c]
+        return a
 
     def lca_level(self, cells: list[int]) -> int:
         """Level of the lowest common ancestor; one above the chain's top when there is none."""
