@@ -9,6 +9,8 @@
 #   (until then the scheduler just retries the pods that need it).
 #
 # env: TOPOGANG_E2E_TOPOLOGY (topology config for the fake nodes; default config/examples/example-cluster.yaml),
+#      TOPOGANG_E2E_SCHEDULER_CONFIG (default deploy/kube-scheduler-config.yaml; if that file does not exist,
+#      scheduler_config.py's clearly marked FALLBACK is used),
 #      TOPOGANG_PYTHON (default .venv/bin/python), TOPOGANG_E2E_OWNER_PID (if set, a watchdog tears the cluster
 #      down when that process exits, e.g. a pytest that was killed), TOPOGANG_E2E_HOME/_BIN (see versions.sh).
 #
@@ -24,6 +26,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 W=$(realpath -m "${1:?usage: cluster-up.sh WORKDIR [EXTENDER_URL]}")
 EXTENDER_URL=${2:-}
 TOPOLOGY=${TOPOGANG_E2E_TOPOLOGY:-$REPO/config/examples/example-cluster.yaml}
+SCHED_CONFIG=${TOPOGANG_E2E_SCHEDULER_CONFIG:-$REPO/deploy/kube-scheduler-config.yaml}
 PY=${TOPOGANG_PYTHON:-$REPO/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 
@@ -274,7 +277,7 @@ log "$("$PY" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["nodes
 
 # --- 7. kube-scheduler (recipe §5) with the project's config, urlPrefix/kubeconfig templated
 "$PY" "$HERE/scheduler_config.py" --kubeconfig "$W/admin.kubeconfig" --extender-url "$EXTENDER_URL" \
-	--out "$W/scheduler.yaml" 2>>"$W/logs/scheduler_config.log"
+	--deploy "$SCHED_CONFIG" --out "$W/scheduler.yaml" 2>>"$W/logs/scheduler_config.log"
 log "$(tail -n 1 "$W/logs/scheduler_config.log")"
 start kube-scheduler "$E2E_BIN/kube-scheduler" --config="$W/scheduler.yaml" \
 	--bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
