@@ -26,6 +26,7 @@ from starlette.routing import Route
 from config.load import LoadedConfig, load_config
 from extender.app import JSON, Service, build_app
 from extender.metrics import Metrics
+from extender.reload import ConfigWatcher
 from extender.verbs import BindError, BindTarget, Scheduler
 from topology.core import Core
 
@@ -123,13 +124,15 @@ def build_standalone(
 
     nodes = len(scheduler.core.topo.node_names)
     gpus = scheduler.core.topo.total_leaves()
+    watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     return Service(
         scheduler=scheduler,
-        background=[lambda: scheduler.run_expiry(expiry_interval(ttl))],
+        background=[lambda: scheduler.run_expiry(expiry_interval(ttl)), watcher.run],
         on_start=[start],
         routes=[
             Route("/v1/standalone/pods/{uid}", delete_pod, methods=["DELETE"]),
             Route("/v1/standalone/bindings", bindings, methods=["GET"]),
+            watcher.route(),
         ],
         description=f"topogang standalone extender on {loaded.file} ({nodes} nodes, {gpus} GPUs)",
     )

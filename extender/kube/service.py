@@ -36,6 +36,7 @@ from extender.kube.nodes import node_health, node_name
 from extender.kube.recovery import recover
 from extender.metrics import Metrics
 from extender.podspec import PodRequest, is_enabled
+from extender.reload import ConfigWatcher
 from extender.standalone import expiry_interval
 from extender.verbs import Scheduler, spawn
 from topology.core import Core
@@ -319,9 +320,16 @@ def kube_service(
                 del reported[key]
 
     nodes = len(scheduler.core.topo.node_names)
+    watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     return Service(
         scheduler=scheduler,
-        background=[sync.run, lambda: scheduler.run_expiry(expiry_interval(ttl)), forget_old_events],
+        background=[
+            sync.run,
+            lambda: scheduler.run_expiry(expiry_interval(ttl)),
+            forget_old_events,
+            watcher.run,
+        ],
+        routes=[watcher.route()],
         description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API",
     )
 

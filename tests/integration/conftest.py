@@ -8,11 +8,13 @@ when a test fails. Tests drive it with httpx exactly as kube-scheduler would.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,18 +36,26 @@ class Server:
     log: list[str] = field(default_factory=list)
 
 
-@pytest.fixture(scope="session")
-def server() -> Iterator[Server]:
+@contextmanager
+def running_server(config: Path = CONFIG, env: dict[str, str] | None = None) -> Iterator[Server]:
+    """`topogang serve` on `config` in a subprocess, ready; always terminated afterwards."""
     cmd = [
         sys.executable,
         str(ROOT / "topogang_cli.py"),
         "serve",
         "--config",
-        str(CONFIG),
+        str(config),
         "--listen",
         "127.0.0.1:0",
     ]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     try:
         url = None
         lines: list[str] = []
@@ -77,6 +87,12 @@ def server() -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[Server]:
+    with running_server() as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

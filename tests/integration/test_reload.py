@@ -1,0 +1,75 @@
+"""Hot reload against a real server: a valid edit applies with running pods kept, an invalid one is
+rejected with its reason and changes nothing."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.integration.conftest import CONFIG, Pods, running_server
+from tests.integration.test_server import schedule
+
+
+def wait_for(client: httpx.Client, result: str, timeout: float = 15.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status: dict[str, Any] = client.get("/v1/config").json()
+        if status["lastResult"] == result:
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"config never reached {result!r}: {status}")
+
+
+def vc_quota(client: httpx.Client, vc: str) -> int:
+    return int(client.get("/v1/inspect").json()["virtualClusters"][vc]["quota"])
+
+
+def test_valid_edit_applies_without_restart_and_invalid_one_is_rejected(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.yaml"
+    text = CONFIG.read_text()
+    config.write_text(text)
+    with (
+        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
+        httpx.Client(base_url=server.url, timeout=10.0) as client,
+    ):
+        nodes = _nodes(client)
+        pods = Pods(client)
+        pod = pods.make("keep", "nlp", {"virtualCluster": "nlp", "priority": 0, "leafCellNumber": 8})
+        node = schedule(client, pod, nodes)
+        assert node is not None
+        before = vc_quota(client, "nlp")
+        # grow nlp by one node, taken from the unpromised headroom
+        config.write_text(text.replace("cellNumber: 3", "cellNumber: 4", 1))
+        status = wait_for(client, "applied")
+        assert vc_quota(client, "nlp") == before + 8
+        bound = client.get("/v1/standalone/bindings").json()
+        assert bound[pod["metadata"]["uid"]]["node"] == node  # the running pod kept its GPUs
+        assert any("kept" in line for line in status["lastReport"])
+        applied = status["appliedHash"]
+        # an invalid edit: rejected with a precise reason, the running config stays
+        config.write_text(text.replace("childCellNumber: 2", "childCellNumber: 0", 1))
+        rejected = wait_for(client, "rejected")
+        assert rejected["appliedHash"] == applied
+        assert any("childCellNumber" in e for e in rejected["lastErrors"])
+        assert vc_quota(client, "nlp") == before + 8
+        metrics = client.get("/metrics").text
+        assert 'topogang_config_reloads_total{result="applied"} 1.0' in metrics
+        assert 'topogang_config_reloads_total{result="rejected"} 1.0' in metrics
+        pods.cleanup()
+
+
+def _nodes(client: httpx.Client) -> list[str]:
+    out: list[str] = []
+
+    def walk(c: dict[str, Any]) -> None:
+        if c.get("isNodeLevel"):
+            out.append(c["nodeName"])
+        for k in c.get("cellChildren", []):
+            walk(k)
+
+    for c in client.get("/v1/inspect/clusterstatus/physicalcluster").json():
+        walk(c)
+    return out
