@@ -30,6 +30,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from extender import views, wire
+from extender.explain_api import explain_route
 from extender.metrics import CONTENT_TYPE
 from extender.verbs import Scheduler, VerbError
 
@@ -221,6 +222,7 @@ def build_app(service: Service) -> Starlette:
         Route("/v1/inspect/affinitygroups", guarded(groups), methods=["GET"]),
         Route("/v1/inspect/affinitygroups/", guarded(groups), methods=["GET"]),
         Route("/v1/inspect/affinitygroups/{name:path}", guarded(group), methods=["GET"]),
+        explain_route(service.scheduler),
         *service.routes,
     ]
     paths = sorted({r.path for r in routes if isinstance(r, Route)} | {"/"})

@@ -1,0 +1,49 @@
+"""`POST /v1/explain`: "would this pod's gang fit now, where, and if not why?" over HTTP.
+
+The body is a Pod object (as `kubectl get pod -o json` prints it, or as kube-scheduler sends it)
+carrying the usual topogang/HiveD scheduling spec. The answer is the core's what-if (`topology.explain`):
+the placement it would get, or the wait reason, whom it could preempt, and the per-level view of the
+VC's quota and the free pool. Nothing changes: the search runs in a transaction that is rolled back,
+and it takes the scheduler's lock so it sees a consistent state.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from extender import wire
+from extender.podspec import pod_request
+from extender.verbs import Scheduler
+from topology.decisions import UserError
+from topology.explain import explain
+
+MAX_BODY = 1 << 20
+
+
+def explain_route(scheduler: Scheduler) -> Route:
+    async def endpoint(request: Request) -> Response:
+        body = await request.body()
+        if len(body) > MAX_BODY:
+            return JSONResponse({"error": f"body larger than {MAX_BODY} bytes"}, status_code=413)
+        try:
+            doc = wire.loads(body)
+            pod = wire.parse_pod(doc.get("Pod", doc) if isinstance(doc, dict) else doc)
+            pr = pod_request(
+                pod.raw,
+                pod.uid,
+                pod.namespace,
+                pod.name,
+                namespace_vcs=scheduler.namespace_vcs,
+                ttl_seconds=scheduler.ttl_seconds,
+            )
+            async with scheduler.lock:
+                answer = explain(scheduler.core, pr.request, scheduler.clock())
+        except wire.WireError as err:
+            return JSONResponse({"error": str(err)}, status_code=400)
+        except UserError as err:
+            return JSONResponse({"error": str(err), "field": err.field}, status_code=422)
+        return JSONResponse(answer)
+
+    return Route("/v1/explain", endpoint, methods=["POST"])

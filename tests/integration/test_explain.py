@@ -1,0 +1,37 @@
+"""POST /v1/explain against the real server: a what-if that answers and changes nothing."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.integration.conftest import Pods, state
+
+
+def test_explain_answers_fit_wait_and_errors_without_changing_state(client: httpx.Client, pods: Pods) -> None:
+    before = state(client)
+    fits = pods.make("whatif", "nlp", {"virtualCluster": "nlp", "priority": 0, "leafCellNumber": 4})
+    r = client.post("/v1/explain", json=fits)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["fitsNow"] is True and len(body["placement"]["pods"]) == 1
+    assert len(body["placement"]["pods"][0]["gpus"]) == 4
+    assert body["chains"][0]["levels"][0]["gpusPerCell"] == 1
+
+    big = pods.make(
+        "huge",
+        "research",
+        {
+            "virtualCluster": "research",
+            "leafCellNumber": 8,
+            "affinityGroup": {"name": "research/huge", "members": [{"podNumber": 3, "leafCellNumber": 8}]},
+        },
+    )
+    body = client.post("/v1/explain", json={"Pod": big}).json()
+    assert body["fitsNow"] is False and body["reason"]["code"] == "InsufficientQuota"
+    assert body["reason"]["vc"] == "research"
+
+    bad = pods.make("bad", "nlp", {"virtualCluster": "nlp", "leafCellNumber": -1})
+    r = client.post("/v1/explain", json=bad)
+    assert r.status_code == 422 and r.json()["field"] == "leafCellNumber"
+    assert client.post("/v1/explain", content=b"{not json").status_code == 400
+    assert state(client) == before
