@@ -13,14 +13,19 @@ listen address is `--listen`, else the config's `topogang.listenAddress` / `webS
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+import uvloop
 
 from config.load import ConfigError, LoadedConfig, load_config
 from extender.app import Service, build_app
 from extender.standalone import EXAMPLE_CONFIG, build_standalone
+from extender.tls import TlsSettings, VerbsGuard
 
 
 def parse_listen(text: str, default_host: str) -> tuple[str, int]:
@@ -44,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--kube", action="store_true", help="run against Kubernetes (in-cluster or $KUBECONFIG)")
     ap.add_argument("--kubeconfig", default=None, help="kubeconfig file (implies --kube)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    ap.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
+    ap.add_argument("--tls-key", default=None, help="private key of --tls-cert (PEM)")
+    ap.add_argument(
+        "--client-ca",
+        default=None,
+        help="require client certificates signed by this CA for the verbs, served on --verbs-listen",
+    )
+    ap.add_argument("--verbs-listen", default=None, help="HOST:PORT of the verbs listener (with --client-ca)")
     return ap
 
 
@@ -78,12 +91,26 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.port is not None:
         port = args.port
+    tls = TlsSettings(args.tls_cert, args.tls_key, args.client_ca)
+    problems = tls.problems()
+    if args.client_ca is not None and args.verbs_listen is None:
+        problems.append("--client-ca needs --verbs-listen HOST:PORT for the verbs")
+    verbs: tuple[str, int] | None = None
+    if args.verbs_listen is not None:
+        try:
+            verbs = parse_listen(args.verbs_listen, default_host)
+        except ValueError as err:
+            problems.append(str(err))
+    if problems:
+        for p in problems:
+            print(f"topogang serve: {p}", file=sys.stderr)
+        return 2
     try:
         service = _service(loaded, kube=kube, kubeconfig=args.kubeconfig)
     except Exception as exc:  # kubernetes' ConfigException and friends: no usable cluster credentials
         print(f"topogang serve: cannot connect to Kubernetes: {exc}", file=sys.stderr)
         return 1
-    return run(service, host, port, log_level=args.log_level)
+    return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs)
 
 
 def _service(loaded: LoadedConfig, *, kube: bool, kubeconfig: str | None) -> Service:
@@ -94,43 +121,90 @@ def _service(loaded: LoadedConfig, *, kube: bool, kubeconfig: str | None) -> Ser
     return build_kube_service(loaded, kubeconfig=kubeconfig)
 
 
-def run(service: Service, host: str, port: int, *, log_level: str = "info") -> int:
-    """Serve until interrupted; the socket is bound first so the printed address is the real one."""
-    import uvicorn
-
+def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
-    except OSError as exc:
+    except OSError:
         sock.close()
-        print(f"topogang serve: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        raise
     sock.listen(2048)
+    return sock
+
+
+def _url(sock: socket.socket, scheme: str) -> str:
     bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if family == socket.AF_INET6 else bound_host
-    base = f"http://{shown}:{bound_port}"
+    shown = f"[{bound_host}]" if sock.family == socket.AF_INET6 else bound_host
+    return f"{scheme}://{shown}:{bound_port}"
+
+
+def run(
+    service: Service,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    tls: TlsSettings | None = None,
+    verbs: tuple[str, int] | None = None,
+) -> int:
+    """Serve until interrupted; sockets are bound first so the printed addresses are the real ones.
+
+    With `verbs` (and a client CA in `tls`) a second listener requiring client certificates serves
+    the scheduling verbs, which the main listener then refuses."""
+    import uvicorn
+
+    tls = tls or TlsSettings()
+    scheme = "https" if tls.enabled else "http"
+    socks: list[socket.socket] = []
+    try:
+        socks.append(_listen(host, port))
+        if verbs is not None:
+            socks.append(_listen(*verbs))
+    except OSError as exc:
+        for s in socks:
+            s.close()
+        print(f"topogang serve: cannot listen: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    base = _url(socks[0], scheme)
+    verbs_base = _url(socks[1], scheme) if len(socks) > 1 else base
     print(f"topogang: {service.description}", flush=True)
     print(f"topogang: listening on {base}", flush=True)
     print(
-        f"topogang:   kube-scheduler urlPrefix {base}/v1/extender (filter, prioritize, preempt, bind)",
+        f"topogang:   kube-scheduler urlPrefix {verbs_base}/v1/extender (filter, prioritize, preempt, bind)"
+        + (" - client certificate required" if len(socks) > 1 and tls.client_ca else ""),
         flush=True,
     )
     print(f"topogang:   status {base}/v1/inspect   metrics {base}/metrics   ready {base}/readyz", flush=True)
-    config = uvicorn.Config(
-        build_app(service),
-        loop="uvloop",
-        http="httptools",
-        access_log=False,
-        log_level=log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=5,
-    )
+    app: Any = build_app(service)
+    if len(socks) > 1:
+        app = VerbsGuard(app, socks[1].getsockname()[1])
+
+    def config(require_client_cert: bool) -> uvicorn.Config:
+        return uvicorn.Config(
+            app,
+            loop="uvloop",
+            http="httptools",
+            access_log=False,
+            log_level=log_level,
+            lifespan="on" if not require_client_cert else "off",
+            timeout_graceful_shutdown=5,
+            **tls.uvicorn_options(require_client_cert=require_client_cert),
+        )
+
+    servers = [uvicorn.Server(config(False))]
+    if len(socks) > 1:
+        servers.append(uvicorn.Server(config(True)))
+
+    async def serve_all() -> None:
+        await asyncio.gather(*(srv.serve(sockets=[s]) for srv, s in zip(servers, socks, strict=True)))
+
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        uvloop.run(serve_all())
     except KeyboardInterrupt:
         pass
     finally:
-        sock.close()
+        for s in socks:
+            s.close()
     return 0

@@ -37,8 +37,11 @@ class Server:
 
 
 @contextmanager
-def running_server(config: Path = CONFIG, env: dict[str, str] | None = None) -> Iterator[Server]:
-    """`topogang serve` on `config` in a subprocess, ready; always terminated afterwards."""
+def running_server(
+    config: Path = CONFIG, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+) -> Iterator[Server]:
+    """`topogang serve` on `config` in a subprocess, ready; always terminated afterwards. An https
+    server is only awaited until it prints its address (probing it needs the test's CA)."""
     cmd = [
         sys.executable,
         str(ROOT / "topogang_cli.py"),
@@ -47,6 +50,7 @@ def running_server(config: Path = CONFIG, env: dict[str, str] | None = None) -> 
         str(config),
         "--listen",
         "127.0.0.1:0",
+        *args,
     ]
     proc = subprocess.Popen(
         cmd,
@@ -68,9 +72,10 @@ def running_server(config: Path = CONFIG, env: dict[str, str] | None = None) -> 
             lines.append(line)
             if "listening on " in line:
                 url = line.split("listening on ", 1)[1].strip()
+                lines.append(proc.stdout.readline())  # the urlPrefix line, printed right after
         if url is None:
             raise RuntimeError("the extender did not start:\n" + "".join(lines))
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not url.startswith("https"):
             try:
                 if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
                     break
@@ -78,7 +83,8 @@ def running_server(config: Path = CONFIG, env: dict[str, str] | None = None) -> 
                 pass
             time.sleep(0.05)
         else:
-            raise RuntimeError("the extender never became ready:\n" + "".join(lines))
+            if not url.startswith("https"):
+                raise RuntimeError("the extender never became ready:\n" + "".join(lines))
         yield Server(url, proc, lines)
     finally:
         proc.terminate()
