@@ -90,19 +90,22 @@ class Placer:
             for trials, dom in enumerate(self._domains(owner, chain, lvl, total)):
                 if trials >= MAX_DOMAIN_TRIALS:
                     break
+                unbound_before = self._unbound_leaves(owner, chain)
                 st.begin()
-                got = self._fill_nodes(owner, chain, dom, desc, gang, priority, suggested)
+                tried = self._fill_nodes(owner, chain, dom, desc, gang, priority, suggested)
+                new_leaves = unbound_before - self._unbound_leaves(owner, chain)
                 st.rollback()
-                if got is None:
+                if tried is None:
                     continue
-                key = (*got, trials)
+                nodes_used = len({topo.cell_node[ls[0]] for ls in tried})
+                key = (nodes_used, new_leaves, trials)
                 if best is None or key < best[0]:
                     best = (key, dom)
-                if got[0] <= lower_bound:
+                if nodes_used <= lower_bound:
                     break
             if best is not None:
                 st.begin()
-                leaves = self._fill_nodes_apply(owner, chain, best[1], desc, gang, priority, suggested)
+                leaves = self._fill_nodes(owner, chain, best[1], desc, gang, priority, suggested)
                 if leaves is not None:
                     self._commit()
                     return self._to_slots(order, leaves)
@@ -438,24 +441,6 @@ class Placer:
                         cap[c] = cap.get(c, 0) + st.pool_leaves[c]
         return [c for _, c in sorted((v, c) for c, v in cap.items() if v >= total)]
 
-    def _fill_nodes(
-        self,
-        owner: int,
-        chain: int,
-        domain: int,
-        sizes: list[int],
-        gang: int,
-        priority: int,
-        suggested: frozenset[int] | None,
-    ) -> tuple[int, ...] | None:
-        """Place pods in nodes of `domain`; return (nodes used, new quota leaves) or None."""
-        before_unbound = self._unbound_leaves(owner, chain)
-        leaves = self._fill_nodes_apply(owner, chain, domain, sizes, gang, priority, suggested)
-        if leaves is None:
-            return None
-        nodes = {self.topo.cell_node[ls[0]] for ls in leaves}
-        return (len(nodes), before_unbound - self._unbound_leaves(owner, chain))
-
     def _unbound_leaves(self, owner: int, chain: int) -> int:
         q = self._quota(owner, chain)
         if q is None:
@@ -463,7 +448,7 @@ class Placer:
         ch = self.topo.chains[chain]
         return sum(k * ch.leaf_count[lvl] for lvl, k in enumerate(q))
 
-    def _fill_nodes_apply(
+    def _fill_nodes(
         self,
         owner: int,
         chain: int,
