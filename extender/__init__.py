@@ -7,9 +7,12 @@
     views       HiveD-shaped inspect documents and usage numbers read from the core
     metrics     Prometheus instruments (a private registry per app)
     app         the starlette routes
+    ui/         the cluster view at /ui: a static page (static/) and its JSON, GET /v1/ui/state
     standalone  an in-memory binder: the service on a config file, no cluster
     kube/       list+watch of pods and nodes, Bindings, recovery, events (Kubernetes mode)
     cli         `topogang serve`;  replay: `topogang replay`;  demo: `topogang demo`
+    ledger      the gang ledger's phases (Pending ... Ready, Broken, Expired) from the core and the edge
+    ledger_api  GET /v1/gangs (long-poll) and the Framework proxy for the stock FrameworkBarrier
     barrier     `topogang barrier`, the FrameworkBarrier drop-in;  framework: FrameworkController rules
 
 Data flows one way: request -> wire -> verbs -> core decision -> wire reply (and the Binding).

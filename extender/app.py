@@ -6,6 +6,7 @@
   malformed preempt gets a 4xx with `{"Error": ...}`.
 - `GET /healthz`, `/readyz` (503 until recovery is done), `/metrics` (Prometheus).
 - `GET /v1/inspect/...`: HiveD-shaped cluster status and affinity groups, plus a summary.
+- `GET /ui`: the cluster view, a live read-only page (`extender.ui`), and its `GET /v1/ui/state`.
 - `GET /`: every path.
 
 No request ever gets a 500: unexpected exceptions are logged and answered as errors in the verb's
@@ -32,6 +33,7 @@ from starlette.routing import BaseRoute, Route
 from extender import views, wire
 from extender.explain_api import explain_route
 from extender.metrics import CONTENT_TYPE
+from extender.ui import ui_routes
 from extender.verbs import Scheduler, VerbError
 
 log = logging.getLogger("topogang.extender")
@@ -223,6 +225,7 @@ def build_app(service: Service) -> Starlette:
         Route("/v1/inspect/affinitygroups/", guarded(groups), methods=["GET"]),
         Route("/v1/inspect/affinitygroups/{name:path}", guarded(group), methods=["GET"]),
         explain_route(service.scheduler),
+        *ui_routes(service.scheduler),
         *service.routes,
     ]
     paths = sorted({r.path for r in routes if isinstance(r, Route)} | {"/"})

@@ -176,7 +176,11 @@ def run(
         + (" - client certificate required" if len(socks) > 1 and tls.client_ca else ""),
         flush=True,
     )
-    print(f"topogang:   status {base}/v1/inspect   metrics {base}/metrics   ready {base}/readyz", flush=True)
+    print(
+        f"topogang:   status {base}/v1/inspect   view {base}/ui   metrics {base}/metrics"
+        f"   ready {base}/readyz",
+        flush=True,
+    )
     app: Any = build_app(service)
     if len(socks) > 1:
         app = VerbsGuard(app, socks[1].getsockname()[1])

@@ -126,6 +126,37 @@ def injector(f: Framework) -> str:
     return "\n".join(lines) + "\n"
 
 
+def with_pod_ips(f: Framework, ips: dict[tuple[str, int], str]) -> Framework:
+    """A copy whose tasks show the given pod IPs ((role, index) -> IP; others unchanged), in the
+    shape the statuses came in: the ledger knows a pod's IP before FrameworkController records it."""
+    out = copy.deepcopy(f)
+    statuses = task_role_statuses(out)
+    if statuses is None:
+        return out
+    for role in statuses:
+        for i, t in enumerate(role.get("taskStatuses") or []):
+            if not isinstance(t, dict):
+                continue
+            ip = ips.get((str(role.get("name")), int(t.get("index", i))))
+            if ip:
+                att = t.get("attemptStatus")
+                if not isinstance(att, dict):
+                    att = t["attemptStatus"] = {}
+                att["podIP"] = ip
+    _store(out, statuses)
+    return out
+
+
+def _store(f: Framework, statuses: list[dict[str, Any]]) -> None:
+    attempt = f["status"]["attemptStatus"]
+    if attempt.get("taskRoleStatuses") is not None:
+        attempt["taskRoleStatuses"] = statuses
+    else:
+        attempt["taskRoleStatusesCompressed"] = base64.b64encode(
+            gzip.compress(orjson.dumps(statuses))
+        ).decode()
+
+
 def with_ips_hidden(f: Framework, keep: set[tuple[str, int]] | None) -> Framework:
     """A copy whose tasks show no pod IP unless (role, index) is in `keep` (None = keep all). The
     statuses are returned in the shape they came in (compressed stays compressed)."""
@@ -142,11 +173,5 @@ def with_ips_hidden(f: Framework, keep: set[tuple[str, int]] | None) -> Framewor
                 att = t.get("attemptStatus")
                 if isinstance(att, dict) and att.get("podIP"):
                     att["podIP"] = None
-    attempt = out["status"]["attemptStatus"]
-    if attempt.get("taskRoleStatuses") is not None:
-        attempt["taskRoleStatuses"] = statuses
-    else:
-        attempt["taskRoleStatusesCompressed"] = base64.b64encode(
-            gzip.compress(orjson.dumps(statuses))
-        ).decode()
+    _store(out, statuses)
     return out

@@ -24,12 +24,14 @@ Every bad spec raises `UserError` naming the field, with HiveD's wording where H
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from config.load import parse_yaml
+from extender.conventions.optin import gpu_opt_in
 from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, Member, UserError
 
 ENABLE_RESOURCES = ("topogang.io/pod-scheduling-enable", "hivedscheduler.microsoft.com/pod-scheduling-enable")
@@ -109,7 +111,8 @@ def positive_quantity(value: object) -> bool:
 
 
 def is_enabled(pod: Mapping[str, Any]) -> bool:
-    """A container or init container has a positive `…/pod-scheduling-enable` limit."""
+    """A container or init container has a positive `…/pod-scheduling-enable` limit, or the pod is
+    of topogang's profile (`schedulerName: topogang`) and requests `nvidia.com/gpu`."""
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return False
@@ -122,7 +125,7 @@ def is_enabled(pod: Mapping[str, Any]) -> bool:
             limits = res.get("limits") if isinstance(res, dict) else None
             if isinstance(limits, dict) and any(positive_quantity(limits.get(k)) for k in ENABLE_RESOURCES):
                 return True
-    return False
+    return gpu_opt_in(pod)
 
 
 def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -189,11 +192,32 @@ def _str(spec: Mapping[str, Any], key: str, path: str) -> str | None:
     return text or None
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> tuple[Any, tuple[tuple[str, str], ...]]:
+    doc, errors = parse_yaml(text)
+    return doc, tuple(errors)
+
+
+def _copy(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
+
+
+def _parsed(text: str) -> tuple[Any, tuple[tuple[str, str], ...]]:
+    """`parse_yaml`, cached by text: every member of a gang (and most single pods) carries the same
+    spec, and PyYAML costs ~1 ms a parse; the caller gets its own copy of the document."""
+    doc, errors = _parse_cached(text)
+    return _copy(doc), errors
+
+
 def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> dict[str, Any]:
     """The spec document as a mapping (scalars as text, legacy gpu* keys renamed)."""
     if len(text) > MAX_SPEC_CHARS:
         raise UserError(annotation, f"is {len(text)} characters; at most {MAX_SPEC_CHARS}")
-    doc, errors = parse_yaml(text)
+    doc, errors = _parsed(text)
     if errors:
         where, msg = errors[0]
         raise UserError(annotation, f"{msg}{f' ({where})' if where else ''}")

@@ -6,7 +6,9 @@ no API server to report pods going away, it adds one route a kube-scheduler neve
 
     DELETE /v1/standalone/pods/{uid}[?finished=true]   the pod was deleted (or completed)
 
-and it evicts preemption victims and expired members itself, as the Kubernetes edge would.
+and it evicts preemption victims and expired members itself, as the Kubernetes edge would. A bound
+pod gets a fake, deterministic pod IP (`fake_pod_ip`: from its node and GPUs), so the gang ledger
+reaches Ready and `topogang barrier` works end to end without a cluster.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +28,9 @@ from starlette.routing import Route
 
 from config.load import LoadedConfig, load_config
 from extender.app import JSON, Service, build_app
+from extender.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
+from extender.conventions import edge as conventions
+from extender.ledger_api import ledger_routes
 from extender.metrics import Metrics
 from extender.reload import ConfigWatcher
 from extender.verbs import BindError, BindTarget, Scheduler
@@ -42,19 +48,38 @@ class BoundPod:
     name: str
     node: str
     annotations: Mapping[str, str]
+    pod_ip: str = ""
+
+
+def fake_pod_ip(node: str, annotations: Mapping[str, str]) -> str:
+    """10.a.b.c: a and b from the node's name, c from the pod's first GPU (its slot on the node)."""
+    h = zlib.crc32(node.encode())
+    gpus: tuple[int, ...] = ()
+    for key in ISOLATION_ANNOTATIONS:
+        try:
+            gpus = decode_isolation(annotations.get(key, ""))
+            break
+        except ValueError:
+            continue
+    return f"10.{(h >> 8) & 255}.{h & 255}.{1 + min(gpus, default=0) % 254}"
 
 
 class MemoryBinder:
-    """Bindings kept in a dict: idempotent for the same pod and node, refuses a second node."""
+    """Bindings kept in a dict: idempotent for the same pod and node, refuses a second node.
+    `on_bind(uid, pod_ip)` hears of every Binding (the ledger takes the pod's IP from it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_bind: Callable[[str, str], None] | None = None) -> None:
         self.bound: dict[str, BoundPod] = {}
+        self.on_bind = on_bind
 
     async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None:
         old = self.bound.get(target.uid)
         if old is not None and old.node != node:
             raise BindError(f"pod {target.namespace}/{target.name} is already assigned to node {old.node}")
-        self.bound[target.uid] = BoundPod(target.namespace, target.name, node, dict(annotations))
+        ip = fake_pod_ip(node, annotations)
+        self.bound[target.uid] = BoundPod(target.namespace, target.name, node, dict(annotations), ip)
+        if self.on_bind is not None:
+            self.on_bind(target.uid, ip)
 
     def unbind(self, uid: str) -> BoundPod | None:
         return self.bound.pop(uid, None)
@@ -90,6 +115,8 @@ def build_standalone(
             await scheduler.pod_gone(uid)
 
     scheduler.evictor = evict
+    binder.on_bind = scheduler.gang_ledger.set_ip
+    gangs = conventions.attach(scheduler, conventions.Conventions(clock=clock))
 
     async def delete_pod(request: Request) -> Response:
         uid = request.path_params["uid"]
@@ -112,6 +139,7 @@ def build_standalone(
                     "namespace": b.namespace,
                     "name": b.name,
                     "node": b.node,
+                    "podIP": b.pod_ip,
                     "annotations": dict(b.annotations),
                 }
                 for uid, b in sorted(binder.bound.items())
@@ -127,11 +155,16 @@ def build_standalone(
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     return Service(
         scheduler=scheduler,
-        background=[lambda: scheduler.run_expiry(expiry_interval(ttl)), watcher.run],
+        background=[
+            lambda: scheduler.run_expiry(expiry_interval(ttl)),
+            lambda: gangs.run(scheduler),
+            watcher.run,
+        ],
         on_start=[start],
         routes=[
             Route("/v1/standalone/pods/{uid}", delete_pod, methods=["DELETE"]),
             Route("/v1/standalone/bindings", bindings, methods=["GET"]),
+            *ledger_routes(scheduler),
             watcher.route(),
         ],
         description=f"topogang standalone extender on {loaded.file} ({nodes} nodes, {gpus} GPUs)",

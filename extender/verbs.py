@@ -24,6 +24,8 @@ from typing import Any, Protocol
 
 from extender import views, wire
 from extender.bindinfo import bind_annotations
+from extender.conventions import edge as conventions
+from extender.ledger import GangLedger, LedgerCollector
 from extender.metrics import Metrics, StateSnapshot
 from extender.podspec import PodRequest, is_enabled, pod_request, spec_text
 from extender.views import Waiting
@@ -146,11 +148,18 @@ class Scheduler:
         self._tentative: dict[tuple[str, int], tuple[str, float]] = {}
         self._inflight: dict[str, asyncio.Future[str]] = {}
         self.metrics.watch_state(self.snapshot)
+        self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.ledger)
+        self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
 
     # ------------------------------------------------------------------------------ pod requests
     async def request_of(self, pod: wire.WirePod) -> PodRequest:
         """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
         _, text = spec_text(pod.raw)
+        if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
+            got = await conventions.request_of(self, pod)
+            if got is not None:  # not cached: an elastic member or a Soft gang's may change
+                self._remember(got, None)
+                return got
         cached = self._pods.get(pod.uid)
         if cached is not None and cached.spec_text == text:
             self._pods.move_to_end(pod.uid)
@@ -209,8 +218,18 @@ class Scheduler:
             pr = await self.request_of(args.pod)
         except UserError as err:
             self._count("filter", "error")
-            return wire.filter_error(user_error(args.pod.key, _annotation(args.pod.raw), err))
-        unknown = {n: f"topogang: node {n} is not in the cluster config" for n in names if not _has(self, n)}
+            msg = user_error(args.pod.key, _annotation(args.pod.raw), err)
+            self.gang_ledger.user_error(args.pod.raw, args.pod.namespace, None, msg)
+            return wire.filter_error(msg)
+        seen = self.gang_ledger.seen(pr, args.pod.raw)
+        if seen.stale is not None:
+            self._count("filter", "rejected")
+            stale = f"topogang: pod {pr.key} is of a stale framework attempt: {seen.stale}"
+            return wire.filter_result(args, (), {}, dict.fromkeys(names, stale))
+        if seen.superseded is not None:
+            await self._supersede(seen.superseded, pr.gang)
+        index = self.core.topo.node_index  # one set lookup per name (1,000 names: ~30 us)
+        unknown = {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index}
         if len(unknown) == len(names):  # nothing to place on: no reservation, no waiting record
             self._count("filter", "rejected")
             return wire.filter_result(args, (), {}, unknown)
@@ -224,11 +243,14 @@ class Scheduler:
                     got = self._reserve(pr, names, now)
             except UserError as err:
                 self._count("filter", "error")
-                return wire.filter_error(user_error(pr.key, pr.spec_annotation, err))
+                msg = user_error(pr.key, pr.spec_annotation, err)
+                self.gang_ledger.user_error(args.pod.raw, pr.namespace, pr.gang, msg)
+                return wire.filter_error(msg)
             if isinstance(got, Wait):
                 self._count("filter", "wait")
                 return self._wait_answer(args, pr, got, names, unknown, now)
             self._waiting.pop(pr.gang, None)
+            self.gang_ledger.placed(self.core, pr.gang, self.waiting_of)
             slots = self._slots(pr)
             if not slots:
                 self._count("filter", "wait")
@@ -247,7 +269,9 @@ class Scheduler:
                     f"topogang: gang {pr.gang} holds this pod's slot on {where}, which kube-scheduler's "
                     "own filters rejected"
                 )
-            unresolvable = {n: unknown.get(n, other) for n in names if n not in slot_nodes}
+            unresolvable = dict.fromkeys([n for n in names if n not in slot_nodes], other)
+            if unknown:
+                unresolvable.update((n, m) for n, m in unknown.items() if n in unresolvable)
             self._count("filter", "placed" if passed else "rejected")
             self._promise(pr, slots, now)
             return wire.filter_result(args, passed, {}, unresolvable)
@@ -266,7 +290,7 @@ class Scheduler:
         return not (isinstance(spec, dict) and spec.get("preemptionPolicy") == "Never")
 
     def _preempt_now(self, pr: PodRequest, names: Sequence[str], now: float) -> None:
-        suggested = None if pr.ignore_suggested_nodes else frozenset(names)
+        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else frozenset(names))
         got = self.core.preempt(replace(pr.request, suggested_nodes=suggested), now)
         if isinstance(got, Preemption):
             victims = [u for us in self._victims(got).values() for u in us]
@@ -275,7 +299,7 @@ class Scheduler:
                 spawn(self.evictor(victims, f"preempted by gang {pr.gang}"))
 
     def _reserve(self, pr: PodRequest, names: Sequence[str], now: float) -> GangPlacement | Wait:
-        suggested = None if pr.ignore_suggested_nodes else frozenset(names)
+        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else frozenset(names))
         return self.core.reserve(replace(pr.request, suggested_nodes=suggested), now)
 
     def _wait_answer(
@@ -326,6 +350,8 @@ class Scheduler:
         self._waiting[pr.gang] = Waiting(
             pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now
         )
+        if old is None or old.reason.code is not w.reason.code:
+            self.gang_ledger.touch(self.core, pr.gang, self.waiting_of)
         if self.on_wait is not None:
             self.on_wait(pr, text)
         return text
@@ -419,7 +445,8 @@ class Scheduler:
             now = self.clock()
             try:
                 self.core.validate(pr.request, pr.leaf_number)
-                suggested = None if pr.ignore_suggested_nodes or not args.victims else frozenset(args.victims)
+                nodes = None if pr.ignore_suggested_nodes or not args.victims else frozenset(args.victims)
+                suggested = _narrow(pr, nodes)
                 got = self.core.preempt(replace(pr.request, suggested_nodes=suggested), now)
             except UserError as err:
                 self._count("preempt", "error")
@@ -501,16 +528,21 @@ class Scheduler:
                 decision, pr.slot_key, lambda node, gpu: views.preassigned_type(self.core, node, gpu)
             )
             self._tentative.pop((pr.gang, decision.slot), None)
+            if fresh:
+                self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of)
         try:
             await self.binder.bind(
                 BindTarget(args.pod_namespace, args.pod_name, args.pod_uid), args.node, annotations
             )
+            self.gang_ledger.bound(self.core, pr.gang, pr.uid, self.waiting_of)
         except Exception as exc:  # the slot goes back: nothing may stay claimed for an unbound pod
+            self.gang_ledger.inflight.discard(pr.uid)
             if fresh:
                 async with self.lock:
                     g = self.core.gang(pr.gang)
                     if g is not None and g.slot_of(pr.uid) is not None:
                         self._released(self.core.release_pod(pr.uid, self.clock()))
+                    self.gang_ledger.touch(self.core, pr.gang, self.waiting_of)
             log.warning("binding %s to %s failed: %s", args.key, args.node, exc)
             return f"topogang: binding {args.key} to {args.node} failed: {exc}"
         return ""
@@ -552,12 +584,29 @@ class Scheduler:
         async with self.lock:
             released = self.core.release_pod(uid, self.clock(), finished=finished)
             self._released(released)
+            self.gang_ledger.pod_gone(self.core, uid, self.waiting_of)
         self.forget_pod(uid)
         return released
+
+    async def _supersede(self, old: str, new: str) -> None:
+        """A pod of a newer framework attempt arrived: the older attempt's gang goes, and any of its
+        pods still holding cells are evicted."""
+        async with self.lock:
+            released = self.core.delete_gang(old)
+            self._waiting.pop(old, None)
+            self._released(released)
+        if released is not None:
+            log.info("gang %s is superseded by %s; released", old, new)
+            if released.evict_pod_uids and self.evictor is not None:
+                spawn(self.evictor(released.evict_pod_uids, f"superseded by framework attempt {new}"))
+
+    def waiting_of(self, gang: str) -> Waiting | None:
+        return self._waiting.get(gang)
 
     def _released(self, released: Released | None) -> None:
         if released is not None:
             self.metrics.releases.labels(released.reason).inc()
+            self.gang_ledger.released(self.core, released, self.waiting_of)
             self._tentative = {k: v for k, v in self._tentative.items() if k[0] != released.gang}
 
     async def expire(self) -> list[Released]:
@@ -633,6 +682,14 @@ class Scheduler:
 def _some(items: Sequence[str], limit: int = 8) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _narrow(pr: PodRequest, nodes: frozenset[str] | None) -> frozenset[str] | None:
+    """A request's own suggested nodes (an elastic gang's domain) narrow kube-scheduler's."""
+    own = pr.request.suggested_nodes
+    if own is None:
+        return nodes
+    return own if nodes is None else nodes & own
 
 
 def _has(s: Scheduler, node: str) -> bool:

@@ -246,3 +246,12 @@ def waiting_group(w: Waiting, now: float) -> dict[str, Any]:
             "waitingSeconds": round(max(0.0, now - w.since), 3),
         },
     }
+
+
+def waiting_gangs(scheduler: object) -> list[Waiting]:
+    """The gangs the verbs last told to wait (filter or preempt said no), read-only: the scheduler's
+    wait cache (`Scheduler._waiting`, kept until the gang is placed or its TTL passes unseen)."""
+    table = getattr(scheduler, "_waiting", None)
+    if not isinstance(table, dict):
+        return []
+    return [w for _, w in sorted(table.items()) if isinstance(w, Waiting)]

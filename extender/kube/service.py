@@ -29,11 +29,13 @@ from urllib.parse import quote
 from config.load import LoadedConfig
 from extender import views
 from extender.app import Service
+from extender.conventions import edge as conventions
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, GoneError, KubeApi, load_api_client, pod_path
 from extender.kube.nodes import node_health, node_name
 from extender.kube.recovery import recover
+from extender.ledger_api import ledger_routes
 from extender.metrics import Metrics
 from extender.podspec import PodRequest, is_enabled
 from extender.reload import ConfigWatcher
@@ -105,6 +107,9 @@ class ClusterSync:
                 namespace_vcs=self.s.namespace_vcs,
                 ttl_seconds=self.s.ttl_seconds,
             )
+            for pod in pods:  # pod IPs and FrameworkController identities for the gang ledger
+                if is_enabled(pod) and not kpods.finished(pod):
+                    self.s.gang_ledger.observe(self.s.core, pod, self.s.waiting_of)
         for pod in pods:
             if is_enabled(pod) and not kpods.finished(pod):
                 self.live[kpods.uid(pod)] = (kpods.namespace(pod), kpods.name(pod))
@@ -220,6 +225,8 @@ class ClusterSync:
                 self.foreign.add(uid)
             for line in report.lines()[1:]:
                 log.warning("%s", line)
+        async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
+            self.s.gang_ledger.observe(self.s.core, pod, self.s.waiting_of)
 
     def _held(self, uid: str) -> bool:
         """Whether the core already has this pod in a gang slot."""
@@ -311,6 +318,9 @@ def kube_service(
     scheduler.not_ready_reason = "connecting to the API server"
     sync = ClusterSync(scheduler, kube)
     scheduler.evictor = sync.evict
+    gangs = conventions.attach(
+        scheduler, conventions.Conventions(conventions.kube_fetch(kube.request), clock=clock)
+    )
 
     async def forget_old_events() -> None:
         while True:
@@ -326,10 +336,16 @@ def kube_service(
         background=[
             sync.run,
             lambda: scheduler.run_expiry(expiry_interval(ttl)),
+            lambda: gangs.run(scheduler),
             forget_old_events,
             watcher.run,
         ],
-        routes=[watcher.route()],
+        routes=[
+            watcher.route(),
+            *ledger_routes(
+                scheduler, fetch_framework=lambda ns, name: kube.request("GET", framework_path(ns, name))
+            ),
+        ],
         description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API",
     )
 

@@ -37,8 +37,8 @@ def test_kube_scheduler_configuration_follows_the_protocol_rules() -> None:
     )
     assert ext["weight"] > 0 and ext["nodeCacheCapable"] is True and ext["ignorable"] is False
     assert ext["enableHTTPS"] is False and ext["httpTimeout"] == "5s"
-    assert {r["name"] for r in ext["managedResources"]} == set(ENABLE_RESOURCES)
-    assert all(r["ignoredByScheduler"] for r in ext["managedResources"])
+    managed = {r["name"]: r["ignoredByScheduler"] for r in ext["managedResources"]}
+    assert managed == {**dict.fromkeys(ENABLE_RESOURCES, True), "nvidia.com/gpu": False}
 
 
 def test_the_service_behind_the_url_prefix_exists() -> None:
@@ -89,6 +89,10 @@ def test_rbac_grants_the_extender_only_what_it_uses() -> None:
         ("", "nodes"): ["list", "watch"],
         ("", "events"): ["create"],
         ("frameworkcontroller.microsoft.com", "frameworks"): ["get"],
+        ("scheduling.x-k8s.io", "podgroups"): ["get"],
+        ("scheduling.volcano.sh", "podgroups"): ["get"],
+        ("scheduling.k8s.io", "workloads"): ["get"],
+        ("scheduling.k8s.io", "podgroups"): ["get"],
     }
     lease = roles["topogang-scheduler-lease"]["rules"]
     (cfg,) = docs("kube-scheduler-config.yaml")

@@ -1,0 +1,253 @@
+"""The conventions at the edge: reading PodGroups, elastic extras, and Soft/Hard timeouts.
+
+One `Conventions` per `Scheduler` (`attach`; a scheduler without one gets a default that reads no API
+objects, as in standalone mode). `request_of` is the hook `Scheduler.request_of` calls for pods
+without a topogang/HiveD spec:
+
+- **Elastic gangs.** The core reserves the gang's core (minMember pods) all-or-nothing. A member that
+  arrives when every slot of its shape is claimed is an *extra*: a one-pod gang `<gang>/extra/<pod>`
+  whose placement is narrowed to the core's topology domain (the nodes under the lowest cell above
+  node level that holds the whole core). It waits while that domain has no room, and it never
+  touches the core's cells: the core stays as placed.
+- **Hard timeout** (default): the reservation expires after the group's timeout (`Core.expire`),
+  members already bound are evicted, and the gang is placed again at its next filter.
+- **Soft timeout** (YuniKorn's default): after the timeout the reservation shrinks to the members
+  already bound (re-adopted as a smaller gang, nothing evicted), and the remaining members run as
+  ordinary one-pod gangs `<gang>/solo/<pod>`, still topology-aware.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from extender.conventions.common import ObjRef
+from extender.conventions.resolve import Resolved, applies, references, resolve
+from extender.podspec import PodRequest
+from topology.core import Core
+from topology.decisions import AdoptedPod, GangRequest, Member
+from topology.ledger import Gang, GangPhase
+
+if TYPE_CHECKING:
+    from extender import wire
+    from extender.verbs import Scheduler
+
+log = logging.getLogger("topogang.conventions")
+
+Fetch = Callable[[ObjRef], Awaitable[Mapping[str, Any] | None]]
+OBJECT_TTL = 30.0  # a PodGroup read is reused this long
+MISSING_TTL = 5.0  # an unreadable one is asked again this soon
+SOFTENED_FOR = 3600.0  # how long a softened gang's late members still run as ordinary pods
+MAX_TRACKED = 100_000
+
+PATHS = {
+    "coscheduling": "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}",
+    "volcano": "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{name}",
+    "workload": "/apis/scheduling.k8s.io/v1alpha1/namespaces/{ns}/workloads/{name}",
+    "podgroup": "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups/{name}",
+    "pod": "/api/v1/namespaces/{ns}/pods/{name}",
+}
+
+
+def object_path(ref: ObjRef) -> str:
+    return PATHS[ref.kind].format(ns=quote(ref.namespace, safe=""), name=quote(ref.name, safe=""))
+
+
+class Conventions:
+    """Per-scheduler state of the conventions: cached API objects and the gangs' timeouts."""
+
+    def __init__(self, fetch: Fetch | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.fetch = fetch
+        self.clock = clock
+        self._objects: dict[ObjRef, tuple[float, Mapping[str, Any] | None]] = {}
+        self.soft: OrderedDict[str, float] = OrderedDict()  # gang -> timeout
+        self.hard: OrderedDict[str, float] = OrderedDict()
+        self.softened: OrderedDict[str, float] = OrderedDict()  # gang -> when
+
+    # ------------------------------------------------------------------------------ objects
+    async def objects(self, refs: list[ObjRef]) -> dict[ObjRef, Mapping[str, Any] | None]:
+        if self.fetch is None:
+            return {}
+        out: dict[ObjRef, Mapping[str, Any] | None] = {}
+        now = self.clock()
+        for ref in refs:
+            hit = self._objects.get(ref)
+            if hit is not None and now - hit[0] < (OBJECT_TTL if hit[1] is not None else MISSING_TTL):
+                out[ref] = hit[1]
+                continue
+            try:
+                obj = await self.fetch(ref)
+            except Exception as exc:  # unreadable: the annotation fallback, or a UserError naming it
+                log.warning("cannot read %s %s/%s: %s", ref.kind, ref.namespace, ref.name, exc)
+                obj = None
+            if len(self._objects) > MAX_TRACKED:
+                self._objects.clear()
+            self._objects[ref] = (now, obj)
+            out[ref] = obj
+        return out
+
+    # ------------------------------------------------------------------------------ requests
+    async def request_of(self, s: Scheduler, pod: wire.WirePod) -> PodRequest | None:
+        raw = pod.raw
+        if not applies(raw):
+            return None
+        objs = await self.objects(references(raw, pod.namespace))
+        r = resolve(
+            raw,
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            namespace_vcs=s.namespace_vcs,
+            ttl_seconds=s.ttl_seconds,
+            objects=objs,
+            existing=lambda name: _request(s.core.gang(name)),
+        )
+        if r is None:
+            return None
+        if r.source != "pod":
+            _track(self.soft if r.soft else self.hard, r.request.gang, r.timeout)
+        return self.place(s.core, r)
+
+    def place(self, core: Core, r: Resolved) -> PodRequest:
+        """The core member's request, an extra's, or (after a Soft timeout) an ordinary pod's."""
+        pr = r.request
+        g = core.gang(pr.gang)
+        when = self.softened.get(pr.gang)
+        if when is not None and self.clock() - when > SOFTENED_FOR:
+            del self.softened[pr.gang]
+            when = None
+        if when is not None:
+            if g is not None and g.slot_of(pr.uid) is not None:
+                return replace(pr, request=g.request)  # a member bound before the timeout
+            return _single(pr, f"{pr.gang}/solo/{pr.name}", None)
+        if g is None or not r.elastic or g.slot_of(pr.uid) is not None or g.pending:
+            return pr
+        if core.open_slots(pr.gang, pr.leaf_number):
+            return pr
+        return _single(pr, f"{pr.gang}/extra/{pr.name}", domain_nodes(core, g))
+
+    # ------------------------------------------------------------------------------ timeouts
+    async def tick(self, s: Scheduler) -> None:
+        """Soften Soft gangs past their timeout; expire Hard ones promptly."""
+        expire = False
+        async with s.lock:
+            now = s.clock()
+            core = s.core
+            for name, timeout in list(self.soft.items()):
+                g = core.gang(name)
+                if g is not None and g.phase is GangPhase.RESERVED and now - g.created >= timeout:
+                    self.soften(core, g, now)
+            for name in self.hard:
+                g = core.gang(name)
+                if g is not None and g.deadline is not None and g.deadline <= now:
+                    expire = True
+                    break
+        if expire:
+            await s.expire()
+
+    def soften(self, core: Core, g: Gang, now: float) -> None:
+        """The Soft timeout: keep only the bound members, as a smaller gang; the rest go solo."""
+        placement = core.placement_of(g)
+        where = {p.slot: p for p in placement.pods}
+        bound = [(sl, where[sl.index]) for sl in g.slots if sl.pod_uid is not None and not sl.finished]
+        core.delete_gang(g.name)  # nothing is evicted: the bound members are adopted back at once
+        if bound:
+            counts: dict[int, int] = {}
+            for sl, _ in bound:
+                counts[sl.leaf_number] = counts.get(sl.leaf_number, 0) + 1
+            req = replace(g.request, members=tuple(Member(n, k) for k, n in counts.items()), slot_keys=None)
+            pods = [
+                AdoptedPod(sl.pod_uid or "", p.node, p.gpu_indices, sl.pod_name, sl.key, p.cell_types)
+                for sl, p in bound
+            ]
+            core.adopt(req, pods, now)
+        self.soft.pop(g.name, None)
+        _track(self.softened, g.name, now)
+        log.info(
+            "gang %s: Soft timeout with %d of %d members bound; the rest run as ordinary pods",
+            g.name,
+            len(bound),
+            len(g.slots),
+        )
+
+    async def run(self, s: Scheduler, interval: float = 0.25) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.tick(s)
+            except Exception:
+                log.exception("gang timeouts failed")
+
+
+def _track(d: OrderedDict[str, float], key: str, value: float) -> None:
+    d[key] = value
+    d.move_to_end(key)
+    while len(d) > MAX_TRACKED:
+        d.popitem(last=False)
+
+
+def _request(g: Gang | None) -> GangRequest | None:
+    return g.request if g is not None else None
+
+
+def _single(pr: PodRequest, name: str, nodes: frozenset[str] | None) -> PodRequest:
+    req = replace(
+        pr.request,
+        name=name,
+        members=(Member(1, pr.leaf_number),),
+        suggested_nodes=nodes,
+        slot_keys=None,
+    )
+    return replace(pr, request=req)
+
+
+def domain_nodes(core: Core, g: Gang) -> frozenset[str]:
+    """The nodes of the gang's topology domain: under the lowest cell holding all its leaves, and
+    at least one level above a node (a one-node core's extras may use the rest of its rack)."""
+    topo = core.topo
+    leaves = [leaf for s in g.slots for leaf in s.leaves]
+    c = topo.lca(leaves)
+    if c is None:
+        return frozenset(topo.node_names[s.node] for s in g.slots)
+    chain = topo.chain_of(c)
+    if topo.level[c] <= chain.node_level:
+        up = topo.ancestor_at(c, chain.node_level + 1)
+        if up >= 0:
+            c = up
+    return frozenset(topo.node_names[i] for i in topo.nodes_within(c))
+
+
+_attached: weakref.WeakKeyDictionary[Scheduler, Conventions] = weakref.WeakKeyDictionary()
+
+
+def attach(s: Scheduler, conventions: Conventions) -> Conventions:
+    _attached[s] = conventions
+    return conventions
+
+
+def of(s: Scheduler) -> Conventions:
+    got = _attached.get(s)
+    if got is None:
+        got = attach(s, Conventions(clock=s.clock))
+    return got
+
+
+async def request_of(s: Scheduler, pod: wire.WirePod) -> PodRequest | None:
+    """The hook for `Scheduler.request_of`: the pod's request from the conventions, or None."""
+    return await of(s).request_of(s, pod)
+
+
+def kube_fetch(request: Callable[[str, str], Awaitable[dict[str, Any] | None]]) -> Fetch:
+    """Reads PodGroups, Workloads and Spark driver pods with `request(method, path)`."""
+
+    async def fetch(ref: ObjRef) -> Mapping[str, Any] | None:
+        return await request("GET", object_path(ref))
+
+    return fetch

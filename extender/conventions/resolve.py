@@ -1,0 +1,192 @@
+"""One pod, every convention it follows, one gang request — with plain dicts in and out (no I/O).
+
+`references` names the API objects the conventions would read (PodGroups, a Workload, a Spark
+driver pod); the edge fetches what it can and passes them to `resolve` as `objects`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from extender.conventions import coscheduling, spark, volcano, workload, yunikorn
+from extender.conventions.common import (
+    MIN_MEMBER,
+    VIRTUAL_CLUSTER,
+    Claim,
+    Objects,
+    ObjRef,
+    annotations_of,
+    labels,
+    pod_timeout,
+    text,
+)
+from extender.conventions.optin import GPU_RESOURCE, pod_gpus
+from extender.podspec import PodRequest, framework_task, spec_text
+from topology.decisions import GangRequest, Member, UserError
+
+# highest first; an explicit topogang/HiveD spec and FrameworkController identity come before all of
+# these and are `extender.podspec`'s (a pod with either never reaches this module)
+ORDER = ("workload", "coscheduling", "volcano", "yunikorn", "spark")
+SOFT_BACKSTOP = 2.0  # a Soft gang's core TTL is this many times its timeout (the edge softens it first)
+
+Existing = Callable[[str], GangRequest | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A pod's gang request from the conventions, with what the edge needs besides it."""
+
+    request: PodRequest
+    source: str  # one of ORDER, or "pod" for a plain GPU pod
+    timeout: float  # how long a partial reservation is held
+    soft: bool  # after the timeout, the remaining members run as ordinary pods (YuniKorn's Soft)
+    size: int  # pods in the gang's core
+
+    @property
+    def elastic(self) -> bool:
+        """Whether pods beyond the core join as extras (every group convention is elastic)."""
+        return self.source != "pod"
+
+
+def applies(pod: Mapping[str, Any]) -> bool:
+    """Conventions decide only for pods with neither a topogang/HiveD spec nor FrameworkController
+    identity (those are `extender.podspec`'s, whatever labels they also carry)."""
+    return spec_text(pod)[1] is None and framework_task(pod) is None
+
+
+def references(pod: Mapping[str, Any], namespace: str) -> list[ObjRef]:
+    if not applies(pod):
+        return []
+    out: list[ObjRef] = []
+    for refs in (workload.refs, coscheduling.refs, volcano.refs, spark.refs):
+        out += refs(pod, namespace)
+    return out
+
+
+def claims(pod: Mapping[str, Any], namespace: str, gpus: int, objects: Objects) -> list[Claim]:
+    """Every convention's claim, in precedence order."""
+    found = [
+        workload.claim(pod, namespace, objects),
+        coscheduling.claim(pod, namespace, gpus, objects),
+        volcano.claim(pod, namespace, gpus, objects),
+        yunikorn.claim(pod, namespace, gpus),
+        spark.claim(pod, namespace, gpus, objects),
+    ]
+    return [c for c in found if c is not None]
+
+
+def check_agree(found: list[Claim]) -> None:
+    """Two conventions naming different groups, or different sizes of one group, are a user error."""
+    first = found[0]
+    for other in found[1:]:
+        sizes = (first.size, other.size)
+        if other.group != first.group or (None not in sizes and sizes[0] != sizes[1]):
+            raise UserError(
+                f"{first.key} / {other.key}",
+                f"the pod is in two different gangs: {first.where()} and {other.where()}; "
+                "remove one, or make both name the same group and size",
+            )
+
+
+def _merge(members: list[Member]) -> tuple[Member, ...]:
+    count: dict[int, int] = {}
+    for m in members:
+        count[m.leaf_number] = count.get(m.leaf_number, 0) + m.pod_number
+    return tuple(Member(n, leaves) for leaves, n in count.items())
+
+
+def _vc(pod: Mapping[str, Any], namespace: str, namespace_vcs: Mapping[str, str] | None) -> str:
+    vc = text(labels(pod).get(VIRTUAL_CLUSTER)) or text(annotations_of(pod).get(VIRTUAL_CLUSTER))
+    if vc is None:
+        vc = (namespace_vcs or {}).get(namespace)
+    if vc is None:
+        raise UserError(
+            "virtualCluster",
+            f"the pod names no VC ({VIRTUAL_CLUSTER}), and namespace {namespace} has no VC in "
+            "topogang.namespaceVirtualClusters",
+        )
+    return vc
+
+
+def resolve(
+    pod: Mapping[str, Any],
+    uid: str,
+    namespace: str,
+    name: str,
+    *,
+    namespace_vcs: Mapping[str, str] | None = None,
+    ttl_seconds: float = 300.0,
+    objects: Objects | None = None,
+    existing: Existing | None = None,
+) -> Resolved | None:
+    """The pod's gang from the conventions it follows; None when none applies and it asks for no GPUs
+    (then `extender.podspec` answers). Raises `UserError` naming the label, annotation or field."""
+    if not applies(pod):
+        return None
+    gpus = pod_gpus(pod)
+    found = claims(pod, namespace, gpus, objects or {})
+    if not found:
+        if gpus <= 0:
+            return None
+        found = [Claim("pod", GPU_RESOURCE, f"{namespace}/{name}", f"{namespace}/{name}", 1)]
+    check_agree(found)
+    c = found[0]
+    if c.leaf_number and gpus and c.leaf_number != gpus:
+        raise UserError(
+            GPU_RESOURCE,
+            f"the pod requests {gpus} GPUs, but {c.where()} gives its members {c.leaf_number}",
+        )
+    leaf = gpus or c.leaf_number or 0
+    if leaf <= 0:
+        raise UserError(
+            GPU_RESOURCE,
+            f"the pod requests no GPUs; a member of {c.where()} needs a positive {GPU_RESOURCE} "
+            "request (or a topogang.io/pod-scheduling-spec with leafCellNumber)",
+        )
+    gang = c.gang
+    known = existing(gang) if existing is not None else None
+    members: tuple[Member, ...]
+    if c.source == "spark" and known is not None:
+        members = known.members  # executors join what their driver reserved
+    elif c.members is not None:
+        members = _merge(list(c.members))
+    elif c.pods is not None:
+        members = (Member(c.pods, leaf),)
+    elif known is not None:
+        members = known.members
+    elif c.source == "spark":  # an executor of an app with no Spark conf in sight: an ordinary pod
+        gang, members = f"{gang}/{name}", (Member(1, leaf),)
+    else:
+        raise UserError(
+            c.key,
+            f"the size of group {c.group} is unknown: its PodGroup cannot be read here; give it as the "
+            f"pod annotation {MIN_MEMBER}",
+        )
+    if all(m.leaf_number != leaf for m in members):
+        shape = ", ".join(f"{m.pod_number}x{m.leaf_number}" for m in members)
+        raise UserError(
+            GPU_RESOURCE,
+            f"the pod requests {leaf} GPUs, but no member of {c.where()} has that many (members: {shape})",
+        )
+    timeout, soft = pod_timeout(pod)
+    timeout = timeout or c.ttl_seconds or ttl_seconds
+    is_soft = soft if soft is not None else bool(c.soft)
+    request = GangRequest(
+        name=gang,
+        vc=_vc(pod, namespace, namespace_vcs),
+        members=members,
+        ttl_seconds=timeout * SOFT_BACKSTOP if is_soft else timeout,
+    )
+    pr = PodRequest(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        request=request,
+        leaf_number=leaf,
+        slot_key=None,
+        task=None,
+        ignore_suggested_nodes=False,
+        spec_annotation=c.key,
+    )
+    return Resolved(pr, c.source, timeout, is_soft, request.pod_count)

@@ -1,0 +1,693 @@
+"""The gang ledger as the barrier sees it: one `GangStatus` per gang, from the core and the edge.
+
+The core knows each gang's reservation and which pod claimed which slot; the edge knows the rest of a
+member's life: its pod name, whether its Binding is still being written, its pod IP, whether it is
+being deleted. `GangLedger` joins the two into the phases FrameworkBarrier waits on:
+
+    Pending   known (a member was filtered) but not placed whole; `reason` says why, and `neverFits`
+              is true when the wait can never end (the gang needs more than its VC's whole quota, or
+              its spec is a user error)
+    Reserved  placed whole, not every member bound
+    Binding   some members' Bindings are in flight
+    Bound     every member bound to its slot
+    Ready     bound, every member has a pod IP and none is being deleted
+    Broken    a member was lost after the gang was Bound; its slot waits for the retried pod
+    Expired   the reservation's TTL passed; kept as a tombstone for a while so barriers see it
+
+FrameworkController identity: one gang per framework attempt (`podspec.FrameworkTask.gang`); a pod of
+a newer attempt supersedes the older attempt's gang, and the ledger remembers the current attempt of
+each framework so a pod of an older one is told it is stale (HTTP 409).
+
+Nothing here does I/O. Every method is synchronous and takes the core as an argument (a reload
+replaces the scheduler's core); callers hold the scheduler lock or are between awaits. Each change
+bumps a monotonic `resourceVersion` and wakes the long-polls of that gang (`Record.phase_changed` on
+a phase change, `Record.changed` on any change).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from extender.podspec import PodRequest, framework_task, pod_annotations
+from extender.views import Waiting, lca_type
+from topology.core import Core
+from topology.decisions import Released, WaitCode
+from topology.ledger import Gang, GangPhase
+
+API_VERSION = "topogang.io/v1alpha1"
+TOMBSTONE_SECONDS = 1200.0  # FrameworkBarrier's longest timeout: every barrier of the gang sees it
+FORGET_PENDING_SECONDS = 600.0  # a Pending gang nobody filtered for this long is dropped
+PRUNE_EVERY_SECONDS = 30.0
+FC_FRAMEWORK_UID = "FC_FRAMEWORK_UID"
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RESERVED = "Reserved"
+    BINDING = "Binding"
+    BOUND = "Bound"
+    READY = "Ready"
+    BROKEN = "Broken"
+    EXPIRED = "Expired"
+
+
+ORDER = {Phase.PENDING: 0, Phase.RESERVED: 1, Phase.BINDING: 2, Phase.BOUND: 3, Phase.READY: 4}
+TERMINAL = frozenset({Phase.BROKEN, Phase.EXPIRED})
+
+
+def parse_phase(text: str) -> Phase | None:
+    """A phase name, case-insensitive (`ready`, `Ready`); None when it names no phase."""
+    for p in Phase:
+        if p.value.lower() == text.strip().lower():
+            return p
+    return None
+
+
+def reached(phase: Phase, target: Phase) -> bool:
+    """Whether a long-poll waiting for `target` may return: the phase is at or past it in
+    Pending < Reserved < Binding < Bound < Ready, or it is a failure phase (Broken, Expired)."""
+    if phase in TERMINAL or target in TERMINAL:
+        return phase in TERMINAL or phase is target
+    return ORDER[phase] >= ORDER[target]
+
+
+def rfc3339(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def attempt_id(attempt: str) -> int | None:
+    """The attempt number of an attempt instance UID (`{attemptID}_{configMapUID}`)."""
+    head = attempt.split("_", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def newer(a: str, b: str) -> bool:
+    """Whether attempt instance UID `a` supersedes `b` (a higher attempt ID; when either has none,
+    any different attempt is the newer one: the latest seen wins)."""
+    ia, ib = attempt_id(a), attempt_id(b)
+    if ia is None or ib is None or ia == ib:
+        return a != b
+    return ia > ib
+
+
+@dataclass(slots=True)
+class PodFacts:
+    """What the edge knows about one member pod."""
+
+    uid: str
+    namespace: str
+    name: str
+    gang: str
+    role: str | None = None
+    index: int | None = None
+    ip: str | None = None
+    host_ip: str | None = None
+    deleting: bool = False
+
+
+@dataclass(slots=True)
+class Identity:
+    namespace: str
+    name: str  # the framework name, or the affinity group's name without its namespace prefix
+    framework_uid: str | None = None
+    attempt: str | None = None  # FC_FRAMEWORK_ATTEMPT_INSTANCE_UID; None for a gang not from FC
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "frameworkUID": self.framework_uid,
+            "attemptInstanceUID": self.attempt,
+        }
+
+
+@dataclass(slots=True)
+class Counts:
+    expected: int = 0
+    reserved: int = 0
+    bound: int = 0
+    with_ip: int = 0
+    binding: int = 0
+
+
+@dataclass(slots=True)
+class Record:
+    """The ledger's memory of one gang (keyed by the core's gang name)."""
+
+    gang: str
+    ident: Identity
+    vc: str
+    expected: int
+    leaf_total: int = 0
+    opportunistic: bool = False
+    phase: Phase = Phase.PENDING
+    never_fits: bool = False
+    reason: str = ""
+    user_error: str | None = None
+    version: int = 0
+    reserved_at: float | None = None
+    bound_at: float | None = None
+    ready_at: float | None = None
+    expired_at: float | None = None
+    last_seen: float = 0.0
+    was_bound: bool = False
+    pods: set[str] = field(default_factory=set)
+    tombstone: dict[str, Any] | None = None
+    last_gang: Gang | None = None  # the core's gang when last seen (what a tombstone shows)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    phase_changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What `GangLedger.seen` found: a stale attempt (refuse the pod) or an older attempt's gang to
+    release (the caller deletes it from the core and evicts what it names)."""
+
+    stale: str | None = None
+    superseded: str | None = None
+
+
+WaitingOf = Callable[[str], Waiting | None]
+
+
+class GangLedger:
+    """Gang statuses for the ledger API: records by gang, the current attempt of each framework,
+    member facts by pod UID, Bindings in flight."""
+
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
+    ) -> None:
+        self.clock = clock
+        self.wall = wall
+        self.version = 0
+        self.records: dict[str, Record] = {}
+        self.frameworks: dict[tuple[str, str], tuple[str, str]] = {}  # (ns, fw) -> (attempt, gang)
+        self.pods: dict[str, PodFacts] = {}
+        self.inflight: set[str] = set()
+        self.waiters = 0
+        self._pruned = clock()
+
+    # ------------------------------------------------------------------------------ edge facts
+    def seen(self, pr: PodRequest, pod: Mapping[str, Any]) -> Seen:
+        """A member pod was filtered: remember it and its gang; settle framework attempts."""
+        task = pr.task
+        fc = task is not None and pr.gang == task.gang
+        rec = self.records.get(pr.gang)
+        superseded = None
+        if task is not None and fc:
+            key = (task.namespace, task.framework)
+            current = self.frameworks.get(key)
+            if current is not None and current[0] != task.attempt:
+                if not newer(task.attempt, current[0]):
+                    return Seen(stale=f"attempt {task.attempt} is superseded by attempt {current[0]}")
+                superseded = current[1]
+            self.frameworks[key] = (task.attempt, pr.gang)
+        if rec is None or rec.tombstone is not None:
+            if rec is not None:
+                self._wake(rec, phase=True)
+            if fc and task is not None:
+                ident = Identity(task.namespace, task.framework, _framework_uid(pod), task.attempt)
+            else:
+                ident = Identity(pr.namespace, _short(pr.gang, pr.namespace))
+            rec = self.records[pr.gang] = Record(
+                pr.gang,
+                ident,
+                pr.request.vc,
+                pr.request.pod_count,
+                pr.request.leaf_total,
+                pr.request.opportunistic,
+            )
+            self._bump(rec)
+        rec.last_seen = self.clock()
+        rec.user_error = None
+        rec.pods.add(pr.uid)
+        facts = self.pods.get(pr.uid)
+        if facts is None or facts.gang != pr.gang:
+            self.pods[pr.uid] = PodFacts(
+                pr.uid,
+                pr.namespace,
+                pr.name,
+                pr.gang,
+                task.role if task is not None else None,
+                task.index if task is not None else None,
+            )
+        return Seen(superseded=superseded)
+
+    def user_error(self, pod: Mapping[str, Any], namespace: str, gang: str | None, message: str) -> None:
+        """A member's spec can never be scheduled: its gang is Pending with `neverFits`. Recorded for
+        the pod's gang when known, else for its framework (FrameworkController pods)."""
+        task = framework_task(pod)
+        if gang is None:
+            if task is None:
+                return
+            gang = task.gang
+        rec = self.records.get(gang)
+        if rec is None:
+            if task is not None and gang == task.gang:
+                key = (task.namespace, task.framework)
+                current = self.frameworks.get(key)
+                if current is not None and current[0] != task.attempt and not newer(task.attempt, current[0]):
+                    return
+                self.frameworks[key] = (task.attempt, gang)
+                ident = Identity(task.namespace, task.framework, None, task.attempt)
+            else:
+                ident = Identity(namespace, _short(gang, namespace))
+            rec = self.records[gang] = Record(gang, ident, "", 0)
+        rec.last_seen = self.clock()
+        if rec.user_error != message:
+            rec.user_error = message
+            rec.never_fits = True
+            rec.reason = message
+            self._bump(rec)
+            self._wake(rec, phase=True)
+
+    def observe(self, core: Core, pod: Mapping[str, Any], waiting: WaitingOf) -> None:
+        """A pod object from the API server (list or watch): its IP, host IP and deletion mark, and
+        its FrameworkController identity (which is how the ledger learns frameworks after a
+        restart, before any member is filtered again)."""
+        meta = pod.get("metadata")
+        if not isinstance(meta, dict):
+            return
+        uid = meta.get("uid")
+        if not isinstance(uid, str) or not uid:
+            return
+        facts = self.pods.get(uid)
+        if facts is None:
+            gang = core.ledger.by_id.get(core.ledger.pod_gang.get(uid, -1))
+            if gang is None:
+                return
+            task = framework_task(pod)
+            ns = str(meta.get("namespace") or "default")
+            facts = self.pods[uid] = PodFacts(
+                uid,
+                ns,
+                str(meta.get("name") or ""),
+                gang.name,
+                task.role if task is not None else None,
+                task.index if task is not None else None,
+            )
+            if gang.name not in self.records:
+                rec = self._record_for(core, gang)
+                if task is not None and gang.name == task.gang:
+                    rec.ident = Identity(task.namespace, task.framework, _framework_uid(pod), task.attempt)
+                    key = (task.namespace, task.framework)
+                    current = self.frameworks.get(key)
+                    if current is None or newer(task.attempt, current[0]):
+                        self.frameworks[key] = (task.attempt, gang.name)
+            self.records[gang.name].pods.add(uid)
+        status = pod.get("status")
+        status = status if isinstance(status, dict) else {}
+        ip = status.get("podIP") or None
+        host_ip = status.get("hostIP") or None
+        deleting = meta.get("deletionTimestamp") is not None
+        if (ip, host_ip, deleting) != (facts.ip, facts.host_ip, facts.deleting):
+            facts.ip = ip if isinstance(ip, str) else None
+            facts.host_ip = host_ip if isinstance(host_ip, str) else None
+            facts.deleting = deleting
+            self.touch(core, facts.gang, waiting)
+
+    def set_ip(self, uid: str, ip: str, host_ip: str | None = None) -> None:
+        """Standalone mode: the in-memory binder gives the pod an IP as it binds it."""
+        facts = self.pods.get(uid)
+        if facts is not None:
+            facts.ip = ip
+            facts.host_ip = host_ip
+
+    def binding(self, core: Core, gang: str, uid: str, waiting: WaitingOf) -> None:
+        """The pod claimed its slot; its Binding is being written."""
+        self.inflight.add(uid)
+        self.touch(core, gang, waiting)
+
+    def bound(self, core: Core, gang: str, uid: str, waiting: WaitingOf) -> None:
+        """The pod's Binding was written (or failed: the slot is released by the caller)."""
+        self.inflight.discard(uid)
+        self.touch(core, gang, waiting)
+
+    def pod_gone(self, core: Core, uid: str, waiting: WaitingOf) -> None:
+        self.inflight.discard(uid)
+        facts = self.pods.pop(uid, None)
+        if facts is None:
+            return
+        rec = self.records.get(facts.gang)
+        if rec is not None:
+            rec.pods.discard(uid)
+            self.touch(core, facts.gang, waiting)
+
+    def placed(self, core: Core, gang: str, waiting: WaitingOf) -> None:
+        """A filter found the gang placed: a change only when the record still says Pending."""
+        rec = self.records.get(gang)
+        if rec is None or rec.phase is Phase.PENDING:
+            self.touch(core, gang, waiting)
+
+    def released(self, core: Core, r: Released, waiting: WaitingOf) -> None:
+        """The core let the gang go: an expired one stays as a tombstone, any other is forgotten."""
+        rec = self.records.get(r.gang)
+        if rec is None:
+            return
+        if r.reason in ("expired", "cancelled: expired"):
+            doc = self.status(core, rec, waiting, gang=rec.last_gang)
+            rec.phase = Phase.EXPIRED
+            rec.expired_at = self.wall()
+            rec.reason = "the gang's reservation expired before all its members were bound"
+            self._bump(rec)
+            doc.update(
+                phase=Phase.EXPIRED.value,
+                ready=False,
+                reason=rec.reason,
+                expiresAt=rfc3339(rec.expired_at),
+                resourceVersion=str(rec.version),
+            )
+            rec.tombstone = doc
+        else:
+            del self.records[r.gang]
+            self._bump(rec)
+        for uid in list(rec.pods):
+            self.inflight.discard(uid)
+            facts = self.pods.get(uid)
+            if facts is not None and facts.gang == r.gang:
+                del self.pods[uid]
+        self._wake(rec, phase=True)
+        if self.clock() - self._pruned > PRUNE_EVERY_SECONDS:
+            self.prune()
+
+    def prune(self) -> None:
+        """Drop tombstones past their time and Pending gangs nobody has filtered for a while."""
+        wall, now = self.wall(), self.clock()
+        self._pruned = now
+        for name, rec in list(self.records.items()):
+            if rec.tombstone is not None and rec.expired_at is not None:
+                if wall - rec.expired_at > TOMBSTONE_SECONDS:
+                    del self.records[name]
+            elif rec.phase is Phase.PENDING and not rec.pods and now - rec.last_seen > FORGET_PENDING_SECONDS:
+                del self.records[name]
+        live = {(r.ident.namespace, r.ident.name, r.gang) for r in self.records.values()}
+        for key, (_attempt, gang) in list(self.frameworks.items()):
+            if (*key, gang) not in live:
+                del self.frameworks[key]
+
+    # ------------------------------------------------------------------------------ changes
+    def _bump(self, rec: Record) -> None:
+        self.version += 1
+        rec.version = self.version
+
+    def _wake(self, rec: Record, *, phase: bool) -> None:
+        rec.changed.set()
+        rec.changed = asyncio.Event()
+        if phase:
+            rec.phase_changed.set()
+            rec.phase_changed = asyncio.Event()
+
+    def touch(self, core: Core, gang: str, waiting: WaitingOf) -> None:
+        """Something about the gang changed: bump its version, move its phase, wake its polls."""
+        rec = self.records.get(gang)
+        if rec is None:
+            g = core.gang(gang)
+            if g is None:
+                return
+            rec = self._record_for(core, g)
+        self._bump(rec)
+        moved = self._apply(core, rec, waiting)
+        self._wake(rec, phase=moved)
+
+    def refresh(self, core: Core, rec: Record, waiting: WaitingOf) -> None:
+        """Re-derive the phase (a reader's check: changes nobody reported still show up)."""
+        if self._apply(core, rec, waiting):
+            self._bump(rec)
+            self._wake(rec, phase=True)
+
+    def _apply(self, core: Core, rec: Record, waiting: WaitingOf) -> bool:
+        if rec.tombstone is not None:
+            return False
+        phase, _counts, reason, never = self.evaluate(core, rec, waiting)
+        moved = (phase, never) != (rec.phase, rec.never_fits)
+        rec.reason, rec.never_fits = reason, never
+        if phase is rec.phase:
+            return moved
+        wall = self.wall()
+        if phase in (Phase.BOUND, Phase.READY):
+            rec.was_bound = True
+            if rec.phase not in (Phase.BOUND, Phase.READY) or rec.bound_at is None:
+                rec.bound_at = wall
+        elif rec.phase in (Phase.BOUND, Phase.READY):
+            rec.bound_at = None
+        if phase is Phase.READY:
+            rec.ready_at = wall
+        elif rec.phase is Phase.READY:
+            rec.ready_at = None
+        rec.phase = phase
+        return True
+
+    def _record_for(self, core: Core, g: Gang) -> Record:
+        """A record for a gang the ledger never saw filtered (recovered after a restart)."""
+        ns, _, rest = g.name.partition("/")
+        ident = Identity(ns, rest) if rest else Identity("", g.name)
+        rec = self.records[g.name] = Record(
+            g.name, ident, g.request.vc, len(g.slots), g.request.leaf_total, g.request.opportunistic
+        )
+        rec.last_seen = self.clock()
+        return rec
+
+    # ------------------------------------------------------------------------------ phases
+    def evaluate(
+        self, core: Core, rec: Record, waiting: WaitingOf, *, gang: Gang | None = None
+    ) -> tuple[Phase, Counts, str, bool]:
+        """(phase, counts, reason, neverFits) of a gang now."""
+        if rec.tombstone is not None:
+            return Phase.EXPIRED, Counts(expected=rec.expected), rec.reason, False
+        g = gang or core.gang(rec.gang)
+        if g is not None:
+            rec.last_gang = g
+        if g is None:
+            counts = Counts(expected=rec.expected)
+            if rec.user_error is not None:
+                return Phase.PENDING, counts, rec.user_error, True
+            w = waiting(rec.gang)
+            if w is None:
+                return Phase.PENDING, counts, "waiting for a member to be filtered", False
+            text = f"[{w.reason.code.value}] {w.reason.message}"
+            quota = core.vc_quota_leaves.get(rec.vc, 0)
+            too_big = not rec.opportunistic and rec.leaf_total > quota
+            never = w.reason.code is WaitCode.INSUFFICIENT_QUOTA and too_big
+            if never:
+                text += (
+                    f" (the gang needs {rec.leaf_total} GPUs, more than VC {rec.vc}'s whole quota of "
+                    f"{quota}: it can never run)"
+                )
+            return Phase.PENDING, counts, text, never
+        counts = Counts(expected=len(g.slots))
+        if g.phase is GangPhase.PREEMPTING:
+            text = f"[{WaitCode.PREEMPTING.value}] waiting for {len(g.victims)} preempted gangs to leave"
+            return Phase.PENDING, counts, text, False
+        counts.reserved = counts.expected
+        deleting = False
+        for s in g.slots:
+            if s.pod_uid is None:
+                if s.finished:
+                    counts.bound += 1
+                    counts.with_ip += 1
+                continue
+            if s.pod_uid in self.inflight:
+                counts.binding += 1
+                continue
+            counts.bound += 1
+            facts = self.pods.get(s.pod_uid)
+            if facts is not None and facts.deleting:
+                deleting = True
+            elif facts is not None and facts.ip:
+                counts.with_ip += 1
+        claimed = counts.bound + counts.binding
+        if rec.was_bound and (claimed < counts.expected or deleting):
+            lost = counts.expected - claimed
+            what = f"{lost} member(s) lost" if lost else "a member is being deleted"
+            return Phase.BROKEN, counts, f"{what} after the gang was bound; waiting for the retry", False
+        if counts.binding:
+            return Phase.BINDING, counts, "", False
+        if counts.bound == counts.expected:
+            if counts.with_ip == counts.expected and not deleting:
+                return Phase.READY, counts, "", False
+            return Phase.BOUND, counts, "waiting for every member's pod IP", False
+        return Phase.RESERVED, counts, f"{counts.bound} of {counts.expected} members bound", False
+
+    # ------------------------------------------------------------------------------ lookups
+    def resolve(self, core: Core, namespace: str, name: str, attempt: str | None) -> Record | str | None:
+        """The record a `/v1/gangs/{namespace}/{name}` path names: a framework's current attempt,
+        or an affinity group (`namespace/name` or `name`). A string is a stale-attempt message (409);
+        None is unknown (404)."""
+        fw = self.frameworks.get((namespace, name))
+        if fw is not None:
+            current, gang = fw
+            if attempt and attempt != current:
+                if newer(attempt, current):
+                    return None  # an attempt the ledger has not seen yet
+                return f"attempt {attempt} of framework {namespace}/{name} is superseded by attempt {current}"
+            return self.records.get(gang)
+        if attempt:  # only FrameworkController gangs have attempts
+            return None
+        keys = (f"{namespace}/{name}", name)
+        for key in keys:
+            rec = self.records.get(key)
+            if rec is not None and rec.ident.namespace in (namespace, ""):
+                return rec
+        for key in keys:
+            g = core.gang(key)
+            if g is not None and key not in self.records:
+                return self._record_for(core, g)
+        return None
+
+    def all(self, core: Core) -> list[Record]:
+        """Every gang: the records, plus core gangs the ledger has not seen (recovered)."""
+        for g in core.gangs():
+            if g.name not in self.records:
+                self._record_for(core, g)
+        return sorted(self.records.values(), key=lambda r: (r.ident.namespace, r.ident.name, r.gang))
+
+    def phase_counts(self, core: Core, waiting: WaitingOf) -> dict[str, int]:
+        out = {p.value: 0 for p in Phase}
+        for rec in self.all(core):
+            self.refresh(core, rec, waiting)
+            out[rec.phase.value] += 1
+        return out
+
+    # ------------------------------------------------------------------------------ the document
+    def status(
+        self, core: Core, rec: Record, waiting: WaitingOf, *, gang: Gang | None = None
+    ) -> dict[str, Any]:
+        """The `GangStatus` document of a gang (`gang`: the core's gang as it was just before its
+        release, for a tombstone)."""
+        if rec.tombstone is not None:
+            return dict(rec.tombstone)
+        phase, counts, reason, never = self.evaluate(core, rec, waiting, gang=gang)
+        g = gang or core.gang(rec.gang)
+        offset = self.wall() - self.clock()
+        doc: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": "GangStatus",
+            "gang": {**rec.ident.to_dict(), "gang": rec.gang},
+            "namespace": rec.ident.namespace,
+            "name": rec.ident.name,
+            "phase": phase.value,
+            "ready": phase is Phase.READY,
+            "reason": reason,
+            "neverFits": never,
+            "expected": counts.expected,
+            "reserved": counts.reserved,
+            "bound": counts.bound,
+            "withPodIP": counts.with_ip,
+            "placement": None,
+            "members": [],
+            "reservedAt": None,
+            "boundAt": rfc3339(rec.bound_at) if phase in (Phase.BOUND, Phase.READY) else None,
+            "readyAt": rfc3339(rec.ready_at) if phase is Phase.READY else None,
+            "expiresAt": None,
+            "resourceVersion": str(rec.version),
+        }
+        if g is None:
+            doc["members"] = [self._pending_member(self.pods[u]) for u in sorted(rec.pods) if u in self.pods]
+            return doc
+        placement = core.placement_of(g)
+        chain = placement.chain
+        doc["placement"] = {
+            "virtualCluster": g.request.vc,
+            "chain": chain,
+            "lcaCellType": lca_type(core, chain, g.lca_level),
+            "nodes": list(placement.nodes),
+            "priority": g.priority,
+        }
+        doc["reservedAt"] = rfc3339(g.created + offset)
+        doc["expiresAt"] = rfc3339(g.deadline + offset) if g.deadline is not None else None
+        members = []
+        for s, p in zip(g.slots, placement.pods, strict=True):
+            facts = self.pods.get(s.pod_uid) if s.pod_uid is not None else None
+            role, index = _task_of(s.key, facts)
+            if s.pod_uid is None:
+                state = "Finished" if s.finished else "Free"
+            elif s.pod_uid in self.inflight:
+                state = "Binding"
+            elif facts is not None and facts.deleting:
+                state = "Deleting"
+            else:
+                state = "Bound"
+            members.append(
+                {
+                    "taskRole": role,
+                    "taskIndex": index,
+                    "rank": s.index,
+                    "podName": s.pod_name if s.pod_uid is not None else None,
+                    "podUID": s.pod_uid,
+                    "node": p.node,
+                    "gpus": list(p.gpu_indices),
+                    "podIP": facts.ip if facts is not None and state == "Bound" else None,
+                    "hostIP": facts.host_ip if facts is not None else None,
+                    "state": state,
+                }
+            )
+        doc["members"] = members
+        return doc
+
+    @staticmethod
+    def _pending_member(f: PodFacts) -> dict[str, Any]:
+        return {
+            "taskRole": f.role,
+            "taskIndex": f.index,
+            "rank": None,
+            "podName": f.name,
+            "podUID": f.uid,
+            "node": None,
+            "gpus": [],
+            "podIP": None,
+            "hostIP": None,
+            "state": "Pending",
+        }
+
+
+def _framework_uid(pod: Mapping[str, Any]) -> str | None:
+    uid = pod_annotations(pod).get(FC_FRAMEWORK_UID)
+    return uid if isinstance(uid, str) and uid else None
+
+
+def _short(gang: str, namespace: str) -> str:
+    prefix = f"{namespace}/"
+    return gang[len(prefix) :] if gang.startswith(prefix) else gang
+
+
+def _task_of(key: str | None, facts: PodFacts | None) -> tuple[str | None, int | None]:
+    """(task role, task index) of a slot: its key (`role/index`) when named, else its pod's."""
+    if key is not None:
+        role, _, index = key.rpartition("/")
+        if role and index.isdigit():
+            return role, int(index)
+    if facts is not None:
+        return facts.role, facts.index
+    return None, None
+
+
+class LedgerCollector(Collector):
+    """Prometheus gauges of the ledger: gangs by ledger phase and long-poll waiters. Collected while
+    /metrics holds the scheduler lock."""
+
+    def __init__(self, ledger: GangLedger, core: Callable[[], Core], waiting: WaitingOf) -> None:
+        self.ledger = ledger
+        self.core = core
+        self.waiting = waiting
+
+    def collect(self) -> Iterable[Metric]:
+        gangs = GaugeMetricFamily(
+            "topogang_ledger_gangs", "Gangs in the ledger, by ledger phase.", labels=["phase"]
+        )
+        for phase, n in self.ledger.phase_counts(self.core(), self.waiting).items():
+            gangs.add_metric([phase], n)
+        yield gangs
+        waiters = GaugeMetricFamily("topogang_ledger_waiters", "Long-polls of /v1/gangs waiting now.")
+        waiters.add_metric([], self.ledger.waiters)
+        yield waiters

@@ -1,0 +1,264 @@
+"""The gang ledger over HTTP (read-only), and the Framework proxy for the stock FrameworkBarrier.
+
+    GET /v1/gangs[?namespace=&vc=&phase=]             every gang's GangStatus
+    GET /v1/gangs/{namespace}/{name}                  one gang: a FrameworkController framework's
+        [?waitFor=<Phase>&timeoutSeconds=N            current attempt, or an affinity group (named
+         &attempt=<attempt instance UID>              `namespace/name` or `name`)
+         &resourceVersion=N]
+    GET /apis/frameworkcontroller.microsoft.com/v1/namespaces/{namespace}/frameworks/{name}
+
+Long-poll: with `waitFor` the answer comes as soon as the gang's phase reaches it (Pending < Reserved
+< Binding < Bound < Ready), or is Broken or Expired, or can never fit; with `resourceVersion` as soon
+as the gang changes after that version; else after `timeoutSeconds` (at most 60) with the current
+status. 404: unknown (yet); 409: `attempt` is superseded by a newer attempt of the framework; 503:
+not synced yet (Kubernetes mode: until recovery is done). A Ready FrameworkController gang's answer
+carries `framework`: the Framework with the ledger's pod IPs, which `topogang barrier` writes out.
+
+The Framework proxy (point the stock barrier's `KUBE_APISERVER_ADDRESS` here): in Kubernetes mode the
+real Framework from the API server, with every `podIP` blanked until the ledger calls the gang Ready
+(and then the ledger's IPs filled in, so the barrier need not wait for FrameworkController's status
+to catch up); in standalone mode, where there are no Framework objects, one synthesized from the
+ledger. Absent: 404 in the API server's `Status` shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from extender.app import JSON
+from extender.barrier import framework_from_gang
+from extender.framework import Framework, FrameworkError, with_ips_hidden, with_pod_ips
+from extender.ledger import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
+from extender.verbs import Scheduler
+
+log = logging.getLogger("topogang.extender")
+
+MAX_WAIT_SECONDS = 60.0
+FC_GROUP = "frameworkcontroller.microsoft.com"
+FRAMEWORK_PATH = f"/apis/{FC_GROUP}/v1/namespaces/{{namespace}}/frameworks/{{name}}"
+
+FrameworkFetch = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+
+
+class _BadQueryError(ValueError):
+    pass
+
+
+def _error(status: int, message: str, reason: str) -> Response:
+    return JSON({"Error": message, "message": message, "reason": reason, "code": status}, status_code=status)
+
+
+def kube_status(status: int, reason: str, message: str, name: str) -> Response:
+    """An error in the API server's `Status` shape (what a Kubernetes client parses)."""
+    return JSON(
+        {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "details": {"name": name, "group": FC_GROUP, "kind": "frameworks"},
+            "code": status,
+        },
+        status_code=status,
+    )
+
+
+def _phase_param(q: Mapping[str, str], key: str) -> Phase | None:
+    raw = q.get(key)
+    if raw is None or raw == "":
+        return None
+    p = parse_phase(raw)
+    if p is None:
+        raise _BadQueryError(f"{key}: {raw!r} is not a phase ({', '.join(x.value for x in Phase)})")
+    return p
+
+
+def _number(q: Mapping[str, str], key: str) -> float | None:
+    raw = q.get(key)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _BadQueryError(f"{key}: {raw!r} is not a number") from None
+    if not value >= 0:
+        raise _BadQueryError(f"{key}: {raw!r} is negative")
+    return value
+
+
+def pod_ips(doc: Mapping[str, Any]) -> dict[tuple[str, int], str]:
+    """(task role, task index) -> pod IP of a GangStatus's members."""
+    out = {}
+    for m in doc.get("members") or []:
+        if m.get("taskRole") is not None and m.get("taskIndex") is not None and m.get("podIP"):
+            out[(str(m["taskRole"]), int(m["taskIndex"]))] = str(m["podIP"])
+    return out
+
+
+def synthesized(doc: Mapping[str, Any]) -> Framework:
+    """The Framework a gang implies (standalone mode, or when the real one cannot be read)."""
+    f = framework_from_gang({"namespace": doc["namespace"], "name": doc["name"], "members": doc["members"]})
+    gang = doc.get("gang") or {}
+    if gang.get("frameworkUID"):
+        f["metadata"]["uid"] = gang["frameworkUID"]
+    if gang.get("attemptInstanceUID"):
+        f["status"]["attemptStatus"]["instanceUID"] = gang["attemptInstanceUID"]
+    return f
+
+
+def _attempt_of(f: Mapping[str, Any]) -> str | None:
+    attempt = (f.get("status") or {}).get("attemptStatus") or {}
+    uid = attempt.get("instanceUID") if isinstance(attempt, dict) else None
+    return uid if isinstance(uid, str) and uid else None
+
+
+def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | None = None) -> list[BaseRoute]:
+    """The ledger's routes; `fetch_framework` reads a Framework from the API server (Kubernetes
+    mode; None: Framework objects are synthesized from the ledger)."""
+    s = scheduler
+    ledger = s.gang_ledger
+
+    def not_ready() -> Response:
+        return _error(503, f"topogang: the ledger is not synced yet: {s.not_ready_reason}", "NotReady")
+
+    async def framework_for(doc: Mapping[str, Any]) -> Framework:
+        """The Framework to hand a Ready gang's barrier: the real one with the ledger's pod IPs."""
+        if fetch_framework is not None:
+            try:
+                f = await fetch_framework(str(doc["namespace"]), str(doc["name"]))
+                if f is not None:
+                    return with_pod_ips(dict(f), pod_ips(doc))
+            except Exception as exc:  # the synthesized one serves the barrier as well
+                log.warning("cannot read Framework %s/%s: %s", doc["namespace"], doc["name"], exc)
+        return synthesized(doc)
+
+    async def list_gangs(request: Request) -> Response:
+        if not s.ready:
+            return not_ready()
+        q = request.query_params
+        try:
+            phase = _phase_param(q, "phase")
+        except _BadQueryError as err:
+            return _error(400, f"topogang: {err}", "BadRequest")
+        ns, vc = q.get("namespace") or None, q.get("vc") or None
+        items = []
+        async with s.lock:
+            for rec in ledger.all(s.core):
+                if ns is not None and rec.ident.namespace != ns:
+                    continue
+                ledger.refresh(s.core, rec, s.waiting_of)
+                if phase is not None and rec.phase is not phase:
+                    continue
+                doc = ledger.status(s.core, rec, s.waiting_of)
+                if vc is not None and ((doc["placement"] or {}).get("virtualCluster") or rec.vc) != vc:
+                    continue
+                items.append(doc)
+            version = ledger.version
+        return JSON(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "GangStatusList",
+                "resourceVersion": str(version),
+                "items": items,
+            }
+        )
+
+    async def get_gang(request: Request) -> Response:
+        if not s.ready:
+            return not_ready()
+        ns, name = request.path_params["namespace"], request.path_params["name"]
+        q = request.query_params
+        try:
+            target = _phase_param(q, "waitFor")
+            timeout = min(_number(q, "timeoutSeconds") or 0.0, MAX_WAIT_SECONDS)
+            since = _number(q, "resourceVersion")
+        except _BadQueryError as err:
+            return _error(400, f"topogang: {err}", "BadRequest")
+        attempt = q.get("attempt") or None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        ledger.waiters += 1
+        try:
+            while True:
+                async with s.lock:
+                    got = ledger.resolve(s.core, ns, name, attempt)
+                    if got is None:
+                        return _error(404, f"topogang: gang {ns}/{name} is not known (yet)", "NotFound")
+                    if isinstance(got, str):
+                        return _error(409, f"topogang: {got}", "StaleAttempt")
+                    rec: Record = got
+                    ledger.refresh(s.core, rec, s.waiting_of)
+                    left = deadline - loop.time()
+                    done = (
+                        left <= 0
+                        or (target is None and since is None)
+                        or rec.phase in TERMINAL
+                        or rec.never_fits
+                        or (target is not None and reached(rec.phase, target))
+                        or (since is not None and rec.version > since)
+                    )
+                    if done:
+                        doc = ledger.status(s.core, rec, s.waiting_of)
+                        break
+                    event = rec.changed if since is not None else rec.phase_changed
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), left)
+        finally:
+            ledger.waiters -= 1
+        if doc["phase"] == Phase.READY.value and doc["gang"].get("attemptInstanceUID"):
+            doc["framework"] = await framework_for(doc)
+        return JSON(doc)
+
+    async def framework_proxy(request: Request) -> Response:
+        ns, name = request.path_params["namespace"], request.path_params["name"]
+        if not s.ready:
+            return kube_status(
+                503, "ServiceUnavailable", f"topogang: not synced yet: {s.not_ready_reason}", name
+            )
+        real: Mapping[str, Any] | None = None
+        if fetch_framework is not None:
+            try:
+                real = await fetch_framework(ns, name)
+            except Exception as exc:
+                return kube_status(
+                    503, "ServiceUnavailable", f"topogang: cannot read the Framework: {exc}", name
+                )
+            if real is None:
+                return kube_status(404, "NotFound", f'frameworks.{FC_GROUP} "{name}" not found', name)
+        async with s.lock:
+            got = ledger.resolve(s.core, ns, name, None)
+            doc = None
+            if got is not None and not isinstance(got, str):
+                ledger.refresh(s.core, got, s.waiting_of)
+                doc = ledger.status(s.core, got, s.waiting_of)
+        ready = doc is not None and doc["phase"] == Phase.READY.value
+        if real is None:  # standalone: the Framework the ledger implies
+            if doc is None:
+                return kube_status(404, "NotFound", f'frameworks.{FC_GROUP} "{name}" not found', name)
+            f = synthesized(doc)
+            return JSON(f if ready else with_ips_hidden(f, set()))
+        assert doc is None or isinstance(doc, dict)
+        try:
+            current = doc is not None and _attempt_of(real) in (None, doc["gang"].get("attemptInstanceUID"))
+            if ready and doc is not None and current:
+                return JSON(with_pod_ips(dict(real), pod_ips(doc)))
+            return JSON(with_ips_hidden(dict(real), set()))
+        except FrameworkError:  # corrupt statuses: FrameworkBarrier keeps polling on this too
+            return JSON(real)
+
+    return [
+        Route("/v1/gangs", list_gangs, methods=["GET"]),
+        Route("/v1/gangs/", list_gangs, methods=["GET"]),
+        Route("/v1/gangs/{namespace}/{name:path}", get_gang, methods=["GET"]),
+        Route(FRAMEWORK_PATH, framework_proxy, methods=["GET"]),
+    ]

@@ -1,0 +1,92 @@
+"""The cluster view: a live, read-only web page of the topology, quotas and gangs, at `/ui`.
+
+    GET /ui                 the page (hand-written HTML/CSS/JS in `static/`, no build step)
+    GET /ui/static/{file}   its assets (package data)
+    GET /v1/ui/state        the page's one JSON document (`extender.ui.state`), polled with
+                            ?token=T&layout=L: `{"unchanged": true}` when nothing changed since T,
+                            the topology only when L is not the current layout token
+
+Served by the extender itself in every mode (standalone and Kubernetes), next to `/v1/inspect`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from extender import views, wire
+from extender.ui.state import StateView
+
+if TYPE_CHECKING:
+    from extender.verbs import Scheduler
+
+log = logging.getLogger("topogang.extender")
+GZIP_OVER = 4096  # bytes: a 1,000-node document is ~80 kB, ~13 kB gzipped
+STATIC = Path(__file__).resolve().parent / "static"
+
+
+class _JSON(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return wire.dumps(content)
+
+
+def ledger_phases(scheduler: Scheduler) -> dict[str, str]:
+    """The gang ledger's phase of each gang it knows (`extender.ledger`, what /v1/gangs serves),
+    read without refreshing anything; {} when the scheduler has no ledger."""
+    records = getattr(getattr(scheduler, "gang_ledger", None), "records", None)
+    if not isinstance(records, dict):
+        return {}
+    out: dict[str, str] = {}
+    for name, rec in records.items():
+        phase = getattr(rec, "phase", None)
+        if isinstance(name, str) and phase is not None:
+            out[name] = str(getattr(phase, "value", phase))
+    return out
+
+
+def ui_routes(scheduler: Scheduler) -> list[BaseRoute]:
+    view = StateView()
+
+    async def state(request: Request) -> Response:
+        q = request.query_params
+        try:
+            async with scheduler.lock:
+                doc = view.document(
+                    scheduler.core,
+                    views.waiting_gangs(scheduler),
+                    scheduler.clock(),
+                    token=q.get("token"),
+                    layout_token=q.get("layout"),
+                    phases=ledger_phases(scheduler),
+                )
+        except Exception as exc:
+            log.exception("GET /v1/ui/state failed")
+            return _JSON({"Error": f"topogang: Platform Error: {type(exc).__name__}: {exc}"}, status_code=503)
+        body = wire.dumps(doc)
+        headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
+        if len(body) > GZIP_OVER and "gzip" in request.headers.get("accept-encoding", ""):
+            body = gzip.compress(body, compresslevel=5)
+            headers["Content-Encoding"] = "gzip"
+        return Response(body, media_type="application/json", headers=headers)
+
+    async def page(request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    async def slash(request: Request) -> Response:
+        return RedirectResponse("/ui", status_code=307)
+
+    return [
+        Route("/ui", page, methods=["GET"]),
+        Route("/ui/", slash, methods=["GET"]),
+        Mount("/ui/static", app=StaticFiles(directory=STATIC), name="ui-static"),
+        Route("/v1/ui/state", state, methods=["GET"]),
+    ]

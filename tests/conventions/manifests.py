@@ -1,0 +1,78 @@
+"""Pods and PodGroups as users write them for each convention (plain dicts)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def pod(
+    name: str,
+    ns: str = "vision",
+    *,
+    gpus: int = 0,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+    uid: str | None = None,
+    enable: bool = False,
+    scheduler: str = "topogang",
+    env: list[dict[str, str]] | None = None,
+    args: list[str] | None = None,
+) -> dict[str, Any]:
+    limits: dict[str, str] = {}
+    if gpus:
+        limits["nvidia.com/gpu"] = str(gpus)
+    if enable:
+        limits["topogang.io/pod-scheduling-enable"] = "1"
+    container: dict[str, Any] = {"name": "main", "image": "trainer", "resources": {"limits": limits}}
+    if env:
+        container["env"] = env
+    if args:
+        container["args"] = args
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "uid": uid or f"uid-{ns}-{name}",
+            "name": name,
+            "namespace": ns,
+            "labels": dict(labels or {}),
+            "annotations": dict(annotations or {}),
+        },
+        "spec": {"schedulerName": scheduler, "containers": [container], **(spec or {})},
+        "status": {"phase": "Pending"},
+    }
+
+
+def coscheduling_podgroup(name: str, ns: str, min_member: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member, **spec},
+    }
+
+
+def volcano_podgroup(name: str, ns: str, min_member: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member, "queue": "default", **spec},
+    }
+
+
+def workload(name: str, ns: str, group: str, min_count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"podGroups": [{"name": group, "policy": {"gang": {"minCount": min_count}}}]},
+    }
+
+
+def task_groups(*groups: tuple[str, int, int]) -> str:
+    return json.dumps(
+        [{"name": n, "minMember": m, "minResource": {"cpu": "1", "nvidia.com/gpu": g}} for n, m, g in groups]
+    )
