@@ -1,0 +1,121 @@
+"""Load test: users that drive a topogang extender (or any extender) the way kube-scheduler does.
+
+    locust -f loadtest/locustfile.py --host http://127.0.0.1:9096 [--headless -u 16 -r 16 -t 30s]
+        [--fill 0.3] [--mix philly|gang4x8] [--urgent-every 25] [--latency-file out.json]
+
+Every user submits jobs of the Philly week's size mix (gangs of more than 8 GPUs are pods of 8, as
+FrameworkController frameworks with an affinityGroup); for each member it calls filter with the FULL
+node list (nodeCacheCapable payload, a realistic Pod), prioritize on the survivors, then bind. A filter
+answer with FailedNodes leads to preempt (the lower-priority pods bound there are the dry run's
+victims), deleting the chosen victims and filtering again. Older jobs finish (their pods are deleted
+through `DELETE /v1/standalone/pods/{uid}`) so the cluster stays near `--fill`; every
+`--urgent-every` jobs a user submits a high-priority 8-GPU pod. The node list, VC quotas and GPU
+count are read from the server (`/v1/inspect`, `/v1/inspect/clusterstatus/physicalcluster`), so it
+works against any config. Requests are named by verb: filter, prioritize, bind, preempt, finish.
+
+`--latency-file` writes every request's exact latency (ms, per name) when the test stops: locust
+rounds its own percentiles to whole milliseconds, too coarse for sub-millisecond replies.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import gevent.lock
+import orjson
+from locust import FastHttpUser, events, task
+from locust.env import Environment
+
+from loadtest.kubesched import FINISH_PATH, MIXES, Cluster, Fleet, JobMix, cluster_from, run_job
+
+VERBS = ("filter", "prioritize", "bind", "preempt")
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+_lock = gevent.lock.Semaphore()
+_state: dict[str, Any] = {}  # one cluster view and one fleet per locust process, shared by its users
+_latencies: dict[str, list[float]] = {}
+
+
+@events.init_command_line_parser.add_listener
+def _options(parser: Any) -> None:
+    parser.add_argument("--fill", type=float, default=0.3, help="target share of the cluster's GPUs in use")
+    parser.add_argument("--mix", choices=MIXES, default="philly", help="job sizes (gang4x8: G1's shape)")
+    parser.add_argument(
+        "--urgent-every", type=int, default=25, help="a priority-1000 pod every N jobs (0: never)"
+    )
+    parser.add_argument("--latency-file", default="", help="write exact per-request latencies (ms) here")
+
+
+@events.request.add_listener
+def _record(name: str, response_time: float, exception: BaseException | None, **_: Any) -> None:
+    if exception is None:
+        _latencies.setdefault(name, []).append(response_time)
+
+
+@events.test_stop.add_listener
+def _dump(environment: Environment, **_: Any) -> None:
+    path = getattr(environment.parsed_options, "latency_file", "") if environment.parsed_options else ""
+    if path:
+        with open(path, "wb") as f:
+            f.write(orjson.dumps(_latencies))
+
+
+class KubeScheduler(FastHttpUser):
+    """One kube-scheduler scheduling loop (one profile); several users = several loops."""
+
+    def on_start(self) -> None:
+        opts = self.environment.parsed_options
+        self.fill = float(getattr(opts, "fill", 0.3))
+        self.urgent_every = int(getattr(opts, "urgent_every", 25))
+        with _lock:
+            if "fleet" not in _state:
+                cluster = self._cluster()
+                _state["fleet"] = Fleet(cluster, self.fill)
+                _state["cluster"] = cluster
+        self.fleet: Fleet = _state["fleet"]
+        self.mix = JobMix(_state["cluster"], getattr(opts, "mix", "philly"))
+        self.rng = random.Random()
+        self.jobs = 0
+
+    def _cluster(self) -> Cluster:
+        def get(path: str) -> Any:
+            with self.client.get(path, name="setup", catch_response=True) as r:
+                if r.status_code != 200 or r.content is None:
+                    r.failure(f"GET {path}: HTTP {r.status_code}")
+                    raise RuntimeError(f"cannot read {path} from {self.host}: HTTP {r.status_code}")
+                return orjson.loads(r.content)
+
+        return cluster_from(get("/v1/inspect"), get("/v1/inspect/clusterstatus/physicalcluster"))
+
+    def post(self, verb: str, body: bytes) -> Any:
+        with self.client.post(
+            f"/v1/extender/{verb}",
+            data=body,  # type: ignore[arg-type]  # bytes go out as-is
+            headers=JSON_HEADERS,
+            name=verb,
+            catch_response=True,
+        ) as r:
+            if r.status_code != 200 or not r.content:
+                r.failure(f"HTTP {r.status_code}: {(r.content or b'')[:200]!r}")
+                return None
+            try:
+                doc = orjson.loads(r.content)
+            except orjson.JSONDecodeError as exc:
+                r.failure(f"reply is not JSON: {exc}")
+                return None
+            # a filter that cannot place answers in the body (waits); an Error is a failure
+            if isinstance(doc, dict) and doc.get("Error"):
+                r.failure(str(doc["Error"])[:300])
+            return doc
+
+    def delete(self, uid: str) -> None:
+        with self.client.delete(FINISH_PATH.format(uid=uid), name="finish", catch_response=True) as r:
+            if r.status_code not in (200, 404):
+                r.failure(f"HTTP {r.status_code}")
+
+    @task
+    def job(self) -> None:
+        self.jobs += 1
+        urgent = self.urgent_every > 0 and self.jobs % self.urgent_every == 0
+        run_job(self.post, self.fleet, self.mix.next(urgent=urgent), self.delete, self.rng)
