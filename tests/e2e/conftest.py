@@ -13,17 +13,27 @@ killed before it can.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
+import shlex
 import shutil
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 from kubernetes import client
 from kubernetes import config as kube_config
+from kubernetes.client.exceptions import ApiException
+
+from tests.e2e import helpers
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "e2e"
@@ -73,7 +83,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if "skip" in _report:
         terminalreporter.write_sep("!", _report["skip"], yellow=True, bold=True)
-    for key in ("build", "up", "down"):
+    for key in ("build", "up", "extender", "down"):
         if key in _report:
             terminalreporter.write_line(f"e2e {key}: {_report[key]}")
 
@@ -189,3 +199,203 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
         )
         (base / "cluster-down.log").write_text(down.stdout + down.stderr, encoding="utf-8")
         _report["down"] = f"teardown rc={down.returncode} in {time.monotonic() - t2:.1f}s"
+
+
+# ------------------------------------------------------------------------------------------------ processes
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM the child when pytest dies, even by SIGKILL (Linux PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+class Process:
+    """A child process in its own process group, logged to a file, always terminated."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log: Path,
+        *,
+        cwd: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = list(argv)
+        self.log_path = log
+        self._out: IO[bytes] = log.open("ab")
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=cwd,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.is_file() else ""
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """TERM the process group, KILL it after `timeout`; the exit code."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self._out.close()
+        return self.proc.returncode
+
+
+def extender_command() -> list[str]:
+    """How to run `topogang`: $TOPOGANG_E2E_EXTENDER (a command prefix, e.g. a wrapper that patches the
+    extender to check that these tests catch a broken one), else this interpreter on topogang_cli.py."""
+    override = os.environ.get("TOPOGANG_E2E_EXTENDER", "").strip()
+    if override:
+        return shlex.split(override)
+    return [sys.executable, str(REPO / "topogang_cli.py")]
+
+
+class Extender:
+    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env)."""
+
+    def __init__(self, cluster: E2ECluster) -> None:
+        self.cluster = cluster
+        self.port = int(cluster.env["EXTENDER_PORT"])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.argv = [
+            *extender_command(),
+            "serve",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--config",
+            cluster.env["TOPOLOGY"],
+            "--listen",
+            f"127.0.0.1:{self.port}",
+        ]
+        self.starts = 0
+        self.process: Process | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        assert self.process is None or not self.process.alive(), "extender already running"
+        self.starts += 1
+        log = self.cluster.workdir / "logs" / f"extender-{self.starts}.log"
+        self.process = Process("extender", self.argv, log, cwd=REPO)
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        proc = self.process
+        assert proc is not None
+        deadline = time.monotonic() + timeout
+        while helpers.http_status(f"{self.url}/readyz", timeout=2) != 200:
+            if not proc.alive():
+                pytest.fail(
+                    f"the extender exited (rc={proc.proc.returncode}) before /readyz:\n{_tail(proc.log())}",
+                    pytrace=False,
+                )
+            if time.monotonic() >= deadline:
+                pytest.fail(
+                    f"the extender not ready after {timeout:.0f}s:\n{_tail(proc.log())}", pytrace=False
+                )
+            time.sleep(0.2)
+
+    def stop(self) -> int | None:
+        return self.process.stop() if self.process is not None else None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def ensure_running(self) -> None:
+        if self.process is None or not self.process.alive():
+            self.start()
+
+    def log(self) -> str:
+        """Every run's log, oldest first."""
+        logs = self.cluster.workdir / "logs"
+        return "".join(
+            (logs / f"extender-{i}.log").read_text(encoding="utf-8", errors="replace")
+            for i in range(1, self.starts + 1)
+            if (logs / f"extender-{i}.log").is_file()
+        )
+
+    def get(self, path: str) -> Any:
+        return helpers.http_json(f"{self.url}{path}")
+
+    def summary(self) -> dict[str, Any]:
+        got = self.get("/v1/inspect")
+        assert isinstance(got, dict)
+        return got
+
+
+@pytest.fixture(scope="session")
+def extender_session(e2e_cluster: E2ECluster) -> Iterator[Extender]:
+    ext = Extender(e2e_cluster)
+    try:
+        ext.start()
+        yield ext
+    finally:
+        rc = ext.stop()
+        _report["extender"] = f"{ext.starts} start(s), last exit code {rc}; logs {e2e_cluster.workdir}/logs"
+
+
+@pytest.fixture
+def extender(extender_session: Extender) -> Extender:
+    """The session's extender, started again if a test left it stopped."""
+    extender_session.ensure_running()
+    return extender_session
+
+
+def holds_nothing(ext: Extender) -> str | None:
+    """Why the extender still holds cells (None when it holds none)."""
+    s = ext.summary()
+    held = {k: v for k, v in s["gangs"].items() if k != "Waiting" and v}
+    used = {vc: row["used"] + row.get("opportunistic", 0) for vc, row in s["virtualClusters"].items()}
+    used = {vc: n for vc, n in used.items() if n}
+    if held or used or s["gpus"]["free"] + s["gpus"]["bad"] < s["gpus"]["total"]:
+        return f"gangs {held}, VC GPUs in use {used}, GPUs {s['gpus']}"
+    return None
+
+
+@pytest.fixture
+def gang_ns(e2e_cluster: E2ECluster, extender: Extender) -> Iterator[str]:
+    """A fresh namespace for a test's gangs, starting from an extender that holds nothing. Afterwards
+    its pods are deleted and the extender must release everything they held (a leak fails the test)."""
+    core = e2e_cluster.core
+    helpers.wait_until(
+        "the extender to hold nothing before the test", lambda: holds_nothing(extender) is None, 30
+    )
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace.model_validate({"metadata": {"name": name}}))
+    yield name
+    names = helpers.object_names(core.list_namespaced_pod(name).items)
+    helpers.delete_pods(core, name, names)
+    helpers.wait_gone(core, name, names, 60)
+    extender.ensure_running()
+    deadline = time.monotonic() + 30
+    while (why := holds_nothing(extender)) is not None:
+        if time.monotonic() > deadline:
+            pytest.fail(f"after deleting every pod of {name} the extender still holds cells: {why}")
+        time.sleep(0.2)
+
+
+def ignore_conflict(call: Any, *args: Any, **kw: Any) -> None:
+    """Create something cluster-scoped that another test may have created already."""
+    try:
+        call(*args, **kw)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise

@@ -1,0 +1,280 @@
+"""Helpers for the e2e tests: gang pods as users write them, and polling on real cluster state.
+
+Everything here talks to the API server (pods, nodes, events) or to the extender over HTTP; nothing
+reaches into the extender's process.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+GPU = "nvidia.com/gpu"
+ENABLE = "topogang.io/pod-scheduling-enable"
+SPEC = "topogang.io/pod-scheduling-spec"
+ISOLATION = "topogang.io/pod-leaf-cell-isolation"
+BIND_INFO = "topogang.io/pod-bind-info"
+PROFILE = "topogang"  # spec.schedulerName of the profile in deploy/kube-scheduler-config.yaml
+
+T = TypeVar("T")
+
+
+# ------------------------------------------------------------------------------------------ polling
+def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 60.0, interval: float = 0.2) -> T:
+    """Poll `probe` until it returns something other than None or False; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = probe()
+        if last is not None and last is not False:
+            return last
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+        time.sleep(interval)
+
+
+def hold_for(what: str, violation: Callable[[], str | None], seconds: float, interval: float = 0.25) -> int:
+    """Check `violation` repeatedly for `seconds`: it must return None every time (else the test fails
+    with its message). Returns how many times it was checked."""
+    deadline = time.monotonic() + seconds
+    checks = 0
+    while True:
+        bad = violation()
+        checks += 1
+        if bad is not None:
+            pytest.fail(f"{what}: violated after {checks} checks: {bad}")
+        if time.monotonic() >= deadline:
+            return checks
+        time.sleep(interval)
+
+
+# ------------------------------------------------------------------------------------------ pods
+def gang_pod(
+    name: str,
+    *,
+    gang: str,
+    vc: str,
+    members: Sequence[tuple[int, int]],
+    gpus: int,
+    priority: int = 0,
+    priority_class: str | None = None,
+    node_selector: Mapping[str, str] | None = None,
+    tolerations: Sequence[Mapping[str, str]] | None = None,
+) -> Any:
+    """A plain pod of a HiveD-style gang: opt-in limit, `nvidia.com/gpu`, the scheduling-spec annotation."""
+    spec = {
+        "virtualCluster": vc,
+        "priority": priority,
+        "leafCellNumber": gpus,
+        "affinityGroup": {
+            "name": gang,
+            "members": [{"podNumber": n, "leafCellNumber": g} for n, g in members],
+        },
+    }
+    pod_spec: dict[str, Any] = {
+        "schedulerName": PROFILE,
+        "terminationGracePeriodSeconds": 0,
+        # Never pulled: KWOK only fakes the container status.
+        "containers": [
+            {
+                "name": "main",
+                "image": "fake.invalid/train:1",
+                "resources": {"limits": {ENABLE: "1", GPU: str(gpus)}},
+            }
+        ],
+    }
+    if priority_class is not None:
+        pod_spec["priorityClassName"] = priority_class
+    if node_selector:
+        pod_spec["nodeSelector"] = dict(node_selector)
+    if tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in tolerations]
+    return client.V1Pod.model_validate(
+        {"metadata": {"name": name, "annotations": {SPEC: yaml.safe_dump(spec)}}, "spec": pod_spec}
+    )
+
+
+def submit_gang(
+    core: client.CoreV1Api, namespace: str, prefix: str, pods: int, gpus: int, vc: str, **kw: Any
+) -> list[str]:
+    """Create `pods` pods of `gpus` GPUs each, one gang named `<namespace>/<prefix>`; their names."""
+    names = [f"{prefix}-{i}" for i in range(pods)]
+    for n in names:
+        core.create_namespaced_pod(
+            namespace,
+            gang_pod(n, gang=f"{namespace}/{prefix}", vc=vc, members=[(pods, gpus)], gpus=gpus, **kw),
+        )
+    return names
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    namespace: str
+    name: str
+    node: str | None
+    gpus: tuple[int, ...]
+    ip: str | None
+    phase: str
+    annotations: Mapping[str, str]
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running" and bool(self.ip) and self.node is not None
+
+
+def _placed(pod: client.V1Pod) -> Placed:
+    meta = pod.metadata or client.V1ObjectMeta()
+    ann = dict(meta.annotations or {})
+    text = ann.get(ISOLATION, "")
+    gpus = tuple(int(g) for g in text.split(",") if g.strip()) if text else ()
+    return Placed(
+        str(meta.namespace),
+        str(meta.name),
+        (pod.spec.node_name if pod.spec else None) or None,
+        gpus,
+        pod.status.pod_ip if pod.status else None,
+        (pod.status.phase if pod.status else None) or "",
+        ann,
+    )
+
+
+def object_names(items: Iterable[Any]) -> list[str]:
+    """metadata.name of each API object (pods, nodes, ...)."""
+    return [str(o.metadata.name) for o in items if o.metadata is not None and o.metadata.name]
+
+
+def pods_of(core: client.CoreV1Api, namespace: str, names: Iterable[str] | None = None) -> dict[str, Placed]:
+    """The live (not terminating) pods of a namespace, or just `names` among them."""
+    wanted = set(names) if names is not None else None
+    out: dict[str, Placed] = {}
+    for pod in core.list_namespaced_pod(namespace).items:
+        p = _placed(pod)
+        if pod.metadata is None or pod.metadata.deletion_timestamp is not None:
+            continue
+        if wanted is None or p.name in wanted:
+            out[p.name] = p
+    return out
+
+
+def bound(core: client.CoreV1Api, namespace: str, names: Iterable[str]) -> list[str]:
+    """Which of `names` have a node."""
+    return sorted(n for n, p in pods_of(core, namespace, names).items() if p.node is not None)
+
+
+def wait_running(
+    core: client.CoreV1Api, namespace: str, names: Sequence[str], timeout: float = 60.0
+) -> dict[str, Placed]:
+    """Every pod of `names` bound, Running, with a pod IP."""
+
+    def probe() -> dict[str, Placed] | None:
+        got = pods_of(core, namespace, names)
+        if len(got) == len(names) and all(p.running for p in got.values()):
+            return got
+        return None
+
+    def state() -> str:
+        got = pods_of(core, namespace, names)
+        return ", ".join(f"{n}: {p.phase} on {p.node} ip={p.ip}" for n, p in sorted(got.items()))
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = probe()
+        if done is not None:
+            return done
+        time.sleep(0.2)
+    events = pod_events(core, namespace)
+    pytest.fail(
+        f"timed out after {timeout:.0f}s waiting for {list(names)} to run: {state()}\n"
+        f"events:\n" + "\n".join(events[-15:])
+    )
+
+
+def wait_gone(core: client.CoreV1Api, namespace: str, names: Iterable[str], timeout: float = 60.0) -> None:
+    names = list(names)
+
+    def gone() -> bool:
+        left = set(object_names(core.list_namespaced_pod(namespace).items))
+        return not (left & set(names))
+
+    wait_until(f"pods {names} deleted", gone, timeout)
+
+
+def delete_pods(core: client.CoreV1Api, namespace: str, names: Iterable[str]) -> list[str]:
+    names = list(names)
+    for n in names:
+        try:
+            core.delete_namespaced_pod(n, namespace, grace_period_seconds=0)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+    return names
+
+
+def pod_events(core: client.CoreV1Api, namespace: str, pod: str | None = None) -> list[str]:
+    """`pod: reason: message` of the namespace's events (of one pod), oldest first."""
+    out = []
+    for ev in core.list_namespaced_event(namespace).items:
+        obj = ev.involved_object
+        if obj is None or (pod is not None and obj.name != pod):
+            continue
+        out.append(f"{obj.name}: {ev.reason}: {ev.message}")
+    return out
+
+
+def gpu_collisions(core: client.CoreV1Api) -> dict[tuple[str, int], list[str]]:
+    """(node, GPU index) held by more than one live bound pod, across every namespace."""
+    holders: dict[tuple[str, int], list[str]] = {}
+    for pod in core.list_pod_for_all_namespaces().items:
+        p = _placed(pod)
+        if p.node is None or p.phase in ("Succeeded", "Failed"):
+            continue
+        for g in p.gpus:
+            holders.setdefault((p.node, g), []).append(f"{p.namespace}/{p.name}")
+    return {k: v for k, v in sorted(holders.items()) if len(v) > 1}
+
+
+# ------------------------------------------------------------------------------------------ topology
+def racks(topology: str | Path) -> dict[str, str]:
+    """Node name -> rack (the index of its top-level physical cell), read from the config itself."""
+    doc = yaml.safe_load(Path(topology).read_text(encoding="utf-8"))
+    out: dict[str, str] = {}
+
+    def walk(cell: Mapping[str, Any], rack: str) -> None:
+        address = cell.get("cellAddress")
+        children = cell.get("cellChildren") or []
+        if address is not None and not children:
+            out[str(address)] = rack
+        for child in children:
+            walk(child, rack)
+
+    for i, top in enumerate(doc["physicalCluster"]["physicalCells"]):
+        for child in top.get("cellChildren") or []:
+            walk(child, str(i))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ extender
+def http_json(url: str, timeout: float = 10.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def http_status(url: str, timeout: float = 5.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
+    except OSError:
+        return None
