@@ -128,13 +128,19 @@ def build_app(service: Service) -> Starlette:
         return endpoint
 
     async def do_filter(doc: object) -> Any:
-        return await s.filter(wire.parse_extender_args(doc))
+        out = await s.filter(wire.parse_extender_args(doc))
+        if s.after_change is not None:
+            await s.after_change()
+        return out
 
     async def do_prioritize(doc: object) -> Any:
         return await s.prioritize(wire.parse_extender_args(doc))
 
     async def do_preempt(doc: object) -> Any:
-        return await s.preempt(wire.parse_preemption_args(doc))
+        out = await s.preempt(wire.parse_preemption_args(doc))
+        if s.after_change is not None:
+            await s.after_change()
+        return out
 
     async def do_bind(doc: object) -> Any:
         return await s.bind(wire.parse_binding_args(doc))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import socket
 import sys
 from collections.abc import Sequence
@@ -57,6 +58,20 @@ def _parser() -> argparse.ArgumentParser:
         help="require client certificates signed by this CA for the verbs, served on --verbs-listen",
     )
     ap.add_argument("--verbs-listen", default=None, help="HOST:PORT of the verbs listener (with --client-ca)")
+    ap.add_argument(
+        "--namespace",
+        default=None,
+        help="namespace of its GangReservations and Lease (default: $POD_NAMESPACE or topogang-system)",
+    )
+    ap.add_argument(
+        "--leader-elect",
+        action="store_true",
+        help="run as one of several replicas: only the holder of the Lease serves (with --kube)",
+    )
+    ap.add_argument("--lease-name", default="topogang-extender", help="name of the leader-election Lease")
+    ap.add_argument("--lease-seconds", type=float, default=15.0, help="Lease duration (default 15)")
+    ap.add_argument("--renew-deadline", type=float, default=10.0, help="leader gives up after (default 10)")
+    ap.add_argument("--retry-seconds", type=float, default=2.0, help="Lease retry/renew period (default 2)")
     return ap
 
 
@@ -106,19 +121,36 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             print(f"topogang serve: {p}", file=sys.stderr)
         return 2
     try:
-        service = _service(loaded, kube=kube, kubeconfig=args.kubeconfig)
+        service = _service(loaded, kube=kube, args=args)
     except Exception as exc:  # kubernetes' ConfigException and friends: no usable cluster credentials
         print(f"topogang serve: cannot connect to Kubernetes: {exc}", file=sys.stderr)
         return 1
     return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs)
 
 
-def _service(loaded: LoadedConfig, *, kube: bool, kubeconfig: str | None) -> Service:
+def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> Service:
     if not kube:
         return build_standalone(loaded)
-    from extender.kube.service import build_kube_service
+    from extender.kube.leader import LeaseSettings
+    from extender.kube.service import DEFAULT_NAMESPACE, build_kube_service
 
-    return build_kube_service(loaded, kubeconfig=kubeconfig)
+    namespace = args.namespace or DEFAULT_NAMESPACE
+    lease = None
+    if args.leader_elect:
+        lease = LeaseSettings(
+            namespace, args.lease_name, args.lease_seconds, args.renew_deadline, args.retry_seconds
+        )
+    return build_kube_service(
+        loaded, kubeconfig=args.kubeconfig, namespace=namespace, lease=lease, on_lost=_exit_on_lost
+    )
+
+
+def _exit_on_lost() -> None:
+    """A replica that lost the Lease may hold decisions it no longer owns: leave at once (the
+    Deployment restarts it as a standby), as client-go's components do."""
+    logging.getLogger("topogang").error("leadership lost: exiting")
+    logging.shutdown()
+    os._exit(3)
 
 
 def _listen(host: str, port: int) -> socket.socket:

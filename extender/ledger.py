@@ -179,6 +179,8 @@ class Seen:
 
 
 WaitingOf = Callable[[str], Waiting | None]
+# (record, members as (namespace, name, uid), why): told of every phase a gang enters, for Events
+TransitionHook = Callable[[Record, list[tuple[str, str, str]], str], None]
 
 
 class GangLedger:
@@ -197,6 +199,16 @@ class GangLedger:
         self.inflight: set[str] = set()
         self.waiters = 0
         self._pruned = clock()
+        self.on_transition: TransitionHook | None = None
+
+    def _tell(self, rec: Record, why: str) -> None:
+        if self.on_transition is None:
+            return
+        members = [
+            (f.namespace, f.name, f.uid) for uid in sorted(rec.pods) if (f := self.pods.get(uid)) is not None
+        ]
+        if members:
+            self.on_transition(rec, members, why)
 
     # ------------------------------------------------------------------------------ edge facts
     def seen(self, pr: PodRequest, pod: Mapping[str, Any]) -> Seen:
@@ -369,9 +381,12 @@ class GangLedger:
                 resourceVersion=str(rec.version),
             )
             rec.tombstone = doc
+            self._tell(rec, rec.reason)
         else:
             del self.records[r.gang]
             self._bump(rec)
+            if r.reason.startswith("cancelled"):  # its members are still there to be told
+                self._tell(rec, r.reason)
         for uid in list(rec.pods):
             self.inflight.discard(uid)
             facts = self.pods.get(uid)
@@ -446,6 +461,7 @@ class GangLedger:
         elif rec.phase is Phase.READY:
             rec.ready_at = None
         rec.phase = phase
+        self._tell(rec, rec.reason)
         return True
 
     def _record_for(self, core: Core, g: Gang) -> Record:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -97,6 +97,21 @@ class Metrics:
         )
         self.releases = Counter(
             "topogang_gang_releases", "Gangs released, by reason.", ["reason"], registry=self.registry
+        )
+        self.reservation_writes = Counter(
+            "topogang_reservation_writes",
+            "GangReservation objects written to the API server, by result.",
+            ["result"],
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "topogang_leader", "1 while this replica holds the leader Lease.", registry=self.registry
+        )
+        self.events = Counter(
+            "topogang_events",
+            "Kubernetes Events by reason and result (written, or suppressed as a repeat).",
+            ["reason", "result"],
+            registry=self.registry,
         )
         self._state: _StateCollector | None = None
 

@@ -73,6 +73,7 @@ class ConfigWatcher:
         self.interval = interval if interval is not None else float(os.environ.get(POLL_ENV, POLL_SECONDS))
         self.status = ReloadStatus(str(self.path), self._hash() or "")
         self.rejected_hash = ""
+        self.on_result: Callable[[str, list[str]], None] | None = None  # e.g. a Kubernetes Event
         self.outcomes = Counter(
             "topogang_config_reloads",
             "Config changes seen, by result (applied, rejected, unreadable).",
@@ -118,6 +119,8 @@ class ConfigWatcher:
         self.status.last_result = result
         self.status.last_errors = errors
         self.outcomes.labels(result).inc()
+        if self.on_result is not None:
+            self.on_result(result, errors)
 
     async def run(self) -> None:
         while True:

@@ -139,6 +139,8 @@ class Scheduler:
         self.evictor = evictor
         self.on_wait = on_wait
         self.preempt_on_filter = preempt_on_filter
+        # awaited after filter and preempt: makes new reservations durable before kube-scheduler acts
+        self.after_change: Callable[[], Awaitable[None]] | None = None
         self.lock = asyncio.Lock()
         self.ready = False
         self.not_ready_reason = "starting"

@@ -730,6 +730,83 @@ class Core:
             gang.deadline = None
         return self.placement_of(gang)
 
+    def restore(
+        self, req: GangRequest, slots: list[AdoptedPod], now: float, deadline: float | None
+    ) -> GangPlacement | str:
+        """Re-create a reservation persisted before a restart, on exactly its recorded cells.
+
+        Unlike `adopt`, nothing runs here yet, so nothing needs saving at any cost: the reservation
+        comes back whole or not at all (the reason is returned, and the gang simply places afresh).
+        A leaf still held by a lower-priority gang is reserved over it again (a preemption in flight:
+        that gang is a victim once more); a leaf held by an equal or higher priority, missing from the
+        config, or a VC that no longer exists refuses the restore. A gang already known (its bound
+        members were adopted first) is left as it is."""
+        existing = self.ledger.by_name.get(req.name)
+        if existing is not None:
+            return self.placement_of(existing)
+        if req.vc not in self.vc_owner:
+            return f"VC {req.vc} is not in the config"
+        topo, st = self.topo, self.state
+        owner = self._owner(req) if not req.opportunistic else NO_OWNER
+        gid = self.ledger.new_id()
+        rows: list[tuple[AdoptedPod, list[int]]] = []
+        hints: dict[int, str] = {}
+        seen: set[int] = set()
+        victims: set[int] = set()
+        for p in slots:
+            leaves: list[int] = []
+            types = dict(zip(p.gpu_indices, p.cell_types, strict=False))
+            for g in sorted(p.gpu_indices):
+                leaf = topo.leaf_of(p.node, g)
+                if leaf is None:
+                    return f"GPU {g} of node {p.node} is not in the cluster"
+                if leaf in seen:
+                    return f"GPU {g} of node {p.node} is recorded twice"
+                holder = st.leaf_gang[leaf]
+                if holder != NO_GANG:
+                    other = self.ledger.by_id.get(holder)
+                    if other is None or other.priority >= req.priority or st.leaf_reserver[leaf] != NO_GANG:
+                        return f"GPU {g} of node {p.node} is held by gang {other.name if other else holder}"
+                    victims.add(holder)
+                seen.add(leaf)
+                leaves.append(leaf)
+                hints[leaf] = types.get(g, "")
+            rows.append((p, leaves))
+        if not rows or any(not ls for _, ls in rows):
+            return "the reservation records no GPUs"
+        st.begin()
+        if owner != NO_OWNER and not self._bind_for(owner, sorted(seen), hints):
+            st.rollback()
+            return f"its cells no longer fit VC {req.vc}"
+        gang = Gang(
+            id=gid,
+            name=req.name,
+            request=req,
+            owner=owner,
+            chain=topo.cell_chain[min(seen)],
+            priority=req.priority,
+            slots=[
+                Slot(i, len(ls), p.slot_key, topo.cell_node[ls[0]], tuple(ls))
+                for i, (p, ls) in enumerate(rows)
+            ],
+            created=now,
+            deadline=deadline,
+            lca_level=topo.lca_level(sorted(seen)),
+            history=["restored from a persisted reservation"],
+        )
+        for leaf in sorted(seen):
+            if st.leaf_gang[leaf] == NO_GANG:
+                st.allocate_leaf(leaf, gid, req.priority)
+            else:
+                st.set_reserver(leaf, gid)
+                gang.pending.add(leaf)
+        st.commit()
+        self.ledger.add(gang)
+        gang.victims = victims
+        if victims:
+            self.preemptors.add(gid)
+        return self.placement_of(gang)
+
     def _adopt_new(self, req: GangRequest, pods: list[AdoptedPod], now: float) -> Gang:
         topo, st = self.topo, self.state
         owner = self._owner(req) if req.vc in self.vc_owner else NO_OWNER

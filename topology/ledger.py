@@ -90,6 +90,11 @@ class Ledger:
         self._next_id += 1
         return self._next_id
 
+    @property
+    def last_id(self) -> int:
+        """The newest gang id handed out: a cheap "anything new since?" check for the edges."""
+        return self._next_id
+
     def add(self, gang: Gang) -> None:
         self.by_name[gang.name] = gang
         self.by_id[gang.id] = gang

@@ -11,18 +11,23 @@ annotations (`recovery`). Then watch both from the lists' resourceVersions, list
 - a bound pod the core does not hold (bound elsewhere, or missed) -> adopted.
 
 The scheduler's helpers come from here too: the binder, the pod and Framework lookups, the evictor
-(preemption victims and expired members are deleted, with the UID as precondition), and events
-telling a pod why its gang waits.
+(preemption victims and expired members are deleted, with the UID as precondition), and Events
+telling a pod why its gang waits and what happened to it.
+
+With a Lease (`--leader-elect`), every replica lists and watches (its state stays warm) but only the
+holder is ready and runs what acts on the cluster: reservation expiry, durable reservations
+(`GangReservation` objects, read back when it starts leading), the conventions' timeouts. Without
+one, this replica leads from the start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -33,14 +38,18 @@ from extender.conventions import edge as conventions
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, GoneError, KubeApi, load_api_client, pod_path
+from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef
+from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.nodes import node_health, node_name
 from extender.kube.recovery import recover
+from extender.kube.reservations import ReservationStore
+from extender.ledger import Record, TransitionHook
 from extender.ledger_api import ledger_routes
 from extender.metrics import Metrics
 from extender.podspec import PodRequest, is_enabled
 from extender.reload import ConfigWatcher
 from extender.standalone import expiry_interval
-from extender.verbs import Scheduler, spawn
+from extender.verbs import Scheduler
 from topology.core import Core
 
 log = logging.getLogger("topogang.kube")
@@ -48,37 +57,12 @@ log = logging.getLogger("topogang.kube")
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
 FRAMEWORK_TTL = 30.0
-EVENT_EVERY = 60.0  # the same wait reason is reported on a pod at most once a minute
+DEFAULT_NAMESPACE = os.environ.get("POD_NAMESPACE", "topogang-system")
 
 
 def framework_path(namespace: str, name: str) -> str:
     ns, n = quote(namespace, safe=""), quote(name, safe="")
     return f"/apis/frameworkcontroller.microsoft.com/v1/namespaces/{ns}/frameworks/{n}"
-
-
-def wait_event(pr: PodRequest, text: str, when: datetime, instance: str) -> dict[str, Any]:
-    stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{pr.name}.", "namespace": pr.namespace},
-        "involvedObject": {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": pr.name,
-            "namespace": pr.namespace,
-            "uid": pr.uid,
-        },
-        "reason": "GangWaiting",
-        "message": text[:1024],
-        "type": "Warning",
-        "source": {"component": "topogang"},
-        "reportingComponent": "topogang",
-        "reportingInstance": instance,
-        "firstTimestamp": stamp,
-        "lastTimestamp": stamp,
-        "count": 1,
-    }
 
 
 class ClusterSync:
@@ -90,6 +74,15 @@ class ClusterSync:
         self.live: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of opted-in pods
         self.done: set[str] = set()  # uids already released as finished
         self.foreign: set[str] = set()  # bound pods without a readable decision (logged once)
+        self.synced = False
+        self.synced_event = asyncio.Event()
+        self.hold_reason: Callable[[], str] = lambda: ""  # why not to serve although synced
+
+    def refresh_ready(self) -> None:
+        """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
+        reason = self.hold_reason() if self.synced else self.s.not_ready_reason
+        self.s.ready = self.synced and not reason
+        self.s.not_ready_reason = reason
 
     # ------------------------------------------------------------------------------ start-up
     async def start(self) -> tuple[str, str]:
@@ -115,8 +108,9 @@ class ClusterSync:
                 self.live[kpods.uid(pod)] = (kpods.namespace(pod), kpods.name(pod))
         for line in report.lines():
             log.info("%s", line)
-        self.s.ready = True
-        self.s.not_ready_reason = ""
+        self.synced = True
+        self.synced_event.set()
+        self.refresh_ready()
         return nodes_rv, pods_rv
 
     async def run(self) -> None:
@@ -261,14 +255,24 @@ class ClusterSync:
 
 
 def kube_service(
-    loaded: LoadedConfig, kube: AsyncKube, *, clock: Callable[[], float] = time.monotonic
+    loaded: LoadedConfig,
+    kube: AsyncKube,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    namespace: str = DEFAULT_NAMESPACE,
+    lease: LeaseSettings | None = None,
+    identity: str | None = None,
+    on_lost: Callable[[], None] | None = None,
 ) -> Service:
-    """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one)."""
+    """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one). `namespace` holds the
+    extender's own objects (GangReservations, the Lease); `lease` turns on leader election, and
+    `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby)."""
     extras = loaded.extras
     ttl = float(extras.reservation_ttl_seconds)
     frameworks: dict[tuple[str, str], tuple[float, Mapping[str, Any] | None]] = {}
-    reported: dict[tuple[str, str], float] = {}
-    instance = socket.gethostname()
+    instance = identity or socket.gethostname()
+    metrics = Metrics()
+    recorder = EventRecorder(kube, metrics, clock=clock, instance=instance)
 
     async def pod_lookup(namespace: str, name: str) -> Mapping[str, Any] | None:
         return await kube.request("GET", pod_path(namespace, name))
@@ -286,27 +290,13 @@ def kube_service(
         frameworks[(namespace, name)] = (now, fw)
         return fw
 
-    async def post_event(pr: PodRequest, text: str) -> None:
-        body = wait_event(pr, text, datetime.now(UTC), instance)
-        try:
-            await kube.request("POST", f"/api/v1/namespaces/{quote(pr.namespace, safe='')}/events", body=body)
-        except ApiError as err:
-            log.debug("event for %s not written: %s", pr.key, err)
-
     def on_wait(pr: PodRequest, text: str) -> None:
-        now = clock()
-        key = (pr.uid, text)
-        if now - reported.get(key, -EVENT_EVERY) < EVENT_EVERY:
-            return
-        reported[key] = now
-        if len(reported) > 50_000:
-            reported.clear()
-        spawn(post_event(pr, text))
+        recorder.record(ObjectRef("Pod", pr.namespace, pr.name, pr.uid), "GangWaiting", text, warning=True)
 
     scheduler = Scheduler(
         Core(loaded.spec),
         KubeBinder(kube),
-        metrics=Metrics(),
+        metrics=metrics,
         clock=clock,
         namespace_vcs=extras.namespace_virtual_clusters,
         ttl_seconds=ttl,
@@ -318,37 +308,133 @@ def kube_service(
     scheduler.not_ready_reason = "connecting to the API server"
     sync = ClusterSync(scheduler, kube)
     scheduler.evictor = sync.evict
+    scheduler.gang_ledger.on_transition = gang_events(recorder)
     gangs = conventions.attach(
         scheduler, conventions.Conventions(conventions.kube_fetch(kube.request), clock=clock)
     )
+    store = ReservationStore(scheduler, kube, namespace)
+    own_pod = ObjectRef("Pod", namespace, os.environ.get("POD_NAME", instance))
 
     async def forget_old_events() -> None:
         while True:
-            await asyncio.sleep(EVENT_EVERY)
-            now = clock()
-            for key in [k for k, t in reported.items() if now - t > EVENT_EVERY]:
-                del reported[key]
+            await asyncio.sleep(REPEAT_SECONDS)
+            recorder.forget()
+
+    leader_tasks = [
+        lambda: scheduler.run_expiry(expiry_interval(ttl)),
+        lambda: gangs.run(scheduler),
+        store.run,
+    ]
+    # the Lease is judged against other processes: real time, whatever clock the scheduler runs on
+    elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None
+
+    def hold_reason() -> str:
+        if elector is not None and not elector.leading:
+            return f"standby: the Lease is held by {elector.holder or 'nobody yet'}"
+        if not store_ready[0]:
+            return "restoring persisted gang reservations"
+        return ""
+
+    store_ready = [False]
+    sync.hold_reason = hold_reason
+
+    async def lead() -> None:
+        """Take the lead (at once without a Lease), read the reservations back, run the leader's
+        tasks; give up everything when the Lease is lost."""
+        if elector is not None:
+            await elector.acquire(on_wait=sync.refresh_ready)
+            metrics.leader.set(1)
+        await sync.synced_event.wait()
+        for line in await _restore_until_done(store):
+            log.info("%s", line)
+        store_ready[0] = True
+        scheduler.after_change = store.flush_new
+        sync.refresh_ready()
+        tasks = [asyncio.create_task(fn()) for fn in leader_tasks]
+        try:
+            if elector is None:
+                await asyncio.Event().wait()  # lead for good
+            else:
+                await elector.hold()
+        finally:
+            for t in tasks:
+                t.cancel()
+            metrics.leader.set(0)
+            scheduler.after_change = None
+        scheduler.ready = False
+        scheduler.not_ready_reason = "lost the Lease"
+        if on_lost is not None:
+            on_lost()
+
+    async def step_down() -> None:
+        if elector is not None:
+            await elector.release()
+
+    def on_reload(result: str, errors: list[str]) -> None:
+        if result == "applied":
+            recorder.record(own_pod, "ConfigApplied", f"config {loaded.file} applied")
+        else:
+            text = f"config {loaded.file} {result}, the running one stays in force: " + "; ".join(errors)
+            recorder.record(own_pod, "ConfigRejected", text, warning=True)
 
     nodes = len(scheduler.core.topo.node_names)
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
+    watcher.on_result = on_reload
     return Service(
         scheduler=scheduler,
-        background=[
-            sync.run,
-            lambda: scheduler.run_expiry(expiry_interval(ttl)),
-            lambda: gangs.run(scheduler),
-            forget_old_events,
-            watcher.run,
-        ],
+        background=[sync.run, lead, forget_old_events, watcher.run],
+        on_stop=[step_down],
         routes=[
             watcher.route(),
             *ledger_routes(
                 scheduler, fetch_framework=lambda ns, name: kube.request("GET", framework_path(ns, name))
             ),
         ],
-        description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API",
+        description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API"
+        + (f", leader election on Lease {namespace}/{lease.name}" if lease is not None else ""),
     )
 
 
-def build_kube_service(loaded: LoadedConfig, *, kubeconfig: str | None = None) -> Service:
-    return kube_service(loaded, AsyncKube(KubeApi(load_api_client(kubeconfig))))
+async def _restore_until_done(store: ReservationStore) -> list[str]:
+    """Read the persisted reservations back; the API may be briefly unreachable at a fail-over."""
+    backoff = 1.0
+    while True:
+        try:
+            return await store.restore()
+        except ApiError as err:
+            if err.status == 404:  # the GangReservation CRD is not installed: nothing to restore
+                log.warning("no GangReservation API (%s): reservations are kept in memory only", err)
+                return []
+            log.warning("reading gang reservations failed (%s); retrying in %.0fs", err, backoff)
+        await asyncio.sleep(backoff)
+        backoff = min(10.0, backoff * 2)
+
+
+def gang_events(recorder: EventRecorder) -> TransitionHook:
+    """A gang's phase changes, told on each member pod (what `kubectl describe pod` shows)."""
+
+    def tell(rec: Record, members: list[tuple[str, str, str]], why: str) -> None:
+        phase = rec.phase.value
+        text = f"gang {rec.gang} is {phase}" + (f": {why}" if why else "")
+        warning = phase in ("Expired", "Broken") or why.startswith("cancelled")
+        for ns, name, uid in members:
+            recorder.record(ObjectRef("Pod", ns, name, uid), f"Gang{phase}", text, warning=warning)
+
+    return tell
+
+
+def build_kube_service(
+    loaded: LoadedConfig,
+    *,
+    kubeconfig: str | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
+    lease: LeaseSettings | None = None,
+    on_lost: Callable[[], None] | None = None,
+) -> Service:
+    return kube_service(
+        loaded,
+        AsyncKube(KubeApi(load_api_client(kubeconfig))),
+        namespace=namespace,
+        lease=lease,
+        on_lost=on_lost,
+    )

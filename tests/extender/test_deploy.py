@@ -7,6 +7,7 @@ from typing import Any
 
 import yaml
 
+from extender import reservations as rsv
 from extender.cli import parse_listen
 from extender.podspec import ENABLE_RESOURCES
 
@@ -62,7 +63,7 @@ def test_the_service_behind_the_url_prefix_exists() -> None:
 def test_extender_deployment_is_probed_and_locked_down() -> None:
     deployment, _ = docs("extender.yaml")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate"
+    assert spec["replicas"] >= 2 and "--leader-elect" in spec["template"]["spec"]["containers"][0]["args"]
     pod = spec["template"]["spec"]
     assert "schedulerName" not in pod  # the default scheduler places the extender itself
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -94,6 +95,20 @@ def test_rbac_grants_the_extender_only_what_it_uses() -> None:
         ("scheduling.k8s.io", "workloads"): ["get"],
         ("scheduling.k8s.io", "podgroups"): ["get"],
     }
+    own = {
+        (g, r, tuple(rule.get("resourceNames", []))): sorted(rule["verbs"])
+        for rule in roles["topogang-extender-state"]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert own == {
+        ("topogang.io", "gangreservations", ()): ["create", "delete", "get", "list", "update"],
+        ("coordination.k8s.io", "leases", ()): ["create"],
+        ("coordination.k8s.io", "leases", ("topogang-extender",)): ["get", "update"],
+    }
+    (crd,) = docs("gangreservation-crd.yaml")
+    assert crd["spec"]["group"] == rsv.GROUP and crd["spec"]["names"]["plural"] == rsv.PLURAL
+    assert [v["name"] for v in crd["spec"]["versions"]] == [rsv.VERSION]
     lease = roles["topogang-scheduler-lease"]["rules"]
     (cfg,) = docs("kube-scheduler-config.yaml")
     assert any(cfg["leaderElection"]["resourceName"] in r.get("resourceNames", []) for r in lease)

@@ -15,8 +15,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.topology.fixtures import rack_cluster
 from topology.core import Core
-from topology.decisions import Bind, GangRequest, Member, Preemption, Wait
+from topology.decisions import AdoptedPod, Bind, GangPlacement, GangRequest, Member, Preemption, Wait
 from topology.invariants import snapshot, violations
+from topology.ledger import Gang, GangPhase
 from topology.reconfigure import reconfigure
 
 SPEC = rack_cluster(
@@ -187,6 +188,37 @@ class CoreMachine(RuleBasedStateMachine):
         kept = {s.pod_uid for g in self.core.gangs() for s in g.slots if s.pod_uid is not None}
         assert kept == running, "reconfiguration must keep every running pod"
 
+    @rule()
+    def restart(self) -> None:
+        """A process restart: bound members come back from their pods' annotations (`adopt`, every
+        slot of the placement) and reservations nobody has claimed yet from their persisted records
+        (`restore`). Each gang must come back on exactly the GPUs it had, in the same phase."""
+        old = self.core
+        new = Core(self.spec)
+        for node in NODES:
+            bad = old.node_health(node)
+            if bad:
+                new.set_node_health(node, True, bad_gpus=frozenset(bad))
+        gangs = sorted(old.gangs(), key=lambda g: (-g.request.priority, g.created, g.id))
+        for g in gangs:
+            if g.live_slots() and g.phase is not GangPhase.PREEMPTING:
+                new.adopt(g.request, _records(old, g), self.now)
+        for g in gangs:
+            if not g.live_slots() or g.phase is GangPhase.PREEMPTING:
+                got = new.restore(g.request, _records(old, g), self.now, g.deadline)
+                # a downgraded gang (running as opportunistic) may not get its VC's cells back
+                if not _downgraded(g) and not any(_downgraded(old.ledger.by_id[v]) for v in g.victims):
+                    assert isinstance(got, GangPlacement), f"{g.name} not restored: {got}"
+        assert violations(new) == []
+        for g in gangs:
+            h = new.gang(g.name)
+            if h is None or _downgraded(g):
+                continue
+            assert _where(new, h) == _where(old, g), g.name
+            if not g.live_slots():
+                assert h.phase is g.phase and h.deadline == g.deadline
+        self.core = new
+
     @invariant()
     def guarantees_hold(self) -> None:
         assert violations(self.core) == []
@@ -198,6 +230,36 @@ class CoreMachine(RuleBasedStateMachine):
             self.core.delete_gang(g.name)
         assert violations(self.core) == []
         assert snapshot(self.core) == snapshot(Core(self.spec)), "deleting everything must restore the start"
+
+
+def _records(core: Core, g: Gang) -> list[AdoptedPod]:
+    """What a restart reads back for a gang: every slot's node and GPUs, and who holds it."""
+    topo = core.topo
+    return [
+        AdoptedPod(
+            s.pod_uid or "",
+            topo.node_names[s.node],
+            tuple(topo.gpu_index[x] for x in s.leaves),
+            s.pod_name,
+            s.key,
+            tuple(topo.cell_type[c] if c >= 0 else "" for c in map(core.state.binding_root, s.leaves)),
+        )
+        for s in g.slots
+        if not s.released_early
+    ]
+
+
+def _downgraded(g: Gang) -> bool:
+    return g.priority != g.request.priority
+
+
+def _where(core: Core, g: Gang) -> list[tuple[str, tuple[str, ...], str | None]]:
+    topo = core.topo
+    return [
+        (topo.node_names[s.node], tuple(topo.address[x] for x in s.leaves), s.pod_uid)
+        for s in g.slots
+        if not s.released_early
+    ]
 
 
 # TOPOGANG_SM_EXAMPLES raises the example count for a thorough local run

@@ -1,0 +1,176 @@
+"""Durable gang reservations: `GangReservation` objects kept in step with the core.
+
+Written through at the moment a reservation is made (the verb awaits the write before it answers,
+so kube-scheduler never binds or evicts for a reservation that exists only in memory), and diffed
+against the core every second for the rest (a gang that became bound or went away has its object
+deleted; a deadline that moved is updated). Read back once, when this replica starts leading.
+
+A write that fails is logged and counted, never fails the verb: the reservation still holds in
+memory, and the next sync retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from extender import reservations as rsv
+from extender.kube.client import ApiError, AsyncKube
+from extender.verbs import Scheduler
+
+log = logging.getLogger("topogang.kube")
+
+SYNC_SECONDS = 1.0
+
+
+class ReservationStore:
+    """The objects of one namespace (the extender's own), mirrored from the scheduler's core."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        kube: AsyncKube,
+        namespace: str,
+        *,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.s = scheduler
+        self.kube = kube
+        self.namespace = namespace
+        self.wall = wall
+        self.written: dict[str, tuple[str, str]] = {}  # object name -> fingerprint as stored
+        self.write_lock = asyncio.Lock()
+        self.failures = 0
+        self.seen_id = 0  # gangs up to this id have been considered for a write-through
+
+    async def flush_new(self) -> None:
+        """Write through the reservations made since the last call (O(1) when there are none)."""
+        last = self.s.core.ledger.last_id
+        if last == self.seen_id:
+            return
+        async with self.s.lock:
+            core = self.s.core
+            last = core.ledger.last_id
+            start = self.seen_id if last > self.seen_id else 0  # a reload starts ids afresh
+            self.seen_id = last
+            fresh = [g.name for g in core.gangs() if g.id > start and rsv.needs_object(g)]
+        for name in fresh:
+            await self.persist(name)
+
+    # ------------------------------------------------------------------ desired state
+    def _desired(self, only: str | None = None) -> dict[str, dict[str, Any]]:
+        core = self.s.core
+        now, wall = self.s.clock(), self.wall()
+        gangs = core.gangs() if only is None else [g for g in [core.gang(only)] if g is not None]
+        return {
+            rsv.object_name(g.name): rsv.encode(core, g, clock_now=now, wall_now=wall)
+            for g in gangs
+            if rsv.needs_object(g)
+        }
+
+    async def persist(self, gang: str) -> None:
+        """Write one gang's reservation now (called by the verb that made it)."""
+        async with self.s.lock:
+            want = self._desired(gang)
+        async with self.write_lock:
+            for name, body in want.items():
+                if self.written.get(name) != rsv.fingerprint(body):
+                    await self._put(name, body)
+
+    async def sync(self) -> None:
+        """Bring every object in line with the core: create, update, delete."""
+        async with self.s.lock:
+            want = self._desired()
+        async with self.write_lock:
+            for name, body in want.items():
+                if self.written.get(name) != rsv.fingerprint(body):
+                    await self._put(name, body)
+            for name in [n for n in self.written if n not in want]:
+                await self._delete(name)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.sync()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let one bad round stop durability for good
+                log.exception("syncing gang reservations failed")
+            await asyncio.sleep(SYNC_SECONDS)
+
+    # ------------------------------------------------------------------ writes
+    async def _put(self, name: str, body: dict[str, Any]) -> None:
+        path = rsv.object_path(self.namespace, name)
+        body = {**body, "metadata": {**body["metadata"], "namespace": self.namespace}}
+        try:
+            if name in self.written:
+                current = await self.kube.request("GET", path)
+                rv = ((current or {}).get("metadata") or {}).get("resourceVersion")
+                body["metadata"]["resourceVersion"] = rv
+                await self.kube.request("PUT", path, body=body)
+            else:
+                try:
+                    await self.kube.request("POST", rsv.collection_path(self.namespace), body=body)
+                except ApiError as err:
+                    if err.status != 409:
+                        raise
+                    # left over by a previous leader: take it over with our content
+                    current = await self.kube.request("GET", path)
+                    body["metadata"]["resourceVersion"] = ((current or {}).get("metadata") or {}).get(
+                        "resourceVersion"
+                    )
+                    await self.kube.request("PUT", path, body=body)
+            self.written[name] = rsv.fingerprint(body)
+        except ApiError as err:
+            self.failures += 1
+            self.s.metrics.reservation_writes.labels("error").inc()
+            log.warning("gang reservation %s/%s not written: %s", self.namespace, name, err)
+        else:
+            self.s.metrics.reservation_writes.labels("ok").inc()
+
+    async def _delete(self, name: str) -> None:
+        try:
+            await self.kube.request("DELETE", rsv.object_path(self.namespace, name))
+        except ApiError as err:
+            if err.status != 404:
+                self.failures += 1
+                log.warning("gang reservation %s/%s not deleted: %s", self.namespace, name, err)
+                return
+        self.written.pop(name, None)
+
+    # ------------------------------------------------------------------ start
+    async def restore(self) -> list[str]:
+        """Read every object back into the core (after bound pods were adopted, so a gang with a
+        bound member is already there and its object is simply dropped at the next sync). An object
+        that cannot be restored is deleted; the gang places afresh. Report lines."""
+        items, _ = await self.kube.list(rsv.collection_path(self.namespace))
+        lines: list[str] = []
+        restored = 0
+        async with self.s.lock:
+            core, now, wall = self.s.core, self.s.clock(), self.wall()
+            for obj in items:
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                try:
+                    r = rsv.decode(obj)
+                except rsv.BadReservationError as err:
+                    lines.append(f"gang reservation {name} unreadable, dropped: {err}")
+                    self.written[name] = ("", "")
+                    continue
+                self.written[name] = ("", "")  # known to exist: the next sync rewrites or deletes it
+                if core.gang(r.request.name) is not None:
+                    continue
+                deadline = rsv.deadline_of(r, clock_now=now, wall_now=wall)
+                if deadline is not None and deadline <= now:
+                    lines.append(f"gang reservation of {r.request.name} expired while no one led, dropped")
+                    continue
+                got = core.restore(r.request, r.slots, now, deadline)
+                if isinstance(got, str):
+                    lines.append(f"gang reservation of {r.request.name} not restored: {got}")
+                else:
+                    restored += 1
+                    self.s.gang_ledger.placed(core, r.request.name, self.s.waiting_of)
+        lines.insert(0, f"restored {restored} of {len(items)} persisted gang reservations")
+        return lines

@@ -1,0 +1,172 @@
+"""Gang reservations as `GangReservation` objects: what must outlive the process, and its decoding.
+
+HiveD keeps reservations only in memory, so a restart (or a fail-over) forgets every gang that has
+cells reserved but no member bound yet, and every preemption in flight: victims are already being
+deleted for a preemptor nobody remembers. Here such a reservation is written to the API server when
+it is made and read back at start. A gang with a bound member needs no object: its pods' bind
+annotations carry the whole placement (`extender.kube.recovery`), so the object is deleted then.
+
+Wall-clock time is stored (`expiresAt`) because the monotonic clock means nothing to the next
+process; it is converted back to the scheduler's clock on restore. Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from topology.core import Core
+from topology.decisions import AdoptedPod, GangRequest, Member
+from topology.ledger import Gang, GangPhase
+
+GROUP = "topogang.io"
+VERSION = "v1alpha1"
+KIND = "GangReservation"
+PLURAL = "gangreservations"
+API_VERSION = f"{GROUP}/{VERSION}"
+GANG_LABEL = "topogang.io/gang-hash"
+
+
+def collection_path(namespace: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+
+
+def object_path(namespace: str, name: str) -> str:
+    return f"{collection_path(namespace)}/{name}"
+
+
+def object_name(gang: str) -> str:
+    """A valid object name for any gang name (`ns/name/attempt` has slashes, may be long): a readable
+    prefix plus a hash of the whole name, so two gangs never share an object."""
+    digest = hashlib.sha256(gang.encode()).hexdigest()[:12]
+    stem = re.sub(r"[^a-z0-9-]+", "-", gang.lower()).strip("-")[:50].strip("-")
+    return f"{stem}-{digest}" if stem else f"gang-{digest}"
+
+
+def needs_object(gang: Gang) -> bool:
+    """Whether only an object can bring this reservation back: it preempts (victims are being
+    deleted for it), or no member is bound yet (no annotation records it)."""
+    if gang.phase is GangPhase.PREEMPTING:
+        return True
+    return gang.phase is GangPhase.RESERVED and not any(s.pod_uid or s.finished for s in gang.slots)
+
+
+def _stamp(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def encode(core: Core, gang: Gang, *, clock_now: float, wall_now: datetime) -> dict[str, Any]:
+    """The object's body for a gang's reservation."""
+    topo, st = core.topo, core.state
+    req = gang.request
+    expires = None
+    if gang.deadline is not None:
+        expires = _stamp(wall_now + timedelta(seconds=max(0.0, gang.deadline - clock_now)))
+    slots = []
+    for s in gang.slots:
+        roots = [st.binding_root(x) for x in s.leaves]
+        slot: dict[str, Any] = {
+            "node": topo.node_names[s.node],
+            "gpus": [topo.gpu_index[x] for x in s.leaves],
+            "cellTypes": [topo.cell_type[c] if c >= 0 else "" for c in roots],
+        }
+        if s.key is not None:
+            slot["key"] = s.key
+        slots.append(slot)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": object_name(gang.name)},
+        "spec": {
+            "gang": gang.name,
+            "virtualCluster": req.vc,
+            "priority": req.priority,
+            "members": [{"podNumber": m.pod_number, "leafCellNumber": m.leaf_number} for m in req.members],
+            "leafCellType": req.leaf_type,
+            "pinnedCellId": req.pinned_cell_id,
+            "lazyPreemptionEnable": req.lazy_preemption,
+            "gangReleaseEnable": req.gang_release,
+            "ttlSeconds": req.ttl_seconds,
+            "slotKeys": list(req.slot_keys) if req.slot_keys is not None else None,
+            "slots": slots,
+            "expiresAt": expires,
+        },
+        "status": {"phase": gang.phase.value, "reservedAt": _stamp(wall_now)},
+    }
+
+
+def fingerprint(body: Mapping[str, Any]) -> tuple[str, str]:
+    """What, when changed, is worth a write: the placement is fixed once made, so only the phase
+    (Preempting -> Reserved) and the deadline (restarted once the victims are gone) move."""
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    return str(status.get("phase", "")), str(spec.get("expiresAt", ""))
+
+
+@dataclass(frozen=True, slots=True)
+class Restorable:
+    request: GangRequest
+    slots: list[AdoptedPod]
+    expires_at: datetime | None
+
+
+class BadReservationError(ValueError):
+    """An object that cannot be read back (edited by hand, or from another version)."""
+
+
+def _field(spec: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    v = spec.get(key)
+    if isinstance(v, bool) or not isinstance(v, kind):
+        raise BadReservationError(f"spec.{key}: expected {getattr(kind, '__name__', kind)}, got {v!r}")
+    return v
+
+
+def decode(obj: Mapping[str, Any]) -> Restorable:
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        raise BadReservationError("spec: missing")
+    members = _field(spec, "members", list)
+    try:
+        ms = tuple(Member(int(m["podNumber"]), int(m["leafCellNumber"])) for m in members)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BadReservationError(f"spec.members: {exc}") from None
+    keys = spec.get("slotKeys")
+    request = GangRequest(
+        name=_field(spec, "gang", str),
+        vc=_field(spec, "virtualCluster", str),
+        members=ms,
+        priority=_field(spec, "priority", int),
+        leaf_type=spec.get("leafCellType") or None,
+        pinned_cell_id=spec.get("pinnedCellId") or None,
+        lazy_preemption=bool(spec.get("lazyPreemptionEnable")),
+        gang_release=bool(spec.get("gangReleaseEnable")),
+        ttl_seconds=float(_field(spec, "ttlSeconds", (int, float))),
+        slot_keys=tuple(str(k) for k in keys) if isinstance(keys, list) else None,
+    )
+    slots = []
+    for i, s in enumerate(_field(spec, "slots", list)):
+        try:
+            gpus = tuple(int(g) for g in s["gpus"])
+            types = tuple(str(t) for t in s.get("cellTypes") or ())
+            slots.append(AdoptedPod("", str(s["node"]), gpus, None, s.get("key"), types))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise BadReservationError(f"spec.slots[{i}]: {exc}") from None
+    if len(slots) != request.pod_count:
+        raise BadReservationError(f"spec.slots: {len(slots)} slots for {request.pod_count} pods")
+    expires = spec.get("expiresAt")
+    when = None
+    if expires:
+        try:
+            when = datetime.strptime(str(expires), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except ValueError:
+            raise BadReservationError(f"spec.expiresAt: not an RFC 3339 time: {expires!r}") from None
+    return Restorable(request, slots, when)
+
+
+def deadline_of(r: Restorable, *, clock_now: float, wall_now: datetime) -> float | None:
+    if r.expires_at is None:
+        return None
+    return clock_now + (r.expires_at - wall_now).total_seconds()

@@ -1,0 +1,344 @@
+"""Durable reservations, leader election and Events of the Kubernetes-mode service, against an
+in-memory API server: a restart or fail-over is a second service over the same objects."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from extender import reservations as rsv
+from extender.app import Service, build_app
+from extender.kube.events import EventRecorder, ObjectRef
+from extender.kube.leader import LeaderElector, LeaseSettings, lease_path
+from extender.kube.service import kube_service
+from extender.metrics import Metrics
+from tests.extender.apifake import ApiFake
+from tests.extender.helpers import Clock, example, nodes, pod, run, spec
+from topology.core import Core
+from topology.invariants import violations
+from topology.ledger import GangPhase
+
+NS = "topogang-system"
+COLLECTION = rsv.collection_path(NS)
+
+
+def cluster() -> ApiFake:
+    kube = ApiFake()
+    for n in nodes():
+        kube.store(
+            f"/api/v1/nodes/{n}",
+            {
+                "metadata": {"name": n},
+                "spec": {},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": {"nvidia.com/gpu": "8"},
+                },
+            },
+        )
+    return kube
+
+
+def submit(kube: ApiFake, uid: str, name: str, ns: str, text: str) -> dict[str, Any]:
+    return kube.store(ApiFake.pod_path(ns, name), pod(uid, name, ns, text))
+
+
+async def until(what: str, ok: Callable[[], bool], seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if ok():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class Running:
+    """A service with its background tasks, and an HTTP client on its app (no sockets)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.s = service.scheduler
+        self.tasks = [asyncio.create_task(fn()) for fn in service.background]
+        self.http = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=build_app(service)), base_url="http://x"
+        )
+
+    async def verb(self, name: str, p: dict[str, Any], **extra: Any) -> Any:
+        body = {"Pod": p, "Nodes": None, "NodeNames": nodes(), **extra}
+        r = await self.http.post(f"/v1/extender/{name}", json=body)
+        return r.json()
+
+    async def place(self, p: dict[str, Any]) -> str:
+        r = await self.verb("filter", p)
+        assert r["NodeNames"], r
+        node = str(r["NodeNames"][0])
+        m = p["metadata"]
+        b = await self.http.post(
+            "/v1/extender/bind",
+            json={"PodName": m["name"], "PodNamespace": m["namespace"], "PodUID": m["uid"], "Node": node},
+        )
+        assert b.json() == {"Error": ""}, b.json()
+        return node
+
+    async def stop(self) -> None:
+        for t in self.tasks:
+            t.cancel()
+        for t in self.tasks:
+            with pytest.raises(asyncio.CancelledError):
+                await t
+        await self.http.aclose()
+
+
+async def start(kube: ApiFake, clock: Clock, **kw: Any) -> Running:
+    r = Running(kube_service(example(), kube, clock=clock, namespace=NS, **kw))
+    await until("ready", lambda: r.s.ready)
+    return r
+
+
+def where(core: Core, gang: str) -> list[tuple[str, tuple[int, ...]]]:
+    g = core.gang(gang)
+    assert g is not None, gang
+    return [(p.node, p.gpu_indices) for p in core.placement_of(g).pods]
+
+
+# ---------------------------------------------------------------------------------- encoding
+def test_a_reservation_object_round_trips_and_bad_ones_name_the_field() -> None:
+    core = Core(example().spec)
+    from topology.decisions import GangRequest, Member
+
+    req = GangRequest("ml/x", "vision", (Member(2, 8), Member(1, 2)), priority=100, slot_keys=("a", "b", "c"))
+    got = core.reserve(req, 10.0)
+    g = core.gang("ml/x")
+    assert g is not None and not isinstance(got, str)
+    wall = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    body = rsv.encode(core, g, clock_now=10.0, wall_now=wall)
+    assert body["spec"]["expiresAt"] == "2026-01-02T03:09:05Z"  # deadline 310 on a clock at 10
+    back = rsv.decode(body)
+    assert back.request == req
+    assert rsv.deadline_of(back, clock_now=500.0, wall_now=wall) == 800.0
+    fresh = Core(example().spec)
+    placed = fresh.restore(back.request, back.slots, 500.0, 800.0)
+    assert not isinstance(placed, str) and placed.pods == core.placement_of(g).pods
+    assert rsv.object_name("ml/x") != rsv.object_name("ml-x") and len(rsv.object_name("a" * 300)) < 64
+    broken = {**body, "spec": {**body["spec"], "slots": body["spec"]["slots"][:1]}}
+    with pytest.raises(rsv.BadReservationError, match=r"spec\.slots: 1 slots for 3 pods"):
+        rsv.decode(broken)
+    with pytest.raises(rsv.BadReservationError, match=r"spec\.priority"):
+        rsv.decode({**body, "spec": {**body["spec"], "priority": "high"}})
+
+
+# ---------------------------------------------------------------------------------- durability
+def test_a_reservation_nobody_has_bound_yet_survives_a_restart() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock)
+        text = spec("vision", 8, 2, "vision/pair")
+        p0 = submit(kube, "p0", "pair-0", "vision", text)
+        r = await a.verb("filter", p0)
+        assert r["NodeNames"], r
+        before = where(a.s.core, "vision/pair")
+        objects = kube.under(COLLECTION)
+        assert [o["spec"]["gang"] for o in objects] == ["vision/pair"]  # written before filter answered
+        await a.stop()
+
+        clock.t += 30
+        b = await start(kube, clock)
+        assert where(b.s.core, "vision/pair") == before
+        g = b.s.core.gang("vision/pair")
+        assert g is not None and g.phase is GangPhase.RESERVED
+        assert g.deadline == pytest.approx(clock.t + 300.0, abs=1.5)  # the wall-clock deadline kept
+        # both members now bind where the reservation is, and the object goes once one is bound
+        p1 = submit(kube, "p1", "pair-1", "vision", text)
+        got = {await b.place(kube.objects[ApiFake.pod_path("vision", n)]) for n in ("pair-0", "pair-1")}
+        assert got == {n for n, _ in before}
+        await until("the object deleted", lambda: kube.under(COLLECTION) == [])
+        assert p1["metadata"]["uid"] == "p1" and violations(b.s.core) == []
+        await b.stop()
+
+    run(go())
+
+
+def test_a_preemption_in_flight_survives_a_restart_with_its_victims() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock)
+        a.s.evictor = None  # the victims stay until after the restart
+        low = spec("vision", 8, 4, "vision/low", priority=10)
+        for i in range(4):
+            await a.place(submit(kube, f"l{i}", f"low-{i}", "vision", low))
+        high = spec("vision", 8, 6, "vision/high", priority=500)
+        h0 = submit(kube, "h0", "high-0", "vision", high)
+        r = await a.verb("filter", h0)
+        g = a.s.core.gang("vision/high")
+        assert g is not None and g.phase is GangPhase.PREEMPTING, r
+        victims = {a.s.core.ledger.by_id[v].name for v in g.victims}
+        assert victims == {"vision/low"}
+        before = where(a.s.core, "vision/high")
+        await until(  # low's object went at the sync after its first bind; high's was written at once
+            "only the preemptor's object",
+            lambda: [o["spec"]["gang"] for o in kube.under(COLLECTION)] == ["vision/high"],
+        )
+        obj = kube.under(COLLECTION)[0]
+        assert obj["status"]["phase"] == "Preempting"
+        await a.stop()
+
+        b = await start(kube, clock)
+        h = b.s.core.gang("vision/high")
+        assert h is not None and h.phase is GangPhase.PREEMPTING
+        assert where(b.s.core, "vision/high") == before
+        assert {b.s.core.ledger.by_id[v].name for v in h.victims} == victims
+        assert violations(b.s.core) == []
+        # the victims go: the restored preemptor gets their cells
+        for i in range(4):
+            await b.s.pod_gone(f"l{i}")
+        h = b.s.core.gang("vision/high")
+        assert h is not None and h.phase is GangPhase.RESERVED and violations(b.s.core) == []
+        await b.stop()
+
+    run(go())
+
+
+def test_an_unreadable_or_expired_object_is_dropped_and_nothing_breaks() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        kube.store(f"{COLLECTION}/junk", {"metadata": {"name": "junk"}, "spec": {"gang": 3}})
+        core = Core(example().spec)
+        from topology.decisions import GangRequest, Member
+
+        core.reserve(GangRequest("vision/old", "vision", (Member(1, 8),), priority=1), 0.0)
+        g = core.gang("vision/old")
+        assert g is not None
+        body = rsv.encode(core, g, clock_now=0.0, wall_now=datetime.now(UTC) - timedelta(hours=1))
+        kube.store(f"{COLLECTION}/{body['metadata']['name']}", body)
+        b = await start(kube, clock)
+        assert b.s.core.gangs() == []
+        await until("both objects deleted", lambda: kube.under(COLLECTION) == [])
+        await b.stop()
+
+    run(go())
+
+
+def test_without_the_crd_the_service_still_starts() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        kube.missing_collections.add(COLLECTION)
+        b = await start(kube, clock)
+        assert b.s.ready
+        await b.stop()
+
+    run(go())
+
+
+# ---------------------------------------------------------------------------------- leader election
+class FakeTime:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    async def sleep(self, dt: float) -> None:
+        self.t += dt
+        await asyncio.sleep(0)
+
+
+def test_lease_one_leader_takeover_after_expiry_and_at_once_after_release() -> None:
+    async def go() -> None:
+        kube, t = ApiFake(), FakeTime()
+        cfg = LeaseSettings(NS, "lead", lease_seconds=15, renew_deadline=10, retry_seconds=2)
+        a = LeaderElector(kube, cfg, "a", clock=t, sleep=t.sleep)
+        b = LeaderElector(kube, cfg, "b", clock=t, sleep=t.sleep)
+        assert await a.try_acquire_or_renew()
+        assert not await b.try_acquire_or_renew() and b.holder == "a"
+        lease = kube.objects[lease_path(NS, "lead")]
+        assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["leaseDurationSeconds"] == 15
+        t.t += 14  # a renews in time: b keeps waiting
+        assert await a.try_acquire_or_renew()
+        t.t += 14
+        assert not await b.try_acquire_or_renew()
+        t.t += 16  # a went silent for longer than the lease: b takes it
+        assert await b.try_acquire_or_renew()
+        assert kube.objects[lease_path(NS, "lead")]["spec"]["leaseTransitions"] == 1
+        # a notices at its next renewal and stops leading
+        a.leading = True
+        await asyncio.wait_for(a.hold(), 1)
+        assert not a.leading and a.holder == "b"
+        b.leading = True
+        await b.release()
+        assert await a.try_acquire_or_renew()  # no wait for expiry after a clean hand-over
+
+    run(go())
+
+
+def test_a_standby_is_not_ready_and_takes_over_with_the_reservations() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        lease = LeaseSettings(NS, "lead", lease_seconds=0.3, renew_deadline=0.2, retry_seconds=0.05)
+        lost: list[str] = []
+        a = await start(kube, clock, lease=lease, identity="a", on_lost=lambda: lost.append("a"))
+        b = Running(kube_service(example(), kube, clock=clock, namespace=NS, lease=lease, identity="b"))
+        await until("b synced, as standby", lambda: b.s.not_ready_reason.endswith("held by a"))
+        r = await b.http.get("/readyz")
+        assert r.status_code == 503 and "held by a" in r.json()["reason"]
+        assert (await b.verb("filter", pod("z", "z", "vision", spec("vision", 8))))["Error"].startswith(
+            "topogang: not ready: standby"
+        )
+        p0 = submit(kube, "p0", "pair-0", "vision", spec("vision", 8, 2, "vision/pair"))
+        await a.verb("filter", p0)
+        before = where(a.s.core, "vision/pair")
+        await a.stop()  # the leader dies without releasing: b waits out the lease, then leads
+        await until("b leads", lambda: b.s.ready, 10)
+        assert where(b.s.core, "vision/pair") == before
+        assert kube.objects[lease_path(NS, "lead")]["spec"]["holderIdentity"] == "b"
+        await b.stop()
+
+    run(go())
+
+
+# ---------------------------------------------------------------------------------- events
+def test_events_are_deduplicated_and_rate_limited() -> None:
+    async def go() -> None:
+        kube, t = ApiFake(), FakeTime()
+        metrics = Metrics()
+        rec = EventRecorder(kube, metrics, clock=t, instance="x", repeat_seconds=60, rate=1, burst=3)
+        ref = ObjectRef("Pod", "ml", "w-0", "u0")
+        assert rec.record(ref, "GangWaiting", "no room", warning=True)
+        assert not rec.record(ref, "GangWaiting", "no room")  # a repeat within a minute
+        assert rec.record(ref, "GangWaiting", "still no room, other reason")
+        assert rec.record(ObjectRef("Pod", "ml", "w-1"), "GangWaiting", "no room")
+        assert not rec.record(ObjectRef("Pod", "ml", "w-2"), "GangWaiting", "no room")  # bucket empty
+        t.t += 61
+        assert rec.record(ref, "GangWaiting", "no room")  # once a minute is fine
+        await until("written", lambda: len(kube.events) == 4)
+        e = kube.events[0]
+        assert (e["reason"], e["type"], e["involvedObject"]["uid"]) == ("GangWaiting", "Warning", "u0")
+        rec.forget()
+        t.t += 61
+        rec.forget()
+        assert rec.sent == {}
+
+    run(go())
+
+
+def test_gang_transitions_and_waits_become_events_on_member_pods() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock)
+        text = spec("vision", 8, 2, "vision/pair")
+        p = [submit(kube, f"p{i}", f"pair-{i}", "vision", text) for i in range(2)]
+        for x in p:
+            await a.place(x)
+        huge = submit(kube, "h", "huge", "nlp", spec("nlp", 8, 9, "nlp/huge"))
+        await a.verb("filter", huge)
+        await until("events", lambda: {"GangBound", "GangWaiting"} <= {e["reason"] for e in kube.events})
+        bound = [e for e in kube.events if e["reason"] == "GangBound"]
+        assert {e["involvedObject"]["name"] for e in bound} == {"pair-0", "pair-1"}
+        waiting = [e for e in kube.events if e["reason"] == "GangWaiting"]
+        assert waiting[0]["involvedObject"]["name"] == "huge" and "nlp" in waiting[0]["message"]
+        await a.stop()
+
+    run(go())
