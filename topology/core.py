@@ -204,11 +204,15 @@ class Core:
         return g
 
     def _preemptor_broken(self, g: Gang, suggested: frozenset[int] | None) -> bool:
+        """A bad leaf breaks the reservation; so does a node kube-scheduler no longer suggests, unless
+        the slot there still waits for a victim: a node whose GPUs the victims still hold is one its
+        resource accounting filters out until they are gone, which must not cancel the preemption
+        that is making them go."""
         st = self.state
         for s in g.slots:
-            if suggested is not None and s.node not in suggested:
-                return True
             if any(st.leaf_bad[leaf] for leaf in s.leaves):
+                return True
+            if suggested is not None and s.node not in suggested and not g.pending.intersection(s.leaves):
                 return True
         return False
 
