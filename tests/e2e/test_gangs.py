@@ -203,10 +203,8 @@ def test_unschedulable_node_is_avoided_by_the_next_gang(
 ) -> None:
     """A node cordoned after the extender chose it is not used for the next gang, although the pods
     tolerate the unschedulable taint (so kube-scheduler's own NodeUnschedulable filter lets it through:
-    only the extender's node-health view keeps it out).
-
-    Ready=False cannot be tested on KWOK nodes: KWOK's node-initialize stage sets Ready back to True
-    within milliseconds."""
+    only the extender's node-health view keeps it out). A cordon is `spec.unschedulable`, a different
+    signal from the Ready condition of the NotReady test below."""
     core = e2e_cluster.core
     n1, _ = first_choice(core, gang_ns, "probe", 2, "nlp")
     wait_until("the probe gang released", lambda: holds_nothing(extender) is None, 30)
@@ -223,6 +221,83 @@ def test_unschedulable_node_is_avoided_by_the_next_gang(
     assert n1 not in {p.node for p in pods.values()}, f"placed on cordoned {n1}"
 
     core.patch_node(n1, {"spec": {"unschedulable": None}})
+    wait_until("the extender to mark the node good again", lambda: extender.summary()["gpus"]["bad"] == 0, 30)
+
+
+STATUS_ANNOTATION = "kwok.x-k8s.io/status"  # =custom: KWOK leaves the node's status to the test
+
+
+def ready_condition(core: client.CoreV1Api, name: str) -> str | None:
+    node = core.read_node(name)
+    conditions = (node.status.conditions if node.status else None) or []
+    return next((c.status for c in conditions if c.type == "Ready"), None)
+
+
+@pytest.fixture
+def not_ready(e2e_cluster: E2ECluster) -> Iterator[set[str]]:
+    """Nodes a test takes NotReady (it adds their names): each is annotated so KWOK stops writing its
+    status (scripts/e2e/cluster-up.sh), then its Ready condition is patched to False. Afterwards the
+    annotation goes, KWOK's node-initialize stage sets Ready=True again, and that is waited for."""
+    taken: set[str] = set()
+    yield taken
+    core = e2e_cluster.core
+    for name in sorted(taken):
+        core.patch_node(name, {"metadata": {"annotations": {STATUS_ANNOTATION: None}}})
+    for name in sorted(taken):
+        wait_ready_again(core, name)
+
+
+def wait_ready_again(core: client.CoreV1Api, name: str) -> None:
+    wait_until(f"KWOK to make {name} Ready again", lambda: ready_condition(core, name) == "True", 30)
+
+
+def take_not_ready(core: client.CoreV1Api, name: str) -> None:
+    """What a node whose kubelet stopped reporting looks like: Ready=False (no taint, since no node
+    lifecycle controller runs here, so kube-scheduler itself does not filter the node out)."""
+    core.patch_node(name, {"metadata": {"annotations": {STATUS_ANNOTATION: "custom"}}})
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "KubeletNotReady",
+                        "message": "e2e: node taken NotReady",
+                    }
+                ]
+            }
+        },
+    )
+
+
+def test_not_ready_node_is_marked_bad_and_avoided_by_the_next_gang(
+    e2e_cluster: E2ECluster, extender: Extender, gang_ns: str, not_ready: set[str]
+) -> None:
+    """A node whose Ready condition turns False after the extender chose it: the extender marks its
+    8 GPUs bad and the same gang shape goes elsewhere; when the node is Ready again its GPUs are good."""
+    core = e2e_cluster.core
+    n1, _ = first_choice(core, gang_ns, "probe", 2, "nlp")
+    wait_until("the probe gang released", lambda: holds_nothing(extender) is None, 30)
+    not_ready.add(n1)
+    take_not_ready(core, n1)
+    wait_until(
+        "the extender to mark the NotReady node bad", lambda: extender.summary()["gpus"]["bad"] == 8, 30
+    )
+    # KWOK must not have flipped it back meanwhile: the test would then prove nothing.
+    assert ready_condition(core, n1) == "False"
+    node = core.read_node(n1)
+    assert not (node.spec.taints if node.spec else None), "a taint would let kube-scheduler filter it"
+
+    names = submit_gang(core, gang_ns, "after", 2, 8, "nlp")
+    pods = wait_running(core, gang_ns, names)
+    assert_whole_gang(pods, 8)
+    assert n1 not in {p.node for p in pods.values()}, f"placed on NotReady {n1}"
+    assert ready_condition(core, n1) == "False"
+
+    core.patch_node(n1, {"metadata": {"annotations": {STATUS_ANNOTATION: None}}})
+    wait_ready_again(core, n1)
     wait_until("the extender to mark the node good again", lambda: extender.summary()["gpus"]["bad"] == 0, 30)
 
 
