@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
+from kubernetes import utils as kube_utils
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e import helpers
@@ -295,18 +297,64 @@ def extender_command() -> list[str]:
     return [sys.executable, str(REPO / "topogang_cli.py")]
 
 
-class Extender:
-    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env)."""
+RBAC = REPO / "deploy" / "rbac.yaml"
+EXTENDER_ACCOUNT = ("topogang-system", "topogang-extender")  # namespace, ServiceAccount in RBAC
+TOKEN_SECONDS = 24 * 3600
 
-    def __init__(self, cluster: E2ECluster) -> None:
+
+def service_account_kubeconfig(cluster: E2ECluster) -> Path:
+    """A kubeconfig for the extender's own ServiceAccount, with exactly the rights deploy/rbac.yaml gives
+    it: the manifests are applied as shipped and a token is requested for the account (TokenRequest;
+    no controller-manager runs here to mint one). Running the e2e extender with it, not with the
+    admin's certificate, makes every test a check that the RBAC covers what the extender does."""
+    api_client = cluster.api
+    for doc in yaml.safe_load_all(RBAC.read_text(encoding="utf-8")):
+        if doc:
+            try:
+                kube_utils.create_from_dict(api_client, doc)  # type: ignore[no-untyped-call]
+            except kube_utils.FailToCreateError as err:
+                if any(getattr(e, "status", None) != 409 for e in err.api_exceptions):
+                    raise
+    ns, account = EXTENDER_ACCOUNT
+    request = client.AuthenticationV1TokenRequest.model_validate(
+        {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}}
+    )
+    got = cluster.core.create_namespaced_service_account_token(account, ns, request)
+    token = got.status.token if got.status else None
+    assert token, f"no token for ServiceAccount {ns}/{account}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "e2e",
+                "cluster": {"server": cluster.api_url, "certificate-authority": cluster.env["CA_CERT"]},
+            }
+        ],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": "e2e", "user": account}}],
+        "current-context": account,
+    }
+    path = cluster.workdir / f"{account}.kubeconfig"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+class Extender:
+    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env),
+    connecting with `kubeconfig` (the admin's when None)."""
+
+    def __init__(self, cluster: E2ECluster, kubeconfig: Path | None = None) -> None:
         self.cluster = cluster
         self.port = int(cluster.env["EXTENDER_PORT"])
         self.url = f"http://127.0.0.1:{self.port}"
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.argv = [
             *extender_command(),
             "serve",
             "--kubeconfig",
-            str(cluster.kubeconfig),
+            str(self.kubeconfig),
             "--config",
             cluster.env["TOPOLOGY"],
             "--listen",
@@ -369,13 +417,20 @@ class Extender:
 
 @pytest.fixture(scope="session")
 def extender_session(e2e_cluster: E2ECluster) -> Iterator[Extender]:
-    ext = Extender(e2e_cluster)
+    """The extender for the whole session, as its ServiceAccount under deploy/rbac.yaml
+    (TOPOGANG_E2E_EXTENDER_ADMIN=1: with the admin's certificate instead, to tell an RBAC gap from
+    a bug)."""
+    admin = os.environ.get("TOPOGANG_E2E_EXTENDER_ADMIN") == "1"
+    ext = Extender(e2e_cluster, None if admin else service_account_kubeconfig(e2e_cluster))
     try:
         ext.start()
         yield ext
     finally:
         rc = ext.stop()
-        _report["extender"] = f"{ext.starts} start(s), last exit code {rc}; logs {e2e_cluster.workdir}/logs"
+        _report["extender"] = (
+            f"{ext.starts} start(s) as {'the admin' if admin else 'its ServiceAccount'}, last exit code "
+            f"{rc}; logs {e2e_cluster.workdir}/logs"
+        )
 
 
 @pytest.fixture
