@@ -38,9 +38,9 @@ bench-core: $(STAMP)
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
-## e2e: real control plane (etcd, kube-apiserver, kube-scheduler, KWOK) built from Go modules into
-##      ~/.cache/topogang-e2e (first build ~20-40 min on 2 cores, then seconds), then the e2e tests
+## e2e: real control plane (etcd, kube-apiserver, kube-scheduler, KWOK, FrameworkController) built from Go
+##      modules into ~/.cache/topogang-e2e (first build ~20-40 min on 2 cores, then seconds), then the e2e tests
 .PHONY: e2e
 e2e: $(STAMP)
-	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok
+	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok frameworkcontroller frameworkbarrier
 	TOPOGANG_E2E=1 $(BIN)/pytest tests/e2e
