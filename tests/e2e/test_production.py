@@ -27,7 +27,15 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.e2e.conftest import REPO, E2ECluster, Extender, Process, extender_command, ignore_conflict
+from tests.e2e.conftest import (
+    REPO,
+    E2ECluster,
+    Extender,
+    Process,
+    extender_command,
+    ignore_conflict,
+    service_account_kubeconfig,
+)
 from tests.e2e.helpers import (
     BIND_INFO,
     delete_pods,
@@ -131,8 +139,8 @@ class Replica:
         argv = [
             *extender_command(),
             "serve",
-            "--kubeconfig",
-            str(self.cluster.kubeconfig),
+            "--kubeconfig",  # as its ServiceAccount: the Lease and the reservations under deploy/rbac.yaml
+            str(service_account_kubeconfig(self.cluster)),
             "--config",
             str(self.config),
             "--listen",

@@ -23,6 +23,14 @@ NEEDED = [
     ("get", "scheduling.volcano.sh", "podgroups", ""),
     ("get", "frameworkcontroller.microsoft.com", "frameworks", ""),
 ]
+# in its own namespace only: durable reservations and the leader-election Lease
+OWN = [
+    ("list", "topogang.io", "gangreservations", ""),
+    ("create", "topogang.io", "gangreservations", ""),
+    ("update", "topogang.io", "gangreservations", ""),
+    ("delete", "topogang.io", "gangreservations", ""),
+    ("create", "coordination.k8s.io", "leases", ""),
+]
 DENIED = [
     ("create", "", "pods", ""),
     ("update", "", "pods", ""),
@@ -48,13 +56,13 @@ def test_the_extender_is_its_service_account_with_only_its_rbac_rights(
 
     authz = client.AuthorizationV1Api(api)
 
-    def allowed(verb: str, group: str, resource: str, sub: str) -> bool:
+    def allowed(verb: str, group: str, resource: str, sub: str, namespace: str = "e2e-any") -> bool:
         attrs = {
             "verb": verb,
             "group": group,
             "resource": resource,
             "subresource": sub,
-            "namespace": "e2e-any",
+            "namespace": namespace,
         }
         got = authz.create_self_subject_access_review(
             client.V1SelfSubjectAccessReview.model_validate({"spec": {"resourceAttributes": attrs}})
@@ -63,3 +71,5 @@ def test_the_extender_is_its_service_account_with_only_its_rbac_rights(
 
     assert [r for r in NEEDED if not allowed(*r)] == []
     assert [r for r in DENIED if allowed(*r)] == []
+    assert [r for r in OWN if not allowed(*r, namespace=ns)] == []
+    assert [r for r in OWN if allowed(*r)] == [], "reservations and the Lease only in its own namespace"
