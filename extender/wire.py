@@ -10,6 +10,7 @@ caller can answer with a message a human can act on. See `reference/extender-pro
 from __future__ import annotations
 
 import itertools
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import orjson
 
 MAX_NAME = 253  # a Kubernetes object name is at most 253 characters
+NODE_LISTS = 8  # distinct node lists remembered by `_intern` (kube-scheduler sends one, mostly)
 
 
 class WireError(ValueError):
@@ -139,14 +141,62 @@ def _name(value: object, path: str, *, required: bool = True) -> str:
 
 
 def _names(value: object, path: str) -> tuple[str, ...]:
+    """A node-name array, checked, as the shared tuple for it (see `_intern`)."""
     if not isinstance(value, list):
         raise WireError(path, f"expected an array of node names or null, got {_kind(value)}")
-    # fast path (C loops, no per-name path text): 1,000 names in ~20 us instead of ~400 us
-    if all(map(isinstance, value, itertools.repeat(str))) and (
-        not value or (min(map(len, value)) > 0 and max(map(len, value)) <= MAX_NAME)
+    names = tuple(value)
+    try:
+        got = _node_lists.get(names)
+    except TypeError:  # an unhashable item: not a name; the checks below say where
+        got = None
+    if got is not None:  # the list kube-scheduler sent last time, checked then: ~15 us for 1,000
+        _node_lists.move_to_end(names)
+        return got.names
+    # fast path (C loops, no per-name path text): 1,000 names in ~130 us instead of ~400 us
+    if not (
+        all(map(isinstance, value, itertools.repeat(str)))
+        and (not value or (min(map(len, value)) > 0 and max(map(len, value)) <= MAX_NAME))
     ):
-        return tuple(value)
-    return tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(value))
+        names = tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(value))
+    return _intern(names)
+
+
+class _NodeList:
+    """One node list as kube-scheduler sent it, and the same names as a set."""
+
+    __slots__ = ("names", "set")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.set = frozenset(names)
+
+
+_node_lists: OrderedDict[tuple[str, ...], _NodeList] = OrderedDict()
+_by_id: dict[int, _NodeList] = {}  # id of an interned tuple (alive while in `_node_lists`)
+
+
+def _intern(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Remember a checked node list: later requests with an equal list get this very tuple.
+
+    kube-scheduler sends the same full node list with every filter and prioritize. Sharing one
+    tuple (and one frozenset, `node_set`) means a gang's request no longer keeps its own copy of
+    5,000 names alive for the gang's lifetime (~0.4 MB each at 5,000 nodes), the list is checked
+    and the set built once instead of per call, and lookups keyed by it hit by identity. A repeat
+    costs one tuple hash and compare, in C."""
+    got = _node_lists[names] = _NodeList(names)
+    _by_id[id(names)] = got
+    while len(_node_lists) > NODE_LISTS:
+        _, old = _node_lists.popitem(last=False)
+        del _by_id[id(old.names)]
+    return names
+
+
+def node_set(names: Sequence[str]) -> frozenset[str]:
+    """`frozenset(names)`, shared (and O(1)) for a node list `parse_extender_args` interned."""
+    got = _by_id.get(id(names))
+    if got is not None and got.names is names:
+        return got.set
+    return frozenset(names)
 
 
 def _node_name(node: Mapping[str, Any]) -> str:
