@@ -229,11 +229,11 @@ class Scheduler:
             return wire.filter_result(args, (), {}, dict.fromkeys(names, stale))
         if seen.superseded is not None:
             await self._supersede(seen.superseded, pr.gang)
-        index = self.core.topo.node_index  # all known (the usual case): one C-level subset test
-        unknown = (
-            {}
-            if index.keys() >= wire.node_set(names)
-            else {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index}
+        index = self.core.topo.node_index  # once per node list and topology (read-only: shared)
+        unknown = wire.per_node_list(
+            names,
+            self.core.topo,
+            lambda: {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index},
         )
         if len(unknown) == len(names):  # nothing to place on: no reservation, no waiting record
             self._count("filter", "rejected")
@@ -265,7 +265,12 @@ class Scheduler:
                 )
                 return wire.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
             slot_nodes = {p.node for p in slots}
-            passed = list(filter(slot_nodes.__contains__, names))  # C loops over the 1,000s of names
+            at = wire.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
+            passed = (
+                sorted((n for n in slot_nodes if n in at), key=at.__getitem__)
+                if len(at) == len(names)
+                else [n for n in names if n in slot_nodes]  # a name given twice: keep both
+            )
             where = _some(sorted(slot_nodes))
             if passed:
                 other = f"topogang: outside the slots of gang {pr.gang} open to this pod (on {where})"

@@ -46,3 +46,36 @@ def test_bad_names_are_still_rejected(names: list[Any], path: str) -> None:
     with pytest.raises(wire.WireError) as err:
         wire.parse_extender_args(body(names))
     assert err.value.path == path
+
+
+class Owner:
+    """Something a derived value depends on (the topology, in the extender)."""
+
+
+def test_values_derived_from_a_list_are_kept_per_owner_and_do_not_keep_it_alive() -> None:
+    import gc
+    import weakref
+
+    names = wire.parse_extender_args(body(["d-0", "d-1"])).names
+    calls: list[int] = []
+
+    def compute() -> int:
+        calls.append(1)
+        return len(calls)
+
+    a, b = Owner(), Owner()
+    assert wire.per_node_list(names, a, compute) == 1
+    assert wire.per_node_list(names, a, compute) == 1  # remembered
+    assert wire.per_node_list(names, b, compute) == 2  # another owner, another value
+    assert wire.per_node_list(list(names), a, compute) == 3  # not an interned list: always computed
+    gone = weakref.ref(a)
+    del a
+    gc.collect()
+    assert gone() is None
+
+
+def test_positions_of_a_list() -> None:
+    names = wire.parse_extender_args(body(["p-0", "p-1", "p-2"])).names
+    assert wire.positions(names) == {"p-0": 0, "p-1": 1, "p-2": 2}
+    assert wire.positions(names) is wire.positions(names)  # remembered with the list
+    assert wire.positions(["a", "b", "a"]) == {"a": 0, "b": 1}  # the first of a repeated name
