@@ -169,7 +169,8 @@ def format_table(
 ) -> str:
     """The one table: per users and verb, the extender next to the no-op (medians), then the goals."""
     lines = [
-        f"topogang bench: {meta.get('nodes', '?')} nodes x 8 GPUs, fill {meta.get('fill', 0.3):.0%}, "
+        f"topogang bench: {meta.get('nodes', '?')} nodes x 8 GPUs, fill {meta.get('fill', 0.3):.0%} "
+        f"({meta.get('fill_after', meta.get('fill', 0.3)):.0%} after the runs), "
         f"{meta.get('seconds', '?')} s per run, median of {meta.get('reps', '?')} runs each",
         f"machine: {meta.get('cpus', '?')} CPUs ({meta.get('cpu_model', '?')}), pinning: "
         f"{meta.get('pinning', 'none')}; load average {meta.get('load_before', '?')} before, "
@@ -209,17 +210,18 @@ def format_table(
 
 def format_scaling(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = [
-        "scaling (in-process: loadtest.bench_core, Philly mix; HTTP: 16 users, 4x8-GPU gangs, 30% fill):",
-        f"{'nodes':>6} {'rack':>5} {'decisions/s':>12} {'vs first-fit':>13} {'filter p99 ms':>14} "
-        f"{'no-op p99 ms':>13} {'RSS MiB':>8}",
+        "scaling (in-process: loadtest.bench_core, Philly mix; HTTP: 16 users, 4x8-GPU gangs, pre-filled):",
+        f"{'nodes':>6} {'rack':>5} {'decisions/s':>12} {'vs first-fit':>13} {'fill':>5} "
+        f"{'filter p99 ms':>14} {'no-op p99 ms':>13} {'RSS MiB':>8}",
     ]
     for r in rows:
         rss = f"{r['rss_mib']:.0f}" if r.get("rss_mib") else "-"
         p99 = f"{r['filter_p99_ms']:.2f}" if r.get("filter_p99_ms") is not None else "-"
         base = f"{r['noop_p99_ms']:.2f}" if r.get("noop_p99_ms") is not None else "-"
+        fill = f"{r['fill']:.0%}" if r.get("fill") is not None else "-"
         lines.append(
-            f"{r['nodes']:>6} {r['rack_size']:>5} {r['core_rate']:>12,.0f} {r['ratio']:>12.2f}x {p99:>14} "
-            f"{base:>13} {rss:>8}"
+            f"{r['nodes']:>6} {r['rack_size']:>5} {r['core_rate']:>12,.0f} {r['ratio']:>12.2f}x {fill:>5} "
+            f"{p99:>14} {base:>13} {rss:>8}"
         )
     return "\n".join(lines)
 
@@ -374,23 +376,40 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], seconds: float = 120.0)
     raise RuntimeError(f"server on port {port} not ready after {seconds:.0f} s")
 
 
-def prefill(port: int, fill: float, seed: int = 1, budget_s: float = 120.0) -> float:
-    """Philly-mix jobs, each pod filtered and bound, until `fill` of the GPUs is in use; the share
-    reached."""
+def prefill(port: int, fill: float, seed: int = 1, budget_s: float = 120.0, clients: int = 2) -> float:
+    """Philly-mix jobs, each pod filtered and bound, until `fill` of the GPUs is in use (or the
+    time budget is spent); the share reached. Two clients, so one reads a reply (0.6 MB at 5,000
+    nodes) while the server works on the other's request."""
     with contextlib.closing(Http(port)) as c:
         cluster = c.cluster()
+    target = fill * cluster.total_gpus
+    used = [cluster.used_gpus]
+    lock = threading.Lock()
+    deadline = time.monotonic() + budget_s
+
+    def client(k: int) -> None:
         fleet = Fleet(cluster, 1.0)  # never finishes anything: the jobs stay
-        mix = JobMix(cluster, "philly", seed=seed)
-        rng = random.Random(seed)
-        used = cluster.used_gpus
-        deadline = time.monotonic() + budget_s
-        while used < fill * cluster.total_gpus and time.monotonic() < deadline:
-            job = mix.next()
-            if used + job.gpus > fill * cluster.total_gpus:
-                continue
-            if run_job(c.post, fleet, job, c.delete, rng):
-                used += job.gpus
-        return used / cluster.total_gpus
+        mix = JobMix(cluster, "philly", seed=seed + k)
+        rng = random.Random(seed + k)
+        with contextlib.closing(Http(port)) as c:
+            while time.monotonic() < deadline:
+                job = mix.next()
+                with lock:
+                    if used[0] >= target:
+                        return
+                    if used[0] + job.gpus > target:
+                        continue
+                    used[0] += job.gpus  # booked before it is placed: no overshoot
+                if not run_job(c.post, fleet, job, c.delete, rng):
+                    with lock:
+                        used[0] -= job.gpus
+
+    threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return used_share(port)
 
 
 def used_share(port: int) -> float:
@@ -526,6 +545,7 @@ def scaling_rows(
     ext: Server,
     noop: Server,
     rss: float,
+    main_fill: float,
     say: Callable[[str], None],
     rows: list[dict[str, Any]],
 ) -> None:
@@ -547,11 +567,12 @@ def scaling_rows(
             row["filter_p99_ms"] = median_run(ext.runs[16]).verbs["filter"].p99
             row["noop_p99_ms"] = median_run(noop.runs[16]).verbs["filter"].p99
             row["rss_mib"] = rss
+            row["fill"] = main_fill
         else:
             srv = serve_extender(short, config_for(nodes), f"topogang-{nodes}")
             base = serve_noop(short, config_for(nodes), f"noop-{nodes}")
             try:
-                prefill(srv.port, fill)
+                row["fill"] = prefill(srv.port, fill)
                 alternate(short, [base, srv], (16,), 1, say)
                 row["rss_mib"] = rss_mib(srv.proc.pid)
             finally:
@@ -631,7 +652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         scaling: list[dict[str, Any]] = []
         if not args.no_scaling:
             try:
-                scaling_rows(s, args.nodes, args.fill, config_for, ext, noop, rss, say, scaling)
+                scaling_rows(s, args.nodes, args.fill, config_for, ext, noop, rss, reached, say, scaling)
             except (RuntimeError, OSError) as exc:  # the main table still gets printed
                 say(f"scaling stopped: {exc}")
         meta["load_end"] = load_average()
