@@ -203,6 +203,7 @@ class Fleet:
         self.cluster = cluster
         self.budget = max(0.0, fill * cluster.total_gpus - cluster.used_gpus)
         self.running: deque[Job] = deque()
+        self.scheduling: dict[int, Job] = {}  # id -> a job whose members are being scheduled now
         self.used = 0
         self.on_node: dict[str, dict[str, tuple[int, Job]]] = {}  # node -> uid -> (priority, job)
 
@@ -242,6 +243,11 @@ class Fleet:
                 meta[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
         return meta
 
+    def leftovers(self) -> list[Job]:
+        """Every job with pods the server may still hold (running, or cut off mid-scheduling when the
+        test stopped), so a stopping load test can delete them and leave the cluster as it found it."""
+        return [*self.running, *self.scheduling.values()]
+
     def job_of(self, uid: str) -> Job | None:
         for pods in self.on_node.values():
             got = pods.get(uid)
@@ -251,6 +257,13 @@ class Fleet:
 
 
 # ---------------------------------------------------------------------------------------- cycle
+def expected_refusal(verb: str, error: str) -> bool:
+    """A refusal the protocol expects under this load, not a failure of the server: a member's bind
+    after its gang was preempted (or expired) while the member was still being scheduled (whole
+    gangs are victims, bound members or not); kube-scheduler puts the pod back in its queue."""
+    return verb == "bind" and "has no reservation" in error
+
+
 def filter_body(pod: Mapping[str, Any], names_json: bytes) -> bytes:
     return b'{"Pod":' + orjson.dumps(pod) + b',"Nodes":null,"NodeNames":' + names_json + b"}"
 
@@ -322,9 +335,11 @@ def run_job(post: Post, fleet: Fleet, job: Job, delete: Delete, rng: random.Rand
     order = list(range(len(job.pods)))
     (rng or random).shuffle(order)
     job.uids = [str(uuid.uuid4()) for _ in job.pods]
+    fleet.scheduling[id(job)] = job  # not in a `finally`: a job cut off by a stop stays listed
     for i in order:
         if schedule_pod(post, fleet, job, pod_for(job, i, job.uids[i]), delete) is None:
             break
+    del fleet.scheduling[id(job)]
     if len(job.bound) == len(job.pods):
         fleet.started(job)
         return True
