@@ -339,3 +339,51 @@ def test_recovery_keeps_a_rack_sized_gang_guaranteed() -> None:
         assert gang is not None and gang.priority == 0 and not gang.history
 
     run(go())
+
+
+def test_recovery_puts_a_framework_shaped_gang_back_under_its_own_name() -> None:
+    """A FrameworkController pod without an affinity group gets its gang's shape from the Framework
+    object, which recovery does not read: the bind info names the gang it was placed in, and the
+    pods must be adopted into that gang, not into one-pod gangs named after each pod."""
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        text = '{"virtualCluster": "research", "priority": 100, "leafCellNumber": 2}'
+        template = {
+            "metadata": {"annotations": {"topogang.io/pod-scheduling-spec": text}},
+            "spec": {
+                "containers": [
+                    {"name": "c", "resources": {"limits": {"topogang.io/pod-scheduling-enable": "1"}}}
+                ]
+            },
+        }
+        fw = {"spec": {"taskRoles": [{"name": "worker", "taskNumber": 3, "task": {"pod": template}}]}}
+
+        async def framework(namespace: str, name: str) -> Mapping[str, Any] | None:
+            return fw if (namespace, name) == ("research", "fw") else None
+
+        s = scheduler(binder, framework_lookup=framework)
+        pods = [
+            pod(
+                f"w{i}",
+                f"fw-worker-{i}",
+                "research",
+                text,
+                annotations=fc_annotations("research", "fw", "0_a", "worker", i),
+            )
+            for i in range(3)
+        ]
+        for p in pods[:2]:  # the third member is not bound yet
+            await place(s, p)
+        placed = s.core.gang("research/fw/0_a")
+        assert placed is not None and len(placed.slots) == 3
+        fresh = Core(example().spec)
+        report = recover(fresh, bound_pods(s, binder, pods), now=0.0)
+        assert report.gangs == ["research/fw/0_a"] and report.pods == 2 and report.open_slots == 1
+        gang = fresh.gang("research/fw/0_a")
+        assert gang is not None and fresh.gang("research/fw-worker-0") is None
+        assert s.core.placement_of(placed).pods == fresh.placement_of(gang).pods
+        assert sorted(str(sl.pod_uid) for sl in gang.slots if sl.pod_uid) == ["w0", "w1"]
+        assert violations(fresh) == []
+
+    run(go())
