@@ -387,3 +387,53 @@ def test_recovery_puts_a_framework_shaped_gang_back_under_its_own_name() -> None
         assert violations(fresh) == []
 
     run(go())
+
+
+class LostReplyKube(FakeKube):
+    """Every Binding times out; the API server applied it (the reply was lost) when `apply`."""
+
+    apply = True
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        if method == "POST" and path.endswith("/binding") and body is not None:
+            parts = path.split("/")
+            p = self.pods[(parts[4], parts[6])]
+            if self.apply:
+                p["spec"]["nodeName"] = body["target"]["name"]
+                p["metadata"]["annotations"].update(body["metadata"]["annotations"])
+            self.calls.append((method, path, body))
+            raise TimeoutError("read timed out")
+        return await super().request(method, path, query, body)
+
+
+def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -> None:
+    """A timed-out Binding may have been applied: if the slot went back, the next member could be
+    given the same GPUs while this pod already runs on them. The binder reads the pod back."""
+
+    async def go() -> None:
+        pods = [pod(f"u{i}", f"w-{i}", "nlp", spec("nlp", 4, 2, "nlp/pair")) for i in range(2)]
+        pods.append(pod("u2", "solo", "nlp", spec("nlp", 1)))
+        kube = LostReplyKube({("nlp", p["metadata"]["name"]): p for p in pods})
+        s = kube_service(example(), kube).scheduler
+        s.ready = True
+        r = await s.filter(args(pods[0]))
+        node = r["NodeNames"][0]
+        assert await s.bind(bind_args(pods[0], node)) == {"Error": ""}
+        gang = s.core.gang("nlp/pair")
+        assert gang is not None and gang.slot_of("u0") is not None
+        r = await s.filter(args(pods[1]))
+        assert await s.bind(bind_args(pods[1], r["NodeNames"][0])) == {"Error": ""}
+        gpus = [pods[i]["metadata"]["annotations"][ISOLATION_ANNOTATIONS[0]] for i in range(2)]
+        assert gpus[0] != gpus[1] and violations(s.core) == []
+        kube.apply = False  # the Binding never arrived: the bind fails and its slot goes back
+        r = await s.filter(args(pods[2]))
+        b = await s.bind(bind_args(pods[2], r["NodeNames"][0]))
+        assert "no answer: read timed out" in b["Error"] and s.core.gang("nlp/solo") is None
+
+    run(go())
