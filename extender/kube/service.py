@@ -319,6 +319,9 @@ def kube_service(
         while True:
             await asyncio.sleep(REPEAT_SECONDS)
             recorder.forget()
+            now = clock()
+            for fw in [k for k, (t, _) in frameworks.items() if now - t >= FRAMEWORK_TTL]:
+                del frameworks[fw]  # re-read on the next lookup anyway; kept, every one would stay
 
     leader_tasks = [
         lambda: scheduler.run_expiry(expiry_interval(ttl)),

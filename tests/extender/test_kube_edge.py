@@ -17,6 +17,7 @@ from extender.bindinfo import (
     encode_bind_info,
     pod_bind_info,
 )
+from extender.kube import service as kube_service_module
 from extender.kube.binder import KubeBinder, binding_body
 from extender.kube.client import ApiError, AsyncKube, KubeApi
 from extender.kube.nodes import node_health
@@ -24,7 +25,7 @@ from extender.kube.recovery import recover
 from extender.kube.service import ClusterSync, kube_service
 from extender.standalone import MemoryBinder
 from extender.verbs import BindError, BindTarget
-from tests.extender.helpers import args, bind_args, example, fc_annotations, pod, run, scheduler, spec
+from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_verbs import place
 from topology.core import Core
 from topology.decisions import GangPlacement, PodPlacement
@@ -435,5 +436,31 @@ def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -
         r = await s.filter(args(pods[2]))
         b = await s.bind(bind_args(pods[2], r["NodeNames"][0]))
         assert "no answer: read timed out" in b["Error"] and s.core.gang("nlp/solo") is None
+
+    run(go())
+
+
+def test_framework_reads_are_forgotten_once_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Framework read is cached for FRAMEWORK_TTL; entries past it must go, or every
+    framework ever scheduled stays in memory with its whole object."""
+    monkeypatch.setattr(kube_service_module, "REPEAT_SECONDS", 0.001)  # the sweep's period
+
+    async def go() -> None:
+        clock = Clock()
+        service = kube_service(example(), FakeKube(), clock=clock)
+        lookup = service.scheduler.framework_lookup
+        assert lookup is not None and lookup.__closure__ is not None
+        cache = lookup.__closure__[lookup.__code__.co_freevars.index("frameworks")].cell_contents
+        await lookup("ml", "a")
+        await lookup("ml", "b")
+        assert len(cache) == 2
+        sweep = next(fn for fn in service.background if getattr(fn, "__name__", "") == "forget_old_events")
+        task = asyncio.create_task(sweep())
+        await asyncio.sleep(0.02)
+        assert len(cache) == 2  # still fresh
+        clock.t += kube_service_module.FRAMEWORK_TTL + 1
+        await asyncio.sleep(0.02)
+        task.cancel()
+        assert cache == {}
 
     run(go())
