@@ -204,6 +204,10 @@ class Scheduler:
         c = self._pods.get(uid)
         return c.request if c is not None else None
 
+    def cached_uids(self) -> list[str]:
+        """The UIDs of every pod whose request is cached (least recently used first)."""
+        return list(self._pods)
+
     def _count(self, verb: str, outcome: str) -> None:
         self.metrics.decisions.labels(verb, outcome).inc()
 

@@ -464,3 +464,35 @@ def test_framework_reads_are_forgotten_once_stale(monkeypatch: pytest.MonkeyPatc
         assert cache == {}
 
     run(go())
+
+
+def test_a_relist_releases_pods_bound_and_deleted_while_the_watch_was_down() -> None:
+    """kube-scheduler keeps scheduling while the extender's pod watch is down: a pod filtered,
+    bound and deleted in that time never reaches the watch, so no DELETED comes for it. The next
+    list must release its GPUs (and forget it), not only those of pods the watch had seen."""
+
+    async def go() -> None:
+        kube = FakeKube(nodes=[node(n) for n in Core(example().spec).topo.node_names])
+        service = kube_service(example(), kube)
+        s = service.scheduler
+        sync = ClusterSync(s, kube)
+        await sync.start()
+        gone, alive, waiting = (pod(f"u{i}", f"p-{i}", "nlp", spec("nlp", 2)) for i in range(3))
+        for p in (gone, alive):
+            kube.pods[("nlp", p["metadata"]["name"])] = p
+            r = await s.filter(args(p))
+            assert await s.bind(bind_args(p, r["NodeNames"][0])) == {"Error": ""}
+            p["spec"]["nodeName"] = r["NodeNames"][0]
+        await s.filter(args(waiting))  # filtered, never bound
+        finished = {**gone, "metadata": {**gone["metadata"], "uid": "u9"}, "status": {"phase": "Succeeded"}}
+        await sync.on_pod("MODIFIED", finished)  # a pod the watch saw finish
+        assert "u9" in sync.done and not sync.live.keys() - {"u9"}
+        del kube.pods[("nlp", "p-0")]  # deleted during the outage; p-1 was created after the list
+        await sync.relist_pods([])
+        assert s.core.gang("nlp/p-0") is None and s.cached("u0") is None
+        assert s.core.gang("nlp/p-1") is not None and s.cached("u1") is not None
+        assert s.cached("u2") is None and "u2" not in s.gang_ledger.pods  # only remembered: forgotten
+        assert not sync.done and not sync.live
+        assert violations(s.core) == []
+
+    run(go())
