@@ -429,6 +429,9 @@ class Core:
                     f"pod already holds slot {mine.index} on {self.topo.node_names[mine.node]}, not {node}",
                 )
             return self._bind(gang, mine, pod_uid)
+        other = self.ledger.by_id.get(self.ledger.pod_gang.get(pod_uid, -1))
+        if other is not None:  # a pod has one slot: a second would outlive the pod
+            raise UserError("affinityGroup.name", f"pod {pod_uid} already holds a slot of gang {other.name}")
         slot = self._pick_slot(gang, leaf_number, node, slot_key)
         if slot is None:
             where = f" on node {node}" if node is not None else ""

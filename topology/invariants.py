@@ -19,6 +19,7 @@ def violations(core: Core) -> list[str]:
     """Every broken invariant, as a sentence; empty when all hold."""
     out: list[str] = []
     out += _no_double_allocation(core)
+    out += _pods_once(core)
     out += _gangs_whole(core)
     out += _quotas(core)
     out += _safety(core)
@@ -55,6 +56,25 @@ def _no_double_allocation(core: Core) -> list[str]:
     for leaf in core.topo.leaves:
         if st.leaf_reserver[leaf] != reserved.get(leaf, NO_GANG):
             out.append(f"leaf {core.topo.address[leaf]} reserver mark disagrees with the ledger")
+    return out
+
+
+def _pods_once(core: Core) -> list[str]:
+    """Every pod holds at most one slot, and the pod index points at the gang that has it."""
+    out = []
+    where: dict[str, str] = {}
+    for gang in core.gangs():
+        for s in gang.slots:
+            if s.pod_uid is None:
+                continue
+            if s.pod_uid in where:
+                out.append(f"pod {s.pod_uid} holds slots in gangs {where[s.pod_uid]} and {gang.name}")
+            where[s.pod_uid] = gang.name
+            if core.ledger.pod_gang.get(s.pod_uid) != gang.id:
+                out.append(f"pod {s.pod_uid} holds a slot of {gang.name}, but is indexed elsewhere")
+    for uid in core.ledger.pod_gang:
+        if uid not in where:
+            out.append(f"pod {uid} is indexed to a gang but holds no slot")
     return out
 
 

@@ -70,6 +70,8 @@ class Conventions:
         self.soft: OrderedDict[str, float] = OrderedDict()  # gang -> timeout
         self.hard: OrderedDict[str, float] = OrderedDict()
         self.softened: OrderedDict[str, float] = OrderedDict()  # gang -> when
+        self._recent: set[str] = set()  # gangs tracked since the last sweep
+        self._swept = clock()
 
     # ------------------------------------------------------------------------------ objects
     async def objects(self, refs: list[ObjRef]) -> dict[ObjRef, Mapping[str, Any] | None]:
@@ -113,6 +115,7 @@ class Conventions:
             return None
         if r.source != "pod":
             _track(self.soft if r.soft else self.hard, r.request.gang, r.timeout)
+            self._recent.add(r.request.gang)
         return self.place(s.core, r)
 
     def place(self, core: Core, r: Resolved) -> PodRequest:
@@ -140,6 +143,8 @@ class Conventions:
         async with s.lock:
             now = s.clock()
             core = s.core
+            if now - self._swept >= OBJECT_TTL:
+                self.sweep(core, now)
             for name, timeout in list(self.soft.items()):
                 g = core.gang(name)
                 if g is not None and g.phase is GangPhase.RESERVED and now - g.created >= timeout:
@@ -151,6 +156,20 @@ class Conventions:
                     break
         if expire:
             await s.expire()
+
+    def sweep(self, core: Core, now: float) -> None:
+        """Forget what no longer matters, so memory and each tick's work follow the gangs placed
+        now, not every gang ever seen: API objects past their TTL (read again when needed), the
+        timeouts of gangs not placed and not filtered since the last sweep (a member's next filter
+        tracks them again, before its gang is placed), Soft timeouts past SOFTENED_FOR."""
+        self._swept = now
+        self._objects = {r: hit for r, hit in self._objects.items() if now - hit[0] < OBJECT_TTL}
+        for d in (self.soft, self.hard):
+            for name in [n for n in d if n not in self._recent and core.gang(n) is None]:
+                del d[name]
+        for name in [n for n, t in self.softened.items() if now - t > SOFTENED_FOR]:
+            del self.softened[name]
+        self._recent.clear()
 
     def soften(self, core: Core, g: Gang, now: float) -> None:
         """The Soft timeout: keep only the bound members, as a smaller gang; the rest go solo."""

@@ -2,7 +2,8 @@
 
 The Binding's annotations are merged into the pod atomically with `spec.nodeName` (the commit
 point). A 409 for a pod that is already on the same node is success, so a retried bind (after a
-timed-out reply) is harmless.
+timed-out reply) is harmless; so is a Binding whose reply never came when the pod, read back,
+shows it on that node.
 """
 
 from __future__ import annotations
@@ -42,8 +43,20 @@ class KubeBinder:
             if err.status == 409 and await self._already_on(target, node):
                 return
             raise BindError(f"the API server refused the Binding: {err}") from None
+        except Exception as exc:  # no answer (a timeout, a dropped connection): it may have been applied
+            if await self._read_back(target, node):
+                return
+            raise BindError(f"the Binding got no answer: {exc}") from exc
         if done is None:
             raise BindError(f"pod {target.namespace}/{target.name} does not exist")
+
+    async def _read_back(self, target: BindTarget, node: str) -> bool:
+        """Whether a Binding that got no answer took effect. Its slot must not go back to the gang
+        if it did: the pod already runs there, and the GPUs would be given out twice."""
+        try:
+            return await self._already_on(target, node)
+        except Exception:
+            return False
 
     async def _already_on(self, target: BindTarget, node: str) -> bool:
         pod = await self.kube.request("GET", pod_path(target.namespace, target.name))

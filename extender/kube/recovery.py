@@ -131,6 +131,11 @@ def collect(
                 report.skipped.append((key, f"bad scheduling spec ({err}) and no topogang bind info"))
                 continue
         assert pr is not None
+        if info is not None and info.gang is not None and info.gang != pr.gang:
+            # the spec alone does not name the gang (a FrameworkController task shaped by its
+            # Framework object, which recovery does not read): the bind info recorded the gang
+            # the pod was placed in, and its whole placement
+            pr = _from_bind_info(pod, info, ttl_seconds) or pr
         groups.setdefault(pr.gang, []).append(_Found(pr, node, tuple(sorted(gpus)), info))
     return dict(sorted(groups.items()))
 

@@ -230,9 +230,28 @@ class ClusterSync:
         present = {kpods.uid(p) for p in pods}
         for uid in [u for u in self.live if u not in present]:
             del self.live[uid]
+            self.foreign.discard(uid)
+            self.done.discard(uid)
             await self.s.pod_gone(uid)
+        # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
+        # and deleted before this list, never reached the watch, so no DELETED will come for them
+        unseen = dict.fromkeys([*self.s.core.ledger.pod_gang, *self.s.cached_uids()])
+        for uid in [u for u in unseen if u not in present and u not in self.live]:
+            pr = self.s.cached(uid)
+            if not self._held(uid):
+                await self.s.pod_gone(uid)  # only remembered: forgotten now, re-read if it comes back
+            elif pr is not None and await self._gone(pr.namespace, pr.name, uid):
+                await self.s.pod_gone(uid)  # it may have been created after the list: read it
         for pod in pods:
             await self.on_pod("MODIFIED", pod)
+
+    async def _gone(self, namespace: str, name: str, uid: str) -> bool:
+        try:
+            pod = await self.kube.request("GET", pod_path(namespace, name))
+        except ApiError as err:
+            log.warning("cannot read pod %s/%s: %s", namespace, name, err)
+            return False
+        return pod is None or kpods.uid(pod) != uid
 
     # ------------------------------------------------------------------------------ helpers
     async def evict(self, uids: Sequence[str], reason: str) -> None:
@@ -319,6 +338,9 @@ def kube_service(
         while True:
             await asyncio.sleep(REPEAT_SECONDS)
             recorder.forget()
+            now = clock()
+            for fw in [k for k, (t, _) in frameworks.items() if now - t >= FRAMEWORK_TTL]:
+                del frameworks[fw]  # re-read on the next lookup anyway; kept, every one would stay
 
     leader_tasks = [
         lambda: scheduler.run_expiry(expiry_interval(ttl)),

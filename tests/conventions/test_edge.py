@@ -47,3 +47,41 @@ def test_podgroups_are_read_from_their_api_paths_and_cached() -> None:
     with pytest.raises(UserError, match="cannot be read"):
         req(pod("x", gpus=8, labels={"scheduling.x-k8s.io/pod-group": "missing"}))
     assert edge.object_path(ObjRef("pod", "ns", "d")) == "/api/v1/namespaces/ns/pods/d"
+
+
+def test_what_the_conventions_remember_is_forgotten_once_it_no_longer_matters() -> None:
+    """PodGroup reads past their TTL and the timeouts of gangs no longer placed are dropped, so the
+    memory and each tick's work follow the gangs placed now, not every gang ever seen; a gang whose
+    member was filtered since the last sweep keeps its timeout even if it is not placed (yet)."""
+    path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/vision/podgroups/"
+
+    async def request(method: str, p: str) -> dict[str, Any] | None:
+        return coscheduling_podgroup(p.removeprefix(path), "vision", 1)
+
+    async def go() -> None:
+        clock = Clock()
+        s = scheduler(clock=clock)
+        conv = edge.attach(s, edge.Conventions(edge.kube_fetch(request), clock=clock))
+
+        async def filter_(name: str) -> None:
+            p = pod(f"{name}-0", gpus=1, labels={"scheduling.x-k8s.io/pod-group": name}, uid=f"u-{name}")
+            await s.filter(wire.parse_extender_args({"Pod": p, "NodeNames": list(s.core.topo.node_names)}))
+
+        await filter_("old")
+        await filter_("kept")
+        assert s.core.delete_gang("vision/old") is not None  # its pods went away
+        assert list(conv.hard) == ["vision/old", "vision/kept"] and len(conv._objects) == 2
+        clock.t += edge.OBJECT_TTL + 1
+        await conv.tick(s)  # both were filtered since the last sweep: kept this time
+        assert list(conv.hard) == ["vision/old", "vision/kept"]
+        clock.t += edge.OBJECT_TTL + 1
+        await filter_("new")
+        assert s.core.delete_gang("vision/new") is not None  # filtered, not placed (yet)
+        await conv.tick(s)
+        assert list(conv.hard) == ["vision/kept", "vision/new"]  # old: gone; kept: placed
+        assert [r.name for r in conv._objects] == ["new"]  # the others are past their TTL
+        clock.t += edge.OBJECT_TTL + 1
+        await conv.tick(s)
+        assert list(conv.hard) == ["vision/kept"] and conv._objects == {}
+
+    asyncio.run(go())

@@ -17,6 +17,7 @@ from extender.bindinfo import (
     encode_bind_info,
     pod_bind_info,
 )
+from extender.kube import service as kube_service_module
 from extender.kube.binder import KubeBinder, binding_body
 from extender.kube.client import ApiError, AsyncKube, KubeApi
 from extender.kube.nodes import node_health
@@ -24,7 +25,7 @@ from extender.kube.recovery import recover
 from extender.kube.service import ClusterSync, kube_service
 from extender.standalone import MemoryBinder
 from extender.verbs import BindError, BindTarget
-from tests.extender.helpers import args, bind_args, example, fc_annotations, pod, run, scheduler, spec
+from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_verbs import place
 from topology.core import Core
 from topology.decisions import GangPlacement, PodPlacement
@@ -337,5 +338,161 @@ def test_recovery_keeps_a_rack_sized_gang_guaranteed() -> None:
         recover(fresh, bound_pods(s, binder, pods), now=0.0)
         gang = fresh.gang("vision/rack")
         assert gang is not None and gang.priority == 0 and not gang.history
+
+    run(go())
+
+
+def test_recovery_puts_a_framework_shaped_gang_back_under_its_own_name() -> None:
+    """A FrameworkController pod without an affinity group gets its gang's shape from the Framework
+    object, which recovery does not read: the bind info names the gang it was placed in, and the
+    pods must be adopted into that gang, not into one-pod gangs named after each pod."""
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        text = '{"virtualCluster": "research", "priority": 100, "leafCellNumber": 2}'
+        template = {
+            "metadata": {"annotations": {"topogang.io/pod-scheduling-spec": text}},
+            "spec": {
+                "containers": [
+                    {"name": "c", "resources": {"limits": {"topogang.io/pod-scheduling-enable": "1"}}}
+                ]
+            },
+        }
+        fw = {"spec": {"taskRoles": [{"name": "worker", "taskNumber": 3, "task": {"pod": template}}]}}
+
+        async def framework(namespace: str, name: str) -> Mapping[str, Any] | None:
+            return fw if (namespace, name) == ("research", "fw") else None
+
+        s = scheduler(binder, framework_lookup=framework)
+        pods = [
+            pod(
+                f"w{i}",
+                f"fw-worker-{i}",
+                "research",
+                text,
+                annotations=fc_annotations("research", "fw", "0_a", "worker", i),
+            )
+            for i in range(3)
+        ]
+        for p in pods[:2]:  # the third member is not bound yet
+            await place(s, p)
+        placed = s.core.gang("research/fw/0_a")
+        assert placed is not None and len(placed.slots) == 3
+        fresh = Core(example().spec)
+        report = recover(fresh, bound_pods(s, binder, pods), now=0.0)
+        assert report.gangs == ["research/fw/0_a"] and report.pods == 2 and report.open_slots == 1
+        gang = fresh.gang("research/fw/0_a")
+        assert gang is not None and fresh.gang("research/fw-worker-0") is None
+        assert s.core.placement_of(placed).pods == fresh.placement_of(gang).pods
+        assert sorted(str(sl.pod_uid) for sl in gang.slots if sl.pod_uid) == ["w0", "w1"]
+        assert violations(fresh) == []
+
+    run(go())
+
+
+class LostReplyKube(FakeKube):
+    """Every Binding times out; the API server applied it (the reply was lost) when `apply`."""
+
+    apply = True
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        if method == "POST" and path.endswith("/binding") and body is not None:
+            parts = path.split("/")
+            p = self.pods[(parts[4], parts[6])]
+            if self.apply:
+                p["spec"]["nodeName"] = body["target"]["name"]
+                p["metadata"]["annotations"].update(body["metadata"]["annotations"])
+            self.calls.append((method, path, body))
+            raise TimeoutError("read timed out")
+        return await super().request(method, path, query, body)
+
+
+def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -> None:
+    """A timed-out Binding may have been applied: if the slot went back, the next member could be
+    given the same GPUs while this pod already runs on them. The binder reads the pod back."""
+
+    async def go() -> None:
+        pods = [pod(f"u{i}", f"w-{i}", "nlp", spec("nlp", 4, 2, "nlp/pair")) for i in range(2)]
+        pods.append(pod("u2", "solo", "nlp", spec("nlp", 1)))
+        kube = LostReplyKube({("nlp", p["metadata"]["name"]): p for p in pods})
+        s = kube_service(example(), kube).scheduler
+        s.ready = True
+        r = await s.filter(args(pods[0]))
+        node = r["NodeNames"][0]
+        assert await s.bind(bind_args(pods[0], node)) == {"Error": ""}
+        gang = s.core.gang("nlp/pair")
+        assert gang is not None and gang.slot_of("u0") is not None
+        r = await s.filter(args(pods[1]))
+        assert await s.bind(bind_args(pods[1], r["NodeNames"][0])) == {"Error": ""}
+        gpus = [pods[i]["metadata"]["annotations"][ISOLATION_ANNOTATIONS[0]] for i in range(2)]
+        assert gpus[0] != gpus[1] and violations(s.core) == []
+        kube.apply = False  # the Binding never arrived: the bind fails and its slot goes back
+        r = await s.filter(args(pods[2]))
+        b = await s.bind(bind_args(pods[2], r["NodeNames"][0]))
+        assert "no answer: read timed out" in b["Error"] and s.core.gang("nlp/solo") is None
+
+    run(go())
+
+
+def test_framework_reads_are_forgotten_once_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Framework read is cached for FRAMEWORK_TTL; entries past it must go, or every
+    framework ever scheduled stays in memory with its whole object."""
+    monkeypatch.setattr(kube_service_module, "REPEAT_SECONDS", 0.001)  # the sweep's period
+
+    async def go() -> None:
+        clock = Clock()
+        service = kube_service(example(), FakeKube(), clock=clock)
+        lookup = service.scheduler.framework_lookup
+        assert lookup is not None and lookup.__closure__ is not None
+        cache = lookup.__closure__[lookup.__code__.co_freevars.index("frameworks")].cell_contents
+        await lookup("ml", "a")
+        await lookup("ml", "b")
+        assert len(cache) == 2
+        sweep = next(fn for fn in service.background if getattr(fn, "__name__", "") == "forget_old_events")
+        task = asyncio.create_task(sweep())
+        await asyncio.sleep(0.02)
+        assert len(cache) == 2  # still fresh
+        clock.t += kube_service_module.FRAMEWORK_TTL + 1
+        await asyncio.sleep(0.02)
+        task.cancel()
+        assert cache == {}
+
+    run(go())
+
+
+def test_a_relist_releases_pods_bound_and_deleted_while_the_watch_was_down() -> None:
+    """kube-scheduler keeps scheduling while the extender's pod watch is down: a pod filtered,
+    bound and deleted in that time never reaches the watch, so no DELETED comes for it. The next
+    list must release its GPUs (and forget it), not only those of pods the watch had seen."""
+
+    async def go() -> None:
+        kube = FakeKube(nodes=[node(n) for n in Core(example().spec).topo.node_names])
+        service = kube_service(example(), kube)
+        s = service.scheduler
+        sync = ClusterSync(s, kube)
+        await sync.start()
+        gone, alive, waiting = (pod(f"u{i}", f"p-{i}", "nlp", spec("nlp", 2)) for i in range(3))
+        for p in (gone, alive):
+            kube.pods[("nlp", p["metadata"]["name"])] = p
+            r = await s.filter(args(p))
+            assert await s.bind(bind_args(p, r["NodeNames"][0])) == {"Error": ""}
+            p["spec"]["nodeName"] = r["NodeNames"][0]
+        await s.filter(args(waiting))  # filtered, never bound
+        finished = {**gone, "metadata": {**gone["metadata"], "uid": "u9"}, "status": {"phase": "Succeeded"}}
+        await sync.on_pod("MODIFIED", finished)  # a pod the watch saw finish
+        assert "u9" in sync.done and not sync.live.keys() - {"u9"}
+        del kube.pods[("nlp", "p-0")]  # deleted during the outage; p-1 was created after the list
+        await sync.relist_pods([])
+        assert s.core.gang("nlp/p-0") is None and s.cached("u0") is None
+        assert s.core.gang("nlp/p-1") is not None and s.cached("u1") is not None
+        assert s.cached("u2") is None and "u2" not in s.gang_ledger.pods  # only remembered: forgotten
+        assert not sync.done and not sync.live
+        assert violations(s.core) == []
 
     run(go())

@@ -288,6 +288,68 @@ def test_reservations_expire_and_evict_bound_members() -> None:
         released = await s.expire()
         assert [r.gang for r in released] == ["vision/two"]
         assert evicted == ["u0"]
+        assert s.core.gang("vision/two") is None and violations(s.core) == []
+        await s.pod_gone("u0")  # the evicted member is gone: now its GPUs are free
+        assert snapshot(s.core) == empty
+
+    run(go())
+
+
+def test_evicted_members_keep_their_gpus_until_their_pods_are_gone() -> None:
+    """An expired or superseded gang's bound members are evicted, but a pod runs until it is gone
+    (its grace period): its GPUs must not be given to another gang meanwhile."""
+
+    async def go() -> None:
+        clock = Clock()
+        evicted: list[str] = []
+
+        async def evict(uids: Any, reason: str) -> None:
+            evicted.extend(uids)
+
+        s = scheduler(clock=clock, ttl_seconds=30.0, evictor=evict)
+        empty = snapshot(s.core)
+        _, node = await place(s, pod("u0", "w-0", "nlp", spec("nlp", 8, 2, "nlp/two")))
+        assert node is not None
+        clock.t += 31
+        await s.expire()
+        await asyncio.sleep(0)
+        assert evicted == ["u0"] and s.core.gang("nlp/two") is None
+        other = pod("u1", "solo", "nlp", spec("nlp", 8))
+        r = await s.filter(args(other, [node]))
+        assert r["NodeNames"] == [], r  # u0 still runs on every GPU of that node
+        ann = fc_annotations("nlp", "tf", "0_a", "worker", 0)
+        fc = [
+            pod(
+                f"f{i}",
+                f"tf-worker-{i}",
+                "nlp",
+                spec("nlp", 8, 2, "tf"),
+                annotations={**ann, "FC_TASK_INDEX": str(i)},
+            )
+            for i in range(2)
+        ]
+        _, fc_node = await place(s, fc[0])
+        newer = {
+            **fc[1],
+            "metadata": {
+                **fc[1]["metadata"],
+                "annotations": {
+                    **fc[1]["metadata"]["annotations"],
+                    **fc_annotations("nlp", "tf", "1_b", "worker", 1),
+                },
+            },
+        }
+        await s.filter(args(newer))  # a new attempt supersedes the old one, whose member is evicted
+        await asyncio.sleep(0)
+        assert evicted == ["u0", "f0"] and s.core.gang("nlp/tf/0_a") is None
+        assert "f0" in s.core.ledger.pod_gang and violations(s.core) == []
+        assert fc_node is not None and (await s.filter(args(other, [fc_node])))["NodeNames"] == []
+        await s.pod_gone("u0")
+        await s.pod_gone("f0")
+        assert (await s.filter(args(other, [node])))["NodeNames"] == [node]
+        await s.pod_gone("u1")
+        for g in s.core.gangs():  # the newer attempt's reservation
+            s.core.delete_gang(g.name)
         assert snapshot(s.core) == empty
 
     run(go())

@@ -264,3 +264,22 @@ def test_claim_is_idempotent_and_rejects_wrong_node() -> None:
     with pytest.raises(UserError):
         core.claim("g", "p2", 8, 0.0, node=node)  # that node's only slot is taken
     assert violations(core) == []
+
+
+def test_a_pod_holds_one_slot_of_one_gang() -> None:
+    """A pod already holding a slot cannot claim one in another gang: its pod-to-gang entry would
+    move, and its first slot would stay held after the pod is gone."""
+    core = Core(rack_cluster())
+    for name in ("g", "h"):
+        assert not isinstance(core.reserve(gang(name, "a", (2, 1)), 0.0), Wait)
+    core.claim("g", "p1", 1, 0.0)
+    with pytest.raises(UserError, match="already holds a slot of gang g"):
+        core.claim("h", "p1", 1, 0.0)
+    assert violations(core) == []
+    h = core.gang("h")
+    assert h is not None and all(s.pod_uid is None for s in h.slots)
+    h.slots[0].pod_uid = "p1"  # what the claim used to do: the invariants name it
+    assert any("p1" in v for v in violations(core))
+    h.slots[0].pod_uid = None
+    core.release_pod("p1", 1.0)  # its only member gone: the gang goes, nothing stays held
+    assert core.gang("g") is None and violations(core) == []
