@@ -1,9 +1,9 @@
 """Bindings through the API server: the `pods/binding` subresource, carrying the decision.
 
 The Binding's annotations are merged into the pod atomically with `spec.nodeName` (the commit
-point). A 409 for a pod that is already on the same node is success, so a retried bind (after a
-timed-out reply) is harmless; so is a Binding whose reply never came when the pod, read back,
-shows it on that node.
+point). A 409 for a pod that is already on the same node with the same GPUs is success, so a
+retried bind (after a timed-out reply) is harmless; so is a Binding whose reply never came when
+the pod, read back, shows it there.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from extender.bindinfo import ISOLATION_ANNOTATIONS
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
 from extender.verbs import BindError, BindTarget
@@ -40,24 +41,29 @@ class KubeBinder:
         try:
             done = await self.kube.request("POST", path, body=binding_body(target, node, annotations))
         except ApiError as err:
-            if err.status == 409 and await self._already_on(target, node):
+            if err.status == 409 and await self._already_on(target, node, annotations):
                 return
             raise BindError(f"the API server refused the Binding: {err}") from None
         except Exception as exc:  # no answer (a timeout, a dropped connection): it may have been applied
-            if await self._read_back(target, node):
+            if await self._read_back(target, node, annotations):
                 return
             raise BindError(f"the Binding got no answer: {exc}") from exc
         if done is None:
             raise BindError(f"pod {target.namespace}/{target.name} does not exist")
 
-    async def _read_back(self, target: BindTarget, node: str) -> bool:
+    async def _read_back(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> bool:
         """Whether a Binding that got no answer took effect. Its slot must not go back to the gang
         if it did: the pod already runs there, and the GPUs would be given out twice."""
         try:
-            return await self._already_on(target, node)
+            return await self._already_on(target, node, annotations)
         except Exception:
             return False
 
-    async def _already_on(self, target: BindTarget, node: str) -> bool:
+    async def _already_on(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> bool:
+        """Whether the pod is bound by this very decision: same UID, node and GPUs (on other GPUs
+        of that node, the slot being bound would be held for a pod running elsewhere)."""
         pod = await self.kube.request("GET", pod_path(target.namespace, target.name))
-        return pod is not None and kpods.uid(pod) == target.uid and kpods.node_name(pod) == node
+        if pod is None or kpods.uid(pod) != target.uid or kpods.node_name(pod) != node:
+            return False
+        have = kpods.pod_annotations(pod)
+        return all(have.get(k) == v for k, v in annotations.items() if k in ISOLATION_ANNOTATIONS)

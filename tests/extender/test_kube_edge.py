@@ -496,3 +496,21 @@ def test_a_relist_releases_pods_bound_and_deleted_while_the_watch_was_down() -> 
         assert violations(s.core) == []
 
     run(go())
+
+
+def test_a_conflict_on_the_same_node_with_other_gpus_is_not_success() -> None:
+    """A 409 (or a lost reply) counts as success only when the pod is there by this very decision:
+    on another GPU of the same node, the slot being bound would be held for a pod running elsewhere."""
+
+    async def go() -> None:
+        annotations = {ISOLATION_ANNOTATIONS[0]: "3"}
+        meta = {"uid": "u", "name": "p", "namespace": "ml", "annotations": annotations}
+        there: dict[str, Any] = {"metadata": meta, "spec": {"nodeName": "n1"}}
+        kube = FakeKube({("ml", "p"): there})
+        kube.bind_status = 409
+        binder, target = KubeBinder(kube), BindTarget("ml", "p", "u")
+        await binder.bind(target, "n1", {ISOLATION_ANNOTATIONS[0]: "3"})  # the same decision again
+        with pytest.raises(BindError, match="refused"):
+            await binder.bind(target, "n1", {ISOLATION_ANNOTATIONS[0]: "0"})
+
+    run(go())
