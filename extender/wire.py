@@ -21,6 +21,7 @@ import orjson
 MAX_NAME = 253  # a Kubernetes object name is at most 253 characters
 T = TypeVar("T")
 NODE_LISTS = 8  # distinct node lists remembered by `_intern` (kube-scheduler sends one, mostly)
+MIN_SHARED = 32  # shorter lists (prioritize's survivors) are not remembered
 
 
 class WireError(ValueError):
@@ -87,13 +88,87 @@ class PreemptionArgs:
 
 # ---------------------------------------------------------------------------------------- parsing
 def loads(body: bytes) -> object:
-    """The request body as JSON, or `WireError` saying why not."""
+    """The request body as JSON, or `WireError` saying why not.
+
+    A body that ends with the very bytes of a node list seen (and checked) lately is decoded
+    without them: its `NodeNames` is that list's shared tuple (`_known_tail`)."""
     if not body.strip():
         raise WireError("", "request body is empty; expected a JSON object")
+    if _tails:
+        doc = _known_tail(body)
+        if doc is not None:
+            return doc
     try:
-        return orjson.loads(body)
+        doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise WireError("", f"request body is not JSON: {exc}") from None
+    _note_tail(body, doc)
+    return doc
+
+
+_KEY = b'"NodeNames":'
+_tails: dict[bytes, _NodeList] = {}  # the raw `"NodeNames":[...]}` ending a body -> its list
+_pending: list[tuple[bytes, object]] = []  # (tail, decoded list) of the last body, until checked
+
+
+def _head(body: bytes, at: int) -> bytes | None:
+    """The object before the trailing `"NodeNames":...` member, closed: `{..., "k": v}` or `{}`."""
+    head = body[:at].rstrip()
+    if head.endswith(b","):
+        rest = head[:-1].rstrip()
+        return None if rest.endswith(b"{") else rest + b"}"  # `{,` is not an object
+    if head.endswith(b"{"):
+        return head + b"}"
+    return None
+
+
+def _known_tail(body: bytes) -> dict[str, Any] | None:
+    """kube-scheduler sends the same node list, byte for byte, at the end of every filter: decoding
+    and re-checking it (and hashing 1,000 fresh strings to find its shared tuple) is most of a
+    request's parsing. If the body ends with a remembered `"NodeNames":[...]}` and what comes
+    before it is a valid object on its own, that member is the last key of the top-level object
+    (a `,` or `{` before its quote opens the key; the final `}` closes the document), so the body
+    decodes to that object plus `NodeNames` = the remembered list, exactly as a full decode would
+    give (a repeated key keeps its last value). Anything else: None, and the caller decodes it all."""
+    at = body.rfind(_KEY)
+    if at < 0:
+        return None
+    known = _tails.get(body[at:])
+    head = _head(body, at) if known is not None else None
+    if known is None or head is None:
+        return None
+    try:
+        doc = orjson.loads(head)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    doc["NodeNames"] = known.names
+    return doc
+
+
+def _note_tail(body: bytes, doc: object) -> None:
+    """After a full decode: if the body ends with its own top-level `NodeNames` array, keep those
+    bytes until `_names` has checked the list (then `_known_tail` can use them)."""
+    _pending.clear()
+    if not isinstance(doc, dict):
+        return
+    value = doc.get("NodeNames")
+    if not isinstance(value, list) or len(value) < MIN_SHARED:
+        return
+    at = body.rfind(_KEY)
+    if at < 0 or _head(body, at) is None:
+        return
+    tail = body[at:]
+    raw = tail[len(_KEY) :].rstrip()
+    if not raw.endswith(b"}"):
+        return
+    try:
+        same = orjson.loads(raw[:-1]) == value
+    except orjson.JSONDecodeError:
+        return
+    if same:
+        _pending.append((tail, value))
 
 
 def _kind(value: object) -> str:
@@ -144,8 +219,16 @@ def _name(value: object, path: str, *, required: bool = True) -> str:
 
 def _names(value: object, path: str) -> tuple[str, ...]:
     """A node-name array, checked, as the shared tuple for it (see `_intern`)."""
+    if isinstance(value, tuple):
+        known = _by_id.get(id(value))
+        if known is not None and known.names is value:  # put in place by `loads` (`_known_tail`)
+            if next(reversed(_node_lists)) is not value:
+                _node_lists.move_to_end(value)
+            return value  # checked when it was first seen
     if not isinstance(value, list):
         raise WireError(path, f"expected an array of node names or null, got {_kind(value)}")
+    if len(value) < MIN_SHARED:  # prioritize's few survivors: cheap, and not worth remembering
+        return _checked(value, path)
     names = tuple(value)
     try:
         got = _node_lists.get(names)
@@ -154,24 +237,40 @@ def _names(value: object, path: str) -> tuple[str, ...]:
     if got is not None:  # the list kube-scheduler sent last time, checked then: ~15 us for 1,000
         if next(reversed(_node_lists)) is not got.names:  # (moving re-hashes all the names)
             _node_lists.move_to_end(got.names)
+        got.tail = _tail_of(value, got)
         return got.names
+    return _intern(_checked(value, path), value)
+
+
+def _checked(value: list[Any], path: str) -> tuple[str, ...]:
     # fast path (C loops, no per-name path text): 1,000 names in ~130 us instead of ~400 us
-    if not (
-        all(map(isinstance, value, itertools.repeat(str)))
-        and (not value or (min(map(len, value)) > 0 and max(map(len, value)) <= MAX_NAME))
+    if all(map(isinstance, value, itertools.repeat(str))) and (
+        not value or (min(map(len, value)) > 0 and max(map(len, value)) <= MAX_NAME)
     ):
-        names = tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(value))
-    return _intern(names)
+        return tuple(value)
+    return tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+
+def _tail_of(value: object, got: _NodeList) -> bytes | None:
+    """Remember the raw bytes `loads` kept for this (now checked) list: one tail per list."""
+    if not _pending or _pending[0][1] is not value:
+        return got.tail
+    tail = _pending.pop()[0]
+    if got.tail is not None and got.tail != tail:
+        _tails.pop(got.tail, None)
+    _tails[tail] = got
+    return tail
 
 
 class _NodeList:
     """One node list as kube-scheduler sent it, and the same names as a set."""
 
-    __slots__ = ("memo", "names", "set")
+    __slots__ = ("memo", "names", "set", "tail")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self.set = frozenset(names)
+        self.tail: bytes | None = None  # the raw `"NodeNames":[...]}` it came in, if remembered
         self.memo: dict[int, tuple[weakref.ref[Any], Any]] = {}  # id(owner) -> (owner, value)
 
 
@@ -179,7 +278,7 @@ _node_lists: OrderedDict[tuple[str, ...], _NodeList] = OrderedDict()
 _by_id: dict[int, _NodeList] = {}  # id of an interned tuple (alive while in `_node_lists`)
 
 
-def _intern(names: tuple[str, ...]) -> tuple[str, ...]:
+def _intern(names: tuple[str, ...], value: object) -> tuple[str, ...]:
     """Remember a checked node list: later requests with an equal list get this very tuple.
 
     kube-scheduler sends the same full node list with every filter and prioritize. Sharing one
@@ -189,9 +288,12 @@ def _intern(names: tuple[str, ...]) -> tuple[str, ...]:
     costs one tuple hash and compare, in C."""
     got = _node_lists[names] = _NodeList(names)
     _by_id[id(names)] = got
+    got.tail = _tail_of(value, got)
     while len(_node_lists) > NODE_LISTS:
         _, old = _node_lists.popitem(last=False)
         del _by_id[id(old.names)]
+        if old.tail is not None:
+            _tails.pop(old.tail, None)
     return names
 
 

@@ -17,6 +17,10 @@ def body(names: list[Any]) -> object:
     )  # fresh strings, as from the wire
 
 
+def many(prefix: str) -> list[str]:
+    return [f"{prefix}-{i}" for i in range(wire.MIN_SHARED)]
+
+
 def test_equal_node_lists_share_one_tuple_and_one_set() -> None:
     names = [f"node-{i}" for i in range(50)]
     a = wire.parse_extender_args(body(names)).names
@@ -26,13 +30,16 @@ def test_equal_node_lists_share_one_tuple_and_one_set() -> None:
     other = wire.parse_extender_args(body(names[:-1])).names
     assert other is not a and wire.node_set(other) == frozenset(names[:-1])
     assert wire.node_set(list(names)) == frozenset(names)  # not interned: a plain set
+    few = ["a", "b"]  # prioritize's survivors: checked, not remembered
+    assert wire.parse_extender_args(body(few)).names == ("a", "b")
+    assert wire.node_set(wire.parse_extender_args(body(few)).names) == frozenset(few)
 
 
 def test_old_lists_are_forgotten() -> None:
-    first = wire.parse_extender_args(body(["x-0"])).names
+    first = wire.parse_extender_args(body(many("x-0"))).names
     for i in range(1, wire.NODE_LISTS + 2):
-        wire.parse_extender_args(body([f"x-{i}"]))
-    again = wire.parse_extender_args(body(["x-0"])).names
+        wire.parse_extender_args(body(many(f"x-{i}")))
+    again = wire.parse_extender_args(body(many("x-0"))).names
     assert again == first and again is not first
     assert len(wire._node_lists) <= wire.NODE_LISTS and len(wire._by_id) == len(wire._node_lists)
 
@@ -56,7 +63,7 @@ def test_values_derived_from_a_list_are_kept_per_owner_and_do_not_keep_it_alive(
     import gc
     import weakref
 
-    names = wire.parse_extender_args(body(["d-0", "d-1"])).names
+    names = wire.parse_extender_args(body(many("d"))).names
     calls: list[int] = []
 
     def compute() -> int:
@@ -75,7 +82,7 @@ def test_values_derived_from_a_list_are_kept_per_owner_and_do_not_keep_it_alive(
 
 
 def test_positions_of_a_list() -> None:
-    names = wire.parse_extender_args(body(["p-0", "p-1", "p-2"])).names
-    assert wire.positions(names) == {"p-0": 0, "p-1": 1, "p-2": 2}
+    names = wire.parse_extender_args(body(many("p"))).names
+    assert wire.positions(names) == {f"p-{i}": i for i in range(wire.MIN_SHARED)}
     assert wire.positions(names) is wire.positions(names)  # remembered with the list
     assert wire.positions(["a", "b", "a"]) == {"a": 0, "b": 1}  # the first of a repeated name
