@@ -356,20 +356,27 @@ class Core:
         gang.placement = placed = self._placement(gang)
         return placed
 
-    def _placement(self, gang: Gang) -> GangPlacement:
+    def quota_cell_types(self, gang: Gang, leaves: tuple[int, ...]) -> tuple[str, ...]:
+        """Per GPU, the type of the gang's own VC cell it is held through, "" for none (every GPU
+        of an opportunistic or downgraded gang, even inside a cell its VC bound for another gang).
+        Recovery rebinds exactly these cells, and all-empty records bring the gang back
+        opportunistic."""
         topo, st = self.topo, self.state
+        types = []
+        for leaf in leaves:
+            root = st.binding_root(leaf) if gang.owner != NO_OWNER else -1
+            types.append(topo.cell_type[root] if root >= 0 and st.bound_owner[root] == gang.owner else "")
+        return tuple(types)
 
-        def quota_type(leaf: int) -> str:
-            root = st.binding_root(leaf)
-            return topo.cell_type[root] if root >= 0 and st.bound_owner[root] == gang.owner else ""
-
+    def _placement(self, gang: Gang) -> GangPlacement:
+        topo = self.topo
         pods = tuple(
             PodPlacement(
                 s.index,
                 topo.node_names[s.node],
                 tuple(topo.gpu_index[x] for x in s.leaves),
                 s.key,
-                tuple(quota_type(x) for x in s.leaves) if gang.owner != NO_OWNER else (),
+                self.quota_cell_types(gang, s.leaves),
             )
             for s in gang.slots
         )
@@ -766,7 +773,8 @@ class Core:
         if req.vc not in self.vc_owner:
             return f"VC {req.vc} is not in the config"
         topo, st = self.topo, self.state
-        owner = self._owner(req) if not req.opportunistic else NO_OWNER
+        owner = NO_OWNER if _held_no_quota(slots) else self._owner(req)
+        priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
         gid = self.ledger.new_id()
         rows: list[tuple[AdoptedPod, list[int]]] = []
         hints: dict[int, str] = {}
@@ -784,7 +792,7 @@ class Core:
                 holder = st.leaf_gang[leaf]
                 if holder != NO_GANG:
                     other = self.ledger.by_id.get(holder)
-                    if other is None or other.priority >= req.priority or st.leaf_reserver[leaf] != NO_GANG:
+                    if other is None or other.priority >= priority or st.leaf_reserver[leaf] != NO_GANG:
                         return f"GPU {g} of node {p.node} is held by gang {other.name if other else holder}"
                     victims.add(holder)
                 seen.add(leaf)
@@ -803,7 +811,7 @@ class Core:
             request=req,
             owner=owner,
             chain=topo.cell_chain[min(seen)],
-            priority=req.priority,
+            priority=priority,
             slots=[
                 Slot(i, len(ls), p.slot_key, topo.cell_node[ls[0]], tuple(ls))
                 for i, (p, ls) in enumerate(rows)
@@ -815,7 +823,7 @@ class Core:
         )
         for leaf in sorted(seen):
             if st.leaf_gang[leaf] == NO_GANG:
-                st.allocate_leaf(leaf, gid, req.priority)
+                st.allocate_leaf(leaf, gid, priority)
             else:
                 st.set_reserver(leaf, gid)
                 gang.pending.add(leaf)
@@ -828,7 +836,7 @@ class Core:
 
     def _adopt_new(self, req: GangRequest, pods: list[AdoptedPod], now: float) -> Gang:
         topo, st = self.topo, self.state
-        owner = self._owner(req) if req.vc in self.vc_owner else NO_OWNER
+        owner = self._owner(req) if req.vc in self.vc_owner and not _held_no_quota(pods) else NO_OWNER
         priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
         gid = self.ledger.new_id()
         slots: list[Slot] = []
@@ -969,4 +977,14 @@ def _same_shape(a: GangRequest, b: GangRequest) -> bool:
         and sorted((m.leaf_number, m.pod_number) for m in a.members)
         == sorted((m.leaf_number, m.pod_number) for m in b.members)
         and a.pinned_cell_id == b.pinned_cell_id
+    )
+
+
+def _held_no_quota(pods: list[AdoptedPod]) -> bool:
+    """The records say every GPU was held through no quota cell (a cell type recorded per GPU, all
+    empty): the gang ran or waited as opportunistic, possibly a guaranteed gang downgraded by a lazy
+    preemption. It comes back that way; rebinding its VC's cells would take quota its preemptor now
+    holds. Records without cell types (older annotations, HiveD's) say nothing either way."""
+    return bool(pods) and all(
+        p.cell_types and len(p.cell_types) == len(p.gpu_indices) and not any(p.cell_types) for p in pods
     )

@@ -206,15 +206,14 @@ class CoreMachine(RuleBasedStateMachine):
         for g in gangs:
             if not g.live_slots() or g.phase is GangPhase.PREEMPTING:
                 got = new.restore(g.request, _records(old, g), self.now, g.deadline)
-                # a downgraded gang (running as opportunistic) may not get its VC's cells back
-                if not _downgraded(g) and not any(_downgraded(old.ledger.by_id[v]) for v in g.victims):
-                    assert isinstance(got, GangPlacement), f"{g.name} not restored: {got}"
+                assert isinstance(got, GangPlacement), f"{g.name} not restored: {got}"
         assert violations(new) == []
         for g in gangs:
             h = new.gang(g.name)
-            if h is None or _downgraded(g):
-                continue
+            assert h is not None, g.name
             assert _where(new, h) == _where(old, g), g.name
+            # a gang downgraded by a lazy preemption comes back downgraded (not on its VC's quota)
+            assert h.priority == g.priority and (h.owner == -1) == (g.owner == -1), g.name
             if not g.live_slots():
                 assert h.phase is g.phase and h.deadline == g.deadline
         self.core = new
@@ -242,15 +241,11 @@ def _records(core: Core, g: Gang) -> list[AdoptedPod]:
             tuple(topo.gpu_index[x] for x in s.leaves),
             s.pod_name,
             s.key,
-            tuple(topo.cell_type[c] if c >= 0 else "" for c in map(core.state.binding_root, s.leaves)),
+            core.quota_cell_types(g, s.leaves),
         )
         for s in g.slots
         if not s.released_early
     ]
-
-
-def _downgraded(g: Gang) -> bool:
-    return g.priority != g.request.priority
 
 
 def _where(core: Core, g: Gang) -> list[tuple[str, tuple[str, ...], str | None]]:
