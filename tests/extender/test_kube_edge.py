@@ -514,3 +514,37 @@ def test_a_conflict_on_the_same_node_with_other_gpus_is_not_success() -> None:
             await binder.bind(target, "n1", {ISOLATION_ANNOTATIONS[0]: "0"})
 
     run(go())
+
+
+def test_recovery_keeps_an_earlier_placement_being_evicted_apart() -> None:
+    """A gang placed again while a member of its expired placement is still terminating has pods of
+    two placements under one name. Recovery restores the current one (its open slot reserved) and
+    keeps the terminating pod's GPUs held apart, until it is gone: merged, the gang had a slot
+    too many, and the old pod's GPUs could be handed out while it still ran."""
+
+    async def go() -> None:
+        binder, clock = MemoryBinder(), Clock()
+        s = scheduler(binder, clock, ttl_seconds=30.0)
+        text = spec("nlp", 4, 2, "nlp/pair")
+        old, new = pod("a", "pair-0", "nlp", text), pod("b", "pair-0", "nlp", text)
+        await place(s, old)
+        clock.t += 31
+        await s.expire()  # old is evicted: it terminates while the gang places again
+        await place(s, new)
+        api = bound_pods(s, binder, [old, new])
+        api[0]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+        fresh = Core(example().spec)
+        report = recover(fresh, api, now=0.0, namespace_vcs={"nlp": "nlp"})
+        assert violations(fresh) == [] and report.pods == 2, report.lines()
+        gang = fresh.gang("nlp/pair")
+        current = s.core.gang("nlp/pair")
+        assert gang is not None and current is not None
+        assert fresh.placement_of(gang).pods == s.core.placement_of(current).pods
+        assert [sl.pod_uid for sl in gang.slots].count("b") == 1 and len(gang.slots) == 2
+        held = fresh.ledger.by_id[fresh.ledger.pod_gang["a"]]
+        assert held is not gang and held.evicting and held.deadline is None
+        fresh.release_pod("a", 1.0)  # gone at last: its GPUs are free, the gang is untouched
+        assert fresh.ledger.by_id.get(held.id) is None and fresh.gang("nlp/pair") is gang
+        assert violations(fresh) == []
+
+    run(go())
