@@ -246,6 +246,9 @@ class GangLedger:
         rec.pods.add(pr.uid)
         facts = self.pods.get(pr.uid)
         if facts is None or facts.gang != pr.gang:
+            old = self.records.get(facts.gang) if facts is not None else None
+            if old is not None:  # an extra that took a slot of its gang's core: not the extra's now
+                old.pods.discard(pr.uid)
             self.pods[pr.uid] = PodFacts(
                 pr.uid,
                 pr.namespace,
