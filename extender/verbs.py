@@ -625,6 +625,9 @@ class Scheduler:
             stale = [g for g, w in self._waiting.items() if now - w.last_seen > self.ttl_seconds]
             for g in stale:
                 del self._waiting[g]
+            # promises past their time bind nothing (`_promise`); the gang of one may have gone
+            # inside the core (outbid by a preemptor) without `_released` hearing of it
+            self._tentative = {k: v for k, v in self._tentative.items() if now - v[1] <= TENTATIVE_SECONDS}
         if released:
             self.metrics.expiries.inc(len(released))
             for r in released:

@@ -416,3 +416,23 @@ def test_filter_time_preemption_evicts_whole_victim_gangs_and_reserves() -> None
         assert violations(s.core) == []
 
     run(go())
+
+
+def test_promises_of_gangs_the_core_let_go_by_itself_are_dropped() -> None:
+    """Prioritize promises a slot to a pod for a few seconds. A reservation outbid by a preemptor
+    goes inside the core, without the scheduler hearing of it: its promises must still go."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = scheduler(clock=clock)
+        low = pod("l0", "low-0", "nlp", spec("nlp", 8, 3, "nlp/low", priority=0))
+        r = await s.filter(args(low))  # reserves every nlp node, promises a slot to low-0
+        assert r["NodeNames"] and s._tentative
+        high = pod("h0", "high", "nlp", spec("nlp", 8, priority=100))
+        await s.preempt(wire.parse_preemption_args({"Pod": high, "NodeNameToMetaVictims": {}}))
+        assert s.core.gang("nlp/low") is None  # outbid: it ran nothing, so it simply went
+        clock.t += 60
+        await s.expire()
+        assert s._tentative == {}
+
+    run(go())
