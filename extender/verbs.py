@@ -579,6 +579,10 @@ class Scheduler:
             )
         if not is_enabled(pod):
             return f"topogang: pod {args.key} does not opt in to topogang (no pod-scheduling-enable limit)"
+        status = pod.get("status")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        if phase in ("Succeeded", "Failed"):  # released when it finished: nothing may claim for it
+            return f"topogang: pod {args.key} has finished ({phase})"
         try:
             return await self.request_of(wp)
         except UserError as err:

@@ -548,3 +548,27 @@ def test_recovery_keeps_an_earlier_placement_being_evicted_apart() -> None:
         assert violations(fresh) == []
 
     run(go())
+
+
+def test_a_finished_pod_is_not_bound_and_its_deletion_clears_what_a_late_call_left() -> None:
+    """A stale bind or filter can reach a pod that already finished (it was released then). The
+    bind is refused; and when the pod is deleted, whatever such a call left behind goes too."""
+
+    async def go() -> None:
+        done = pod("u1", "job-0", "nlp", spec("nlp", 2))
+        done["spec"]["nodeName"] = "a100-r1-n1"
+        done["status"] = {"phase": "Succeeded"}
+        kube = FakeKube({("nlp", "job-0"): done}, [node(n) for n in Core(example().spec).topo.node_names])
+        s = kube_service(example(), kube).scheduler
+        sync = ClusterSync(s, kube)
+        await sync.start()
+        await sync.on_pod("MODIFIED", done)
+        assert "u1" in sync.done
+        b = await s.bind(bind_args(done, "a100-r1-n1"))
+        assert "finished" in b["Error"] and not s.core.ledger.pod_gang and s.cached("u1") is None
+        await s.filter(args(done))  # a stale filter: remembered again
+        assert s.cached("u1") is not None
+        await sync.on_pod("DELETED", done)
+        assert s.cached("u1") is None and "u1" not in s.gang_ledger.pods and not sync.done
+
+    run(go())
