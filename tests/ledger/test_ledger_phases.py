@@ -271,3 +271,23 @@ def test_a_pod_seen_in_another_gang_leaves_the_first_ones_record() -> None:
     w.clock.t += 5000
     w.ledger.prune()
     assert extra.gang not in w.ledger.records and pr.gang not in w.ledger.records
+
+
+def test_a_record_whose_gang_the_core_dropped_unheard_is_pruned() -> None:
+    """The core lets a reservation go by itself when a preemptor outbids it, and the ledger is not
+    told: the record stays in its last phase (Reserved). Once its gang is gone from the core and no
+    member has been seen for a while, pruning drops it as it drops a forgotten Pending one."""
+    w = World()
+    pr = w.seen(fc_pod("ml", "tf", "ps", 0))
+    w.place(pr)
+    assert ph(w.rec(pr)) is Phase.RESERVED
+    w.core.delete_gang(pr.gang)  # as an outbid reservation goes: the ledger hears nothing
+    w.ledger.pod_gone(w.core, pr.uid, w.wait_of)
+    w.clock.t += 5000
+    w.ledger.prune(w.core)
+    assert pr.gang not in w.ledger.records and ("ml", "tf") not in w.ledger.frameworks
+    kept = w.seen(fc_pod("ml", "tf", "ps", 0, attempt="1_b"))  # a placed gang's record stays
+    w.place(kept)
+    w.clock.t += 5000
+    w.ledger.prune(w.core)
+    assert kept.gang in w.ledger.records
