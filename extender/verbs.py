@@ -518,6 +518,7 @@ class Scheduler:
                     "next filter"
                 )
             fresh = gang.slot_of(pr.uid) is None
+            deadline = gang.deadline  # a claim completing the gang clears it; a failed one restores it
             try:
                 decision = self.core.claim(
                     pr.gang,
@@ -543,11 +544,10 @@ class Scheduler:
             self.gang_ledger.bound(self.core, pr.gang, pr.uid, self.waiting_of)
         except Exception as exc:  # the slot goes back: nothing may stay claimed for an unbound pod
             self.gang_ledger.inflight.discard(pr.uid)
-            if fresh:
+            if fresh:  # a member that never came is no member leaving: the reservation stays as it was
                 async with self.lock:
-                    g = self.core.gang(pr.gang)
-                    if g is not None and g.slot_of(pr.uid) is not None:
-                        self._released(self.core.release_pod(pr.uid, self.clock()))
+                    if self.core.gang(pr.gang) is gang:
+                        self.core.unclaim(pr.gang, pr.uid, self.clock(), deadline=deadline)
                     self.gang_ledger.touch(self.core, pr.gang, self.waiting_of)
             log.warning("binding %s to %s failed: %s", args.key, args.node, exc)
             return f"topogang: binding {args.key} to {args.node} failed: {exc}"

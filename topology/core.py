@@ -990,8 +990,9 @@ class Core:
             return -1
         return a
 
-    def unclaim(self, gang_name: str, pod_uid: str, now: float) -> None:
-        """Give a claimed slot back without touching the reservation (a Binding that failed)."""
+    def unclaim(self, gang_name: str, pod_uid: str, now: float, *, deadline: float | None = None) -> None:
+        """Give a claimed slot back without touching the reservation (a Binding that failed).
+        `deadline`: the reservation's before the claim (one that completed the gang cleared it)."""
         gang = self.ledger.by_name.get(gang_name)
         slot = gang.slot_of(pod_uid) if gang is not None else None
         if gang is None or slot is None:
@@ -999,7 +1000,7 @@ class Core:
         slot.pod_uid = slot.pod_name = None
         self.ledger.pod_gang.pop(pod_uid, None)
         if gang.deadline is None:
-            gang.deadline = now + gang.request.ttl_seconds
+            gang.deadline = deadline if deadline is not None else now + gang.request.ttl_seconds
 
     # ------------------------------------------------------------------ views
     def gang(self, name: str) -> Gang | None:

@@ -432,10 +432,11 @@ def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -
         assert await s.bind(bind_args(pods[1], r["NodeNames"][0])) == {"Error": ""}
         gpus = [pods[i]["metadata"]["annotations"][ISOLATION_ANNOTATIONS[0]] for i in range(2)]
         assert gpus[0] != gpus[1] and violations(s.core) == []
-        kube.apply = False  # the Binding never arrived: the bind fails and its slot goes back
+        kube.apply = False  # the Binding never arrived: the bind fails, its slot goes back (unclaimed)
         r = await s.filter(args(pods[2]))
         b = await s.bind(bind_args(pods[2], r["NodeNames"][0]))
-        assert "no answer: read timed out" in b["Error"] and s.core.gang("nlp/solo") is None
+        solo = s.core.gang("nlp/solo")
+        assert "no answer: read timed out" in b["Error"] and solo is not None and solo.slot_of("u2") is None
 
     run(go())
 
