@@ -8,7 +8,8 @@ reservation for the missing members survives the restart (and expires after its 
 
 Pods of one gang that record two placements (the gang was placed again while pods of an expired
 placement were still terminating) are kept apart: the current placement is restored, and the
-earlier one's pods hold their GPUs, as a gang of their own, until they are gone.
+earlier one's pods hold their GPUs, as a gang of their own, until they are gone. So are the pods of
+a gang that are all being deleted: no reservation comes back for the slots none of them holds.
 
 Pods bound by HiveD (its bind-info and isolation annotations) are adopted the same way, which is how
 a cluster moves from HiveD to topogang without draining.
@@ -198,36 +199,42 @@ def recover(
         pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report
     ).items():
         found, *earlier = _by_placement(everyone)
-        infos = [f.info for f in found if f.info is not None]
-        placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=len, default=())
-        members = {(f.node, f.gpus): f for f in found}
-        adopted: list[AdoptedPod] = []
-        placeholders: list[str] = []
-        for i, p in enumerate(placements):
-            f = members.pop((p.node, tuple(sorted(p.gpus))), None)
-            if f is not None:
-                adopted.append(
-                    AdoptedPod(
-                        f.request.uid, p.node, p.gpus, f.request.name, f.request.slot_key or p.slot_key
-                    )
-                )
-            else:
-                uid = f"{PLACEHOLDER}/{gang}/{i}"
-                placeholders.append(uid)
-                adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key))
-        for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
-            adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
-        request = found[0].request.request
-        core.adopt(request, adopted, now)
-        for uid in placeholders:
-            core.release_pod(uid, now)
-        report.gangs.append(gang)
-        report.pods += len(found)
-        report.open_slots += len(placeholders)
-        g = core.gang(gang)
-        if g is not None and g.history:
-            report.notes += [f"gang {gang}: {h}" for h in g.history]
+        if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
+            found, earlier = [], [found, *earlier]
+        if found:
+            _restore(core, gang, found, now, report)
         for k, group in enumerate(earlier, 1):
             report.notes.append(_keep_until_gone(core, gang, k, group, now))
             report.pods += len(group)
     return report
+
+
+def _restore(core: Core, gang: str, found: list[_Found], now: float, report: RecoveryReport) -> None:
+    """The gang's current placement: its bound pods in their slots, the other slots reserved."""
+    infos = [f.info for f in found if f.info is not None]
+    placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=len, default=())
+    members = {(f.node, f.gpus): f for f in found}
+    adopted: list[AdoptedPod] = []
+    placeholders: list[str] = []
+    for i, p in enumerate(placements):
+        f = members.pop((p.node, tuple(sorted(p.gpus))), None)
+        if f is not None:
+            adopted.append(
+                AdoptedPod(f.request.uid, p.node, p.gpus, f.request.name, f.request.slot_key or p.slot_key)
+            )
+        else:
+            uid = f"{PLACEHOLDER}/{gang}/{i}"
+            placeholders.append(uid)
+            adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key))
+    for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
+        adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
+    request = found[0].request.request
+    core.adopt(request, adopted, now)
+    for uid in placeholders:
+        core.release_pod(uid, now)
+    report.gangs.append(gang)
+    report.pods += len(found)
+    report.open_slots += len(placeholders)
+    g = core.gang(gang)
+    if g is not None and g.history:
+        report.notes += [f"gang {gang}: {h}" for h in g.history]

@@ -573,3 +573,30 @@ def test_a_finished_pod_is_not_bound_and_its_deletion_clears_what_a_late_call_le
         assert s.cached("u1") is None and "u1" not in s.gang_ledger.pods and not sync.done
 
     run(go())
+
+
+def test_recovery_reserves_nothing_for_a_gang_whose_pods_are_all_being_deleted() -> None:
+    """An expired gang's bound members are evicted and terminate for a while; its open slots were
+    let go and may be someone else's by now. After a restart then, those pods keep their GPUs until
+    they are gone, but no reservation comes back for the slots no pod holds."""
+
+    async def go() -> None:
+        binder, clock = MemoryBinder(), Clock()
+        s = scheduler(binder, clock, ttl_seconds=30.0)
+        half = pod("a", "pair-0", "nlp", spec("nlp", 4, 2, "nlp/pair"))
+        await place(s, half)
+        clock.t += 31
+        await s.expire()  # pair-0 is evicted; the other half of the node is free again
+        other = pod("b", "other", "nlp", spec("nlp", 4))
+        _, node = await place(s, other)
+        api = bound_pods(s, binder, [half, other])
+        api[0]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+        assert api[0]["spec"]["nodeName"] == node  # the very GPUs pair's open slot had
+        fresh = Core(example().spec)
+        report = recover(fresh, api, now=0.0, namespace_vcs={"nlp": "nlp"})
+        assert violations(fresh) == [] and report.pods == 2 and report.open_slots == 0, report.lines()
+        assert fresh.gang("nlp/pair") is None and fresh.gang("nlp/other") is not None
+        held = fresh.ledger.by_id[fresh.ledger.pod_gang["a"]]
+        assert held.evicting and held.name.startswith("nlp/pair/evicted/")
+
+    run(go())
