@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint typecheck bench-core clean
+.PHONY: setup run test lint typecheck bench-core bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -35,14 +35,20 @@ typecheck: $(STAMP)
 bench-core: $(STAMP)
 	$(BIN)/python -m loadtest.bench_core
 
+## bench: the extender vs a no-op extender on the same stack under locust (1,000 nodes, 30% full,
+##        1 and 16 users, each server pinned to one core and locust to the other), goals PASS/FAIL,
+##        then a 100/1,000/5,000-node scaling table; ~6 min; JSON and CSVs in results/bench/
+bench: $(STAMP)
+	$(BIN)/python -m loadtest.bench
+
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
 
-## e2e: real control plane (etcd, kube-apiserver, kube-scheduler, KWOK) built from Go modules into
-##      ~/.cache/topogang-e2e (first build ~20-40 min on 2 cores, then seconds), then the e2e tests
+## e2e: real control plane (etcd, kube-apiserver, kube-scheduler, KWOK, FrameworkController) built from Go
+##      modules into ~/.cache/topogang-e2e (first build ~20-40 min on 2 cores, then seconds), then the e2e tests
 .PHONY: e2e
 e2e: $(STAMP)
-	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok
+	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok frameworkcontroller frameworkbarrier
 	TOPOGANG_E2E=1 $(BIN)/pytest tests/e2e
 
 ## soak: the Kubernetes mode against an in-memory API server with randomized faults and restarts,

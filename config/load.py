@@ -46,6 +46,13 @@ _TextLoader.yaml_implicit_resolvers = {
 }
 
 
+class _CTextLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """`_TextLoader` on libyaml's parser (when PyYAML has it): ~5x faster on a pod's spec."""
+
+
+_CTextLoader.yaml_implicit_resolvers = _TextLoader.yaml_implicit_resolvers
+
+
 class ConfigError(Exception):
     """A config that cannot be used. `str()` is one `FILE: path.to.field: reason` line per error."""
 
@@ -142,6 +149,24 @@ def parse_yaml(text: str) -> tuple[Any, list[tuple[str, str]]]:
         return None, [("", f"YAML syntax error: {exc}")]
     finally:
         loader.dispose()
+
+
+def parse_yaml_quick(text: str) -> tuple[Any, list[tuple[str, str]]]:
+    """`parse_yaml` through libyaml, for text parsed on a hot path (pod specs). Anything libyaml
+    rejects, and any duplicate key, goes through `parse_yaml` again, so every error reads exactly
+    as it does there; a valid document gives the same values either way."""
+    loader = _CTextLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, []
+        if not _duplicate_keys(node, "", set()):
+            return loader.construct_document(node), []
+    except yaml.YAMLError:
+        pass
+    finally:
+        loader.dispose()
+    return parse_yaml(text)
 
 
 def _yaml_error(exc: yaml.MarkedYAMLError) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -214,6 +215,10 @@ def run(
         flush=True,
     )
     app: Any = build_app(service)
+    # The cluster model built so far (~80k objects at 1,000 nodes) lives as long as the process: out
+    # of the cyclic GC's reach, a full collection takes microseconds instead of ~40 ms, a pause that
+    # would otherwise land on whichever request triggers it.
+    gc.freeze()
     if len(socks) > 1:
         app = VerbsGuard(app, socks[1].getsockname()[1])
 

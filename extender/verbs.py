@@ -15,6 +15,7 @@ names, so the pod's request is cached by UID from filter (and read from the API 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections import OrderedDict
@@ -234,8 +235,12 @@ class Scheduler:
             return wire.filter_result(args, (), {}, dict.fromkeys(names, stale))
         if seen.superseded is not None:
             await self._supersede(seen.superseded, pr.gang)
-        index = self.core.topo.node_index  # one set lookup per name (1,000 names: ~30 us)
-        unknown = {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index}
+        index = self.core.topo.node_index  # once per node list and topology (read-only: shared)
+        unknown = wire.per_node_list(
+            names,
+            self.core.topo,
+            lambda: {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index},
+        )
         if len(unknown) == len(names):  # nothing to place on: no reservation, no waiting record
             self._count("filter", "rejected")
             return wire.filter_result(args, (), {}, unknown)
@@ -266,7 +271,12 @@ class Scheduler:
                 )
                 return wire.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
             slot_nodes = {p.node for p in slots}
-            passed = [n for n in names if n in slot_nodes]
+            at = wire.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
+            passed = (
+                sorted((n for n in slot_nodes if n in at), key=at.__getitem__)
+                if len(at) == len(names)
+                else [n for n in names if n in slot_nodes]  # a name given twice: keep both
+            )
             where = _some(sorted(slot_nodes))
             if passed:
                 other = f"topogang: outside the slots of gang {pr.gang} open to this pod (on {where})"
@@ -275,7 +285,7 @@ class Scheduler:
                     f"topogang: gang {pr.gang} holds this pod's slot on {where}, which kube-scheduler's "
                     "own filters rejected"
                 )
-            unresolvable = dict.fromkeys([n for n in names if n not in slot_nodes], other)
+            unresolvable = dict.fromkeys(itertools.filterfalse(slot_nodes.__contains__, names), other)
             if unknown:
                 unresolvable.update((n, m) for n, m in unknown.items() if n in unresolvable)
             self._count("filter", "placed" if passed else "rejected")
@@ -296,7 +306,7 @@ class Scheduler:
         return not (isinstance(spec, dict) and spec.get("preemptionPolicy") == "Never")
 
     def _preempt_now(self, pr: PodRequest, names: Sequence[str], now: float) -> None:
-        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else frozenset(names))
+        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else wire.node_set(names))
         got = self.core.preempt(replace(pr.request, suggested_nodes=suggested), now)
         if isinstance(got, Preemption):
             victims = [u for us in self._victims(got).values() for u in us]
@@ -305,7 +315,7 @@ class Scheduler:
                 spawn(self.evictor(victims, f"preempted by gang {pr.gang}"))
 
     def _reserve(self, pr: PodRequest, names: Sequence[str], now: float) -> GangPlacement | Wait:
-        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else frozenset(names))
+        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else wire.node_set(names))
         return self.core.reserve(replace(pr.request, suggested_nodes=suggested), now)
 
     def _wait_answer(

@@ -79,8 +79,8 @@ def replay(
     return run
 
 
-def bench(nodes: int, fill: float, decisions: int, seed: int) -> dict[str, float]:
-    spec = generate_spec(nodes=nodes)
+def bench(nodes: int, fill: float, decisions: int, seed: int, *, rack_size: int = 8) -> dict[str, float]:
+    spec = generate_spec(nodes=nodes, rack_size=rack_size)
     core = Core(spec)
     vcs = sorted(core.vc_owner)
     jobs = make_jobs(vcs, decisions, seed)

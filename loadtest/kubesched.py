@@ -203,6 +203,8 @@ class Fleet:
         self.cluster = cluster
         self.budget = max(0.0, fill * cluster.total_gpus - cluster.used_gpus)
         self.running: deque[Job] = deque()
+        self.scheduling: dict[int, Job] = {}  # id -> a job whose members are being scheduled now
+        self.finishing: dict[int, Job] = {}  # id -> a job whose pods are being deleted now
         self.used = 0
         self.on_node: dict[str, dict[str, tuple[int, Job]]] = {}  # node -> uid -> (priority, job)
 
@@ -213,7 +215,9 @@ class Fleet:
             yield self.take(self.running[0])
 
     def take(self, job: Job) -> Job:
-        """Forget a job (it is being finished or was preempted); the caller deletes its pods."""
+        """Forget a job (it is being finished or was preempted); the caller deletes its pods
+        (`finish`), and until then it is listed as finishing."""
+        self.finishing[id(job)] = job
         if not job.done:
             job.done = True
             if job in self.running:
@@ -242,6 +246,11 @@ class Fleet:
                 meta[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
         return meta
 
+    def leftovers(self) -> list[Job]:
+        """Every job with pods the server may still hold (running, or cut off mid-scheduling when the
+        test stopped), so a stopping load test can delete them and leave the cluster as it found it."""
+        return [*self.running, *self.scheduling.values(), *self.finishing.values()]
+
     def job_of(self, uid: str) -> Job | None:
         for pods in self.on_node.values():
             got = pods.get(uid)
@@ -251,6 +260,13 @@ class Fleet:
 
 
 # ---------------------------------------------------------------------------------------- cycle
+def expected_refusal(verb: str, error: str) -> bool:
+    """A refusal the protocol expects under this load, not a failure of the server: a member's bind
+    after its gang was preempted (or expired) while the member was still being scheduled (whole
+    gangs are victims, bound members or not); kube-scheduler puts the pod back in its queue."""
+    return verb == "bind" and "has no reservation" in error
+
+
 def filter_body(pod: Mapping[str, Any], names_json: bytes) -> bytes:
     return b'{"Pod":' + orjson.dumps(pod) + b',"Nodes":null,"NodeNames":' + names_json + b"}"
 
@@ -304,30 +320,35 @@ def _preempt(
     for p in chosen[node].get("Pods") or []:  # kube-scheduler deletes the victims; their gangs go too
         victim = fleet.job_of(p["UID"])
         if victim is not None:
-            finish(fleet.take(victim), delete)
+            finish(fleet, fleet.take(victim), delete)
     return schedule_pod(post, fleet, job, pod, delete, preempt=False)
 
 
-def finish(job: Job, delete: Delete) -> None:
-    """The job is over: delete its pods (what the API server would tell the extender)."""
+def finish(fleet: Fleet, job: Job, delete: Delete) -> None:
+    """The job is over: delete its pods (what the API server would tell the extender). Listed as
+    finishing meanwhile, so a test stopped halfway still finds the pods not yet deleted."""
+    fleet.finishing[id(job)] = job
     for uid in job.uids:
         delete(uid)
+    fleet.finishing.pop(id(job), None)
 
 
 def run_job(post: Post, fleet: Fleet, job: Job, delete: Delete, rng: random.Random | None = None) -> bool:
     """Submit a job (its members in random order, as FrameworkController creates them); finish
     older jobs first so the fleet stays near its fill. True when every member was bound."""
     for old in list(fleet.to_finish(job)):
-        finish(old, delete)
+        finish(fleet, old, delete)
     order = list(range(len(job.pods)))
     (rng or random).shuffle(order)
     job.uids = [str(uuid.uuid4()) for _ in job.pods]
+    fleet.scheduling[id(job)] = job  # not in a `finally`: a job cut off by a stop stays listed
     for i in order:
         if schedule_pod(post, fleet, job, pod_for(job, i, job.uids[i]), delete) is None:
             break
+    del fleet.scheduling[id(job)]
     if len(job.bound) == len(job.pods):
         fleet.started(job)
         return True
     job.done = True
-    finish(job, delete)  # it waits: give up and delete its pods (kube-scheduler would retry later)
+    finish(fleet, job, delete)  # it waits: give up and delete its pods (kube-scheduler would retry later)
     return False

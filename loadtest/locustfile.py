@@ -13,13 +13,21 @@ through `DELETE /v1/standalone/pods/{uid}`) so the cluster stays near `--fill`; 
 count are read from the server (`/v1/inspect`, `/v1/inspect/clusterstatus/physicalcluster`), so it
 works against any config. Requests are named by verb: filter, prioritize, bind, preempt, finish.
 
-`--latency-file` writes every request's exact latency (ms, per name) when the test stops: locust
-rounds its own percentiles to whole milliseconds, too coarse for sub-millisecond replies.
+When the test stops, the pods of jobs still running (or cut off mid-scheduling) are deleted, so the
+next run starts from the same fill (a gang that never bound a member keeps its reservation until the
+reservation TTL, as in a cluster).
+
+`--latency-file` writes every request's exact latency (ms, per name) and the test's start and stop
+times (Unix seconds) when the test stops: locust rounds its own percentiles to whole milliseconds,
+too coarse for sub-millisecond replies.
 """
 
 from __future__ import annotations
 
 import random
+import time
+import urllib.error
+import urllib.request
 from typing import Any
 
 import gevent.lock
@@ -27,7 +35,16 @@ import orjson
 from locust import FastHttpUser, events, task
 from locust.env import Environment
 
-from loadtest.kubesched import FINISH_PATH, MIXES, Cluster, Fleet, JobMix, cluster_from, run_job
+from loadtest.kubesched import (
+    FINISH_PATH,
+    MIXES,
+    Cluster,
+    Fleet,
+    JobMix,
+    cluster_from,
+    expected_refusal,
+    run_job,
+)
 
 VERBS = ("filter", "prioritize", "bind", "preempt")
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -35,6 +52,7 @@ JSON_HEADERS = {"Content-Type": "application/json"}
 _lock = gevent.lock.Semaphore()
 _state: dict[str, Any] = {}  # one cluster view and one fleet per locust process, shared by its users
 _latencies: dict[str, list[float]] = {}
+_window: list[float] = [0.0, 0.0]  # the test's start and stop (time.time())
 
 
 @events.init_command_line_parser.add_listener
@@ -53,12 +71,37 @@ def _record(name: str, response_time: float, exception: BaseException | None, **
         _latencies.setdefault(name, []).append(response_time)
 
 
+@events.test_start.add_listener
+def _start(environment: Environment, **_: Any) -> None:
+    _latencies.clear()
+    _window[:] = [time.time(), 0.0]
+
+
 @events.test_stop.add_listener
-def _dump(environment: Environment, **_: Any) -> None:
+def _stop(environment: Environment, **_: Any) -> None:
+    _window[1] = time.time()
+    with _lock:
+        fleet: Fleet | None = _state.pop("fleet", None)
+        _state.clear()
+    if fleet is not None and environment.host:
+        _clean_up(environment.host, fleet)
     path = getattr(environment.parsed_options, "latency_file", "") if environment.parsed_options else ""
     if path:
         with open(path, "wb") as f:
-            f.write(orjson.dumps(_latencies))
+            f.write(orjson.dumps({"window": _window, "latencies": _latencies}))
+
+
+def _clean_up(host: str, fleet: Fleet) -> None:
+    """Delete the pods of every job left holding GPUs (the users are stopped by now); not counted as
+    requests. A web-UI session's next test then starts from a freshly read cluster."""
+    for job in fleet.leftovers():
+        for uid in job.uids:
+            req = urllib.request.Request(host.rstrip("/") + FINISH_PATH.format(uid=uid), method="DELETE")
+            try:
+                with urllib.request.urlopen(req, timeout=10):
+                    pass
+            except (urllib.error.URLError, OSError):
+                pass  # 404 (never bound) or a server already gone: nothing left to free
 
 
 class KubeScheduler(FastHttpUser):
@@ -104,8 +147,9 @@ class KubeScheduler(FastHttpUser):
             except orjson.JSONDecodeError as exc:
                 r.failure(f"reply is not JSON: {exc}")
                 return None
-            # a filter that cannot place answers in the body (waits); an Error is a failure
-            if isinstance(doc, dict) and doc.get("Error"):
+            # a filter that cannot place answers in the body (waits); an Error is a failure, but
+            # for a bind that lost its gang to a preemption, which kube-scheduler simply retries
+            if isinstance(doc, dict) and doc.get("Error") and not expected_refusal(verb, str(doc["Error"])):
                 r.failure(str(doc["Error"])[:300])
             return doc
 

@@ -8,6 +8,7 @@ expires them. It does no I/O and reads no clock.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import cast
 
 from topology import preemption
 from topology.decisions import (
@@ -70,6 +71,9 @@ class Core:
         self.placer = Placer(self.state)
         self.ledger = Ledger()
         self.preemptors: set[int] = set()  # ids of gangs that are waiting for victims
+        # the last suggested-node set and its node ids: kube-scheduler sends the same node list with
+        # every call and the edge shares one frozenset for it, so this hits by identity
+        self._last_suggested: tuple[frozenset[str], frozenset[int]] | None = None
         self.vc_quota_leaves: dict[str, int] = dict.fromkeys(self.vc_owner, 0)
         for o in owners:
             self.vc_quota_leaves[o.vc] += self._quota_leaves(o.index)
@@ -168,11 +172,11 @@ class Core:
         """Filtering phase: place the whole gang (or find it placed). When it fits only by preemption,
         answer Wait(PREEMPTIBLE) with the victims and reserve nothing. Raises `UserError`."""
         existing = self._existing(req)
-        suggested = self._suggested(req)
-        if existing is not None:
+        if existing is not None:  # a member of a placed gang: no node-list work at all
             if existing.phase is GangPhase.PREEMPTING:
                 return self._wait_preempting(existing)
             return self.placement_of(existing)
+        suggested = self._suggested(req)
         self.validate(req)
         got = self._place_new(req, now, suggested)
         if not isinstance(got, Wait) or req.opportunistic:
@@ -207,11 +211,15 @@ class Core:
         return g
 
     def _preemptor_broken(self, g: Gang, suggested: frozenset[int] | None) -> bool:
+        """A bad leaf breaks the reservation; so does a node kube-scheduler no longer suggests, unless
+        the slot there still waits for a victim: a node whose GPUs the victims still hold is one its
+        resource accounting filters out until they are gone, which must not cancel the preemption
+        that is making them go."""
         st = self.state
         for s in g.slots:
-            if suggested is not None and s.node not in suggested:
-                return True
             if any(st.leaf_bad[leaf] for leaf in s.leaves):
+                return True
+            if suggested is not None and s.node not in suggested and not g.pending.intersection(s.leaves):
                 return True
         return False
 
@@ -264,10 +272,17 @@ class Core:
         return self._chains(req)
 
     def _suggested(self, req: GangRequest) -> frozenset[int] | None:
-        if req.suggested_nodes is None:
+        names = req.suggested_nodes
+        if names is None:
             return None
-        idx = self.topo.node_index
-        return frozenset(idx[n] for n in req.suggested_nodes if n in idx)
+        last = self._last_suggested
+        if last is not None and last[0] is names:
+            return last[1]
+        ids: set[int | None] = set(map(self.topo.node_index.get, names))  # C loops, no generator
+        ids.discard(None)  # names not in the cluster
+        got = cast(frozenset[int], frozenset(ids))
+        self._last_suggested = (names, got)
+        return got
 
     def _slots(self, req: GangRequest, leaves: list[tuple[int, ...]]) -> list[Slot]:
         """Slots in member order; pods of equal size are given placements in topology order, so

@@ -94,15 +94,20 @@ class Placer:
                 st.begin()
                 tried = self._fill_nodes(owner, chain, dom, desc, gang, priority, suggested)
                 new_leaves = unbound_before - self._unbound_leaves(owner, chain)
-                st.rollback()
                 if tried is None:
+                    st.rollback()
                     continue
                 nodes_used = len({topo.cell_node[ls[0]] for ls in tried})
+                if nodes_used <= lower_bound:
+                    # the fewest nodes possible: no later domain can beat it, and every earlier one
+                    # used more nodes, so this is the one to keep; refilling it after a rollback
+                    # would repeat the same deterministic search (half the cost of a gang)
+                    self._commit()
+                    return self._to_slots(order, tried)
+                st.rollback()
                 key = (nodes_used, new_leaves, trials)
                 if best is None or key < best[0]:
                     best = (key, dom)
-                if nodes_used <= lower_bound:
-                    break
             if best is not None:
                 st.begin()
                 leaves = self._fill_nodes(owner, chain, best[1], desc, gang, priority, suggested)

@@ -289,7 +289,7 @@ def kube_service(
     extras = loaded.extras
     ttl = float(extras.reservation_ttl_seconds)
     frameworks: dict[tuple[str, str], tuple[float, Mapping[str, Any] | None]] = {}
-    instance = identity or socket.gethostname()
+    instance = identity or os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
     metrics = Metrics()
     recorder = EventRecorder(kube, metrics, clock=clock, instance=instance)
 

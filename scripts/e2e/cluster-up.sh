@@ -236,6 +236,10 @@ EOF
 # --- 5. kwok (recipe §2.2/2.3). Stages from the kwok module (v0.8.0 has no built-in ones).
 # Changed vs recipe: --server-address on a free loopback port, only to get kwok's /healthz for the readiness wait;
 # fallback pod CIDR 10.200.0.0/16 and node IP 10.31.0.1, disjoint from the node/pod ranges of fake_nodes.py.
+# Changed vs recipe: --disregard-status-with-annotation-selector. KWOK rewrites Ready=True within milliseconds on
+# every node it manages, so a test could never show a NotReady node. A node annotated kwok.x-k8s.io/status=custom
+# keeps whatever status the test patches (its pods and lease are still KWOK's); removing the annotation hands the
+# status back to KWOK, whose node-initialize stage sets Ready=True again.
 {
 	cat <<'EOF'
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -267,7 +271,8 @@ EOF
 start kwok env HOME="$W" KWOK_WORKDIR="$W" "$E2E_BIN/kwok" \
 	--kubeconfig="$W/admin.kubeconfig" --config="$W/kwok.yaml" \
 	--manage-all-nodes=true --cidr=10.200.0.0/16 --node-ip=10.31.0.1 --node-lease-duration-seconds=40 \
-	--server-address="127.0.0.1:$KWOK_PORT"
+	--server-address="127.0.0.1:$KWOK_PORT" \
+	--disregard-status-with-annotation-selector=kwok.x-k8s.io/status=custom
 wait_for kwok 30 curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
 
 # --- 6. fake GPU nodes from the topology config; waits until kwok has made every one Ready

@@ -1,8 +1,9 @@
 """The e2e control plane as a session fixture: etcd + kube-apiserver + kube-scheduler + KWOK GPU nodes.
 
-Opt-in: the e2e tests run only with TOPOGANG_E2E=1 (`make e2e`) on a machine with a Go toolchain; otherwise
-every `e2e`-marked test is skipped and the reason is repeated at the end of the run. With TOPOGANG_E2E=1 a
-failure to build or start the control plane fails the tests (it is not a skip).
+Opt-in: the e2e tests run only with TOPOGANG_E2E=1 (`make e2e`; `.ci/run` sets it whenever Go is installed) on
+a machine with a Go toolchain; otherwise every `e2e`-marked test is skipped and the reason is repeated at the
+end of the run. With TOPOGANG_E2E=1 a failure to build or start the control plane fails the tests (it is not
+a skip).
 
 The fixture runs the scripts under scripts/e2e (the single source of versions, flags and ports):
 build-bins.sh (seconds when the binaries are cached in ~/.cache/topogang-e2e, 20+ minutes cold), cluster-up.sh
@@ -29,8 +30,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
+from kubernetes import utils as kube_utils
 from kubernetes.client.exceptions import ApiException
 
 from tests.e2e import helpers
@@ -39,6 +42,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "e2e"
 GO_FALLBACK = Path("/usr/local/go/bin/go")
 REQUIRED_BINS = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+# Optional in build-bins.sh (the module proxy may refuse FrameworkController): without them only the
+# FrameworkController test skips, loudly, or fails when TOPOGANG_E2E_REQUIRE_FC=1 (.ci/run sets it once
+# they are built, so a harness regression cannot turn that test into a quiet skip).
+FC_BINS = ("frameworkcontroller", "frameworkbarrier")
 BUILD_TIMEOUT_S = 3 * 3600  # a cold build on 2 shared cores takes 20-40 minutes
 UP_TIMEOUT_S = 600
 
@@ -56,8 +63,8 @@ def skip_reason() -> str | None:
     """Why the e2e tests cannot run here, or None."""
     if os.environ.get("TOPOGANG_E2E") != "1":
         return (
-            "E2E TESTS SKIPPED: they are opt-in. Set TOPOGANG_E2E=1 or run `make e2e` (builds etcd, "
-            "kube-apiserver, kube-scheduler and kwok from Go modules into ~/.cache/topogang-e2e first)."
+            "E2E TESTS SKIPPED: they are opt-in. Set TOPOGANG_E2E=1 or run `make e2e` (builds the control "
+            "plane from Go modules into ~/.cache/topogang-e2e first; .ci/run does both when Go is installed)."
         )
     if go_binary() is None:
         return (
@@ -81,8 +88,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if "skip" in _report:
-        terminalreporter.write_sep("!", _report["skip"], yellow=True, bold=True)
+    for key in ("skip", "fc-skip"):
+        if key in _report:
+            terminalreporter.write_sep("!", _report[key], yellow=True, bold=True)
     for key in ("build", "up", "extender", "down"):
         if key in _report:
             terminalreporter.write_line(f"e2e {key}: {_report[key]}")
@@ -147,7 +155,7 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
     build_log = base / "build-bins.log"
     with build_log.open("w", encoding="utf-8") as out:
         built = subprocess.run(
-            ["bash", str(SCRIPTS / "build-bins.sh"), *REQUIRED_BINS],
+            ["bash", str(SCRIPTS / "build-bins.sh"), *REQUIRED_BINS, *FC_BINS],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -199,6 +207,26 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
         )
         (base / "cluster-down.log").write_text(down.stdout + down.stderr, encoding="utf-8")
         _report["down"] = f"teardown rc={down.returncode} in {time.monotonic() - t2:.1f}s"
+
+
+def fc_binary(cluster: E2ECluster, name: str) -> Path:
+    """A FrameworkController binary from the e2e bin dir. Missing: the test fails under
+    TOPOGANG_E2E_REQUIRE_FC=1, else it skips and the end of the run says so in a banner."""
+    path = Path(cluster.env["E2E_BIN"]) / name
+    if os.access(path, os.X_OK):
+        return path
+    failed = next(Path(cluster.env["E2E_BIN"]).parent.glob(f"stamps/{name}.failed"), None)
+    why = f"last build attempt: {failed.read_text(encoding='utf-8').strip()}" if failed else "never built"
+    missing = (
+        f"{path} is missing ({why}). It is optional in scripts/e2e/build-bins.sh; build it with "
+        f"`bash scripts/e2e/build-bins.sh {' '.join(FC_BINS)}` (logs in ~/.cache/topogang-e2e/*/logs)."
+    )
+    if os.environ.get("TOPOGANG_E2E_REQUIRE_FC") == "1":
+        pytest.fail(
+            f"TOPOGANG_E2E_REQUIRE_FC=1 (.ci/run sets it once they are built), but {missing}", pytrace=False
+        )
+    _report["fc-skip"] = f"FRAMEWORKCONTROLLER E2E SKIPPED: {missing}"
+    pytest.skip(_report["fc-skip"])
 
 
 # ------------------------------------------------------------------------------------------------ processes
@@ -269,18 +297,64 @@ def extender_command() -> list[str]:
     return [sys.executable, str(REPO / "topogang_cli.py")]
 
 
-class Extender:
-    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env)."""
+RBAC = REPO / "deploy" / "rbac.yaml"
+EXTENDER_ACCOUNT = ("topogang-system", "topogang-extender")  # namespace, ServiceAccount in RBAC
+TOKEN_SECONDS = 24 * 3600
 
-    def __init__(self, cluster: E2ECluster) -> None:
+
+def service_account_kubeconfig(cluster: E2ECluster) -> Path:
+    """A kubeconfig for the extender's own ServiceAccount, with exactly the rights deploy/rbac.yaml gives
+    it: the manifests are applied as shipped and a token is requested for the account (TokenRequest;
+    no controller-manager runs here to mint one). Running the e2e extender with it, not with the
+    admin's certificate, makes every test a check that the RBAC covers what the extender does."""
+    api_client = cluster.api
+    for doc in yaml.safe_load_all(RBAC.read_text(encoding="utf-8")):
+        if doc:
+            try:
+                kube_utils.create_from_dict(api_client, doc)  # type: ignore[no-untyped-call]
+            except kube_utils.FailToCreateError as err:
+                if any(getattr(e, "status", None) != 409 for e in err.api_exceptions):
+                    raise
+    ns, account = EXTENDER_ACCOUNT
+    request = client.AuthenticationV1TokenRequest.model_validate(
+        {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}}
+    )
+    got = cluster.core.create_namespaced_service_account_token(account, ns, request)
+    token = got.status.token if got.status else None
+    assert token, f"no token for ServiceAccount {ns}/{account}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "e2e",
+                "cluster": {"server": cluster.api_url, "certificate-authority": cluster.env["CA_CERT"]},
+            }
+        ],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": account, "context": {"cluster": "e2e", "user": account}}],
+        "current-context": account,
+    }
+    path = cluster.workdir / f"{account}.kubeconfig"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+class Extender:
+    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env),
+    connecting with `kubeconfig` (the admin's when None)."""
+
+    def __init__(self, cluster: E2ECluster, kubeconfig: Path | None = None) -> None:
         self.cluster = cluster
         self.port = int(cluster.env["EXTENDER_PORT"])
         self.url = f"http://127.0.0.1:{self.port}"
+        self.kubeconfig = kubeconfig or cluster.kubeconfig
         self.argv = [
             *extender_command(),
             "serve",
             "--kubeconfig",
-            str(cluster.kubeconfig),
+            str(self.kubeconfig),
             "--config",
             cluster.env["TOPOLOGY"],
             "--listen",
@@ -343,13 +417,20 @@ class Extender:
 
 @pytest.fixture(scope="session")
 def extender_session(e2e_cluster: E2ECluster) -> Iterator[Extender]:
-    ext = Extender(e2e_cluster)
+    """The extender for the whole session, as its ServiceAccount under deploy/rbac.yaml
+    (TOPOGANG_E2E_EXTENDER_ADMIN=1: with the admin's certificate instead, to tell an RBAC gap from
+    a bug)."""
+    admin = os.environ.get("TOPOGANG_E2E_EXTENDER_ADMIN") == "1"
+    ext = Extender(e2e_cluster, None if admin else service_account_kubeconfig(e2e_cluster))
     try:
         ext.start()
         yield ext
     finally:
         rc = ext.stop()
-        _report["extender"] = f"{ext.starts} start(s), last exit code {rc}; logs {e2e_cluster.workdir}/logs"
+        _report["extender"] = (
+            f"{ext.starts} start(s) as {'the admin' if admin else 'its ServiceAccount'}, last exit code "
+            f"{rc}; logs {e2e_cluster.workdir}/logs"
+        )
 
 
 @pytest.fixture

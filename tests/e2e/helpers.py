@@ -105,6 +105,36 @@ def gang_pod(
     )
 
 
+def gpu_pod(
+    name: str,
+    gpus: int,
+    *,
+    labels: Mapping[str, str],
+    args: Sequence[str] = (),
+    owner: client.V1Pod | None = None,
+) -> Any:
+    """A GPU pod as another scheduler's convention writes it: topogang's profile and `nvidia.com/gpu`,
+    no topogang limit or annotation (the labels make the gang). `owner`: a Spark driver pod."""
+    meta: dict[str, Any] = {"name": name, "labels": dict(labels)}
+    if owner is not None and owner.metadata is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": owner.metadata.name, "uid": owner.metadata.uid}
+        ]
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "fake.invalid/train:1",
+        "resources": {"limits": {GPU: str(gpus)}},
+    }
+    if args:
+        container["args"] = list(args)
+    return client.V1Pod.model_validate(
+        {
+            "metadata": meta,
+            "spec": {"schedulerName": PROFILE, "terminationGracePeriodSeconds": 0, "containers": [container]},
+        }
+    )
+
+
 def submit_gang(
     core: client.CoreV1Api, namespace: str, prefix: str, pods: int, gpus: int, vc: str, **kw: Any
 ) -> list[str]:
@@ -242,6 +272,34 @@ def gpu_collisions(core: client.CoreV1Api) -> dict[tuple[str, int], list[str]]:
         for g in p.gpus:
             holders.setdefault((p.node, g), []).append(f"{p.namespace}/{p.name}")
     return {k: v for k, v in sorted(holders.items()) if len(v) > 1}
+
+
+# ------------------------------------------------------------------------------------------ assertions
+def assert_whole_gang(pods: dict[str, Placed], gpus: int) -> None:
+    """Every member on a node with `gpus` distinct GPU indices; no (node, GPU) twice in the gang."""
+    seen: dict[tuple[str, int], str] = {}
+    for name, p in sorted(pods.items()):
+        assert p.node is not None and p.running, f"{name}: {p}"
+        assert len(p.gpus) == gpus == len(set(p.gpus)), f"{name}: GPU indices {p.gpus}"
+        assert all(0 <= g < 8 for g in p.gpus), f"{name}: GPU indices {p.gpus}"
+        assert BIND_INFO in p.annotations, f"{name}: no bind info"
+        for g in p.gpus:
+            assert (p.node, g) not in seen, f"{name} and {seen[(p.node, g)]} share GPU {g} of {p.node}"
+            seen[(p.node, g)] = name
+
+
+def seen_by_scheduler(core: client.CoreV1Api, ns: str, pod: str) -> str | None:
+    """The first scheduling event of a pod (kube-scheduler's FailedScheduling or topogang's GangWaiting):
+    proof that its gang went through filter at least once."""
+    for line in pod_events(core, ns, pod):
+        if ": FailedScheduling:" in line or ": GangWaiting:" in line:
+            return line
+    return None
+
+
+def none_bound(core: client.CoreV1Api, ns: str, names: list[str]) -> str | None:
+    got = bound(core, ns, names)
+    return f"{len(got)} of {len(names)} members bound: {got}" if got else None
 
 
 # ------------------------------------------------------------------------------------------ topology

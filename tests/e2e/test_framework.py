@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e.conftest import REPO, E2ECluster, Extender, Process, extender_command
+from tests.e2e.conftest import REPO, E2ECluster, Extender, Process, extender_command, fc_binary
 from tests.e2e.helpers import (
     BIND_INFO,
     ENABLE,
@@ -47,17 +47,6 @@ pytestmark = pytest.mark.e2e
 FC_GROUP, FC_VERSION, FC_PLURAL = "frameworkcontroller.microsoft.com", "v1", "frameworks"
 ROLES = (("ps", 1, 4), ("worker", 2, 8))  # (task role, taskNumber, GPUs per task): 20 GPUs, 3 nodes
 BARRIER_ENV = {"BARRIER_CHECK_INTERVAL_SEC": "5", "BARRIER_CHECK_TIMEOUT_SEC": "60"}  # FC's minimums
-
-
-def fc_binary(cluster: E2ECluster, name: str) -> Path:
-    path = Path(cluster.env["E2E_BIN"]) / name
-    if not os.access(path, os.X_OK):
-        pytest.skip(
-            f"FRAMEWORKCONTROLLER E2E SKIPPED: {path} is missing. It is optional in "
-            "scripts/e2e/build-bins.sh (built by `bash scripts/e2e/build-bins.sh frameworkcontroller "
-            "frameworkbarrier`, and by .ci/run); see its log in ~/.cache/topogang-e2e/*/logs."
-        )
-    return path
 
 
 @pytest.fixture

@@ -16,16 +16,15 @@ from kubernetes import client
 
 from tests.e2e.conftest import E2ECluster, Extender, holds_nothing, ignore_conflict
 from tests.e2e.helpers import (
-    BIND_INFO,
-    Placed,
-    bound,
+    assert_whole_gang,
     delete_pods,
     gpu_collisions,
     hold_for,
+    none_bound,
     object_names,
-    pod_events,
     pods_of,
     racks,
+    seen_by_scheduler,
     submit_gang,
     wait_gone,
     wait_running,
@@ -38,33 +37,6 @@ HOLD_SECONDS = 5.0  # how long "nothing of this gang binds" is checked, repeated
 LOW, HIGH = "e2e-topogang-low", "e2e-topogang-high"
 LABEL = "e2e.topogang.io/pool"
 TAINT = "e2e.topogang.io/blocked"
-
-
-def assert_whole_gang(pods: dict[str, Placed], gpus: int) -> None:
-    """Every member on a node with `gpus` distinct GPU indices; no (node, GPU) twice in the gang."""
-    seen: dict[tuple[str, int], str] = {}
-    for name, p in sorted(pods.items()):
-        assert p.node is not None and p.running, f"{name}: {p}"
-        assert len(p.gpus) == gpus == len(set(p.gpus)), f"{name}: GPU indices {p.gpus}"
-        assert all(0 <= g < 8 for g in p.gpus), f"{name}: GPU indices {p.gpus}"
-        assert BIND_INFO in p.annotations, f"{name}: no bind info"
-        for g in p.gpus:
-            assert (p.node, g) not in seen, f"{name} and {seen[(p.node, g)]} share GPU {g} of {p.node}"
-            seen[(p.node, g)] = name
-
-
-def seen_by_scheduler(core: client.CoreV1Api, ns: str, pod: str) -> str | None:
-    """The first scheduling event of a pod (kube-scheduler's FailedScheduling or topogang's GangWaiting):
-    proof that its gang went through filter at least once."""
-    for line in pod_events(core, ns, pod):
-        if ": FailedScheduling:" in line or ": GangWaiting:" in line:
-            return line
-    return None
-
-
-def none_bound(core: client.CoreV1Api, ns: str, names: list[str]) -> str | None:
-    got = bound(core, ns, names)
-    return f"{len(got)} of {len(names)} members bound: {got}" if got else None
 
 
 # ------------------------------------------------------------------------------------------ 1. placement
@@ -94,10 +66,11 @@ def test_gang_that_does_not_fit_binds_nothing_until_it_fits_whole(
     a_pods = wait_running(core, gang_ns, a)
     b = submit_gang(core, gang_ns, "b", 2, 8, "nlp")
     wait_until("gang b to be filtered", lambda: seen_by_scheduler(core, gang_ns, b[0]), 30)
-    usage = extender.summary()["virtualClusters"]["nlp"]
-    assert usage["quota"] - usage["used"] == 8, f"one nlp node must stay free for this test: {usage}"
     checks = hold_for("gang b must not bind partially", lambda: none_bound(core, gang_ns, b), HOLD_SECONDS)
     assert checks >= 10
+    # Room for one member of b was there all along: holding back was the gang's choice.
+    usage = extender.summary()["virtualClusters"]["nlp"]
+    assert usage["quota"] - usage["used"] == 8, f"one nlp node must stay free for this test: {usage}"
     assert all(p.running for p in pods_of(core, gang_ns, a).values())
 
     wait_gone(core, gang_ns, delete_pods(core, gang_ns, a))
@@ -189,11 +162,16 @@ def test_higher_priority_gang_preempts_the_whole_lower_gang(
     assert_whole_gang(high_pods, 8)
     left = [n for n in low if n in pods_of(core, gang_ns, low)]
     assert not left, f"low-priority members not evicted: {left}"
-    log = extender.log()
+    # Two paths evict a victim, whichever comes first: the extender at filter time, or kube-scheduler's
+    # own preemption (the pods request nvidia.com/gpu, so its NodeResourcesFit sees the nodes full)
+    # deleting the victims the extender's preempt verb named. The other then finds the pod gone.
+    log, sched_log = extender.log(), e2e_cluster.log("kube-scheduler")
     for n in low:
-        assert re.search(rf"evicting pod {gang_ns}/{n} .*preempted by gang {gang_ns}/high", log), (
-            f"no eviction of {n} by the extender in its log"
+        by_extender = re.search(rf"evicting pod {gang_ns}/{n} .*preempted by gang {gang_ns}/high", log)
+        by_scheduler = re.search(
+            rf'preempted victim Pod" preemptor="{gang_ns}/high-\d+" victim="{gang_ns}/{n}"', sched_log
         )
+        assert by_extender or by_scheduler, f"{n} was evicted by neither the extender nor kube-scheduler"
     assert not gpu_collisions(core)
 
 
@@ -203,10 +181,8 @@ def test_unschedulable_node_is_avoided_by_the_next_gang(
 ) -> None:
     """A node cordoned after the extender chose it is not used for the next gang, although the pods
     tolerate the unschedulable taint (so kube-scheduler's own NodeUnschedulable filter lets it through:
-    only the extender's node-health view keeps it out).
-
-    Ready=False cannot be tested on KWOK nodes: KWOK's node-initialize stage sets Ready back to True
-    within milliseconds."""
+    only the extender's node-health view keeps it out). A cordon is `spec.unschedulable`, a different
+    signal from the Ready condition of the NotReady test below."""
     core = e2e_cluster.core
     n1, _ = first_choice(core, gang_ns, "probe", 2, "nlp")
     wait_until("the probe gang released", lambda: holds_nothing(extender) is None, 30)
@@ -223,6 +199,83 @@ def test_unschedulable_node_is_avoided_by_the_next_gang(
     assert n1 not in {p.node for p in pods.values()}, f"placed on cordoned {n1}"
 
     core.patch_node(n1, {"spec": {"unschedulable": None}})
+    wait_until("the extender to mark the node good again", lambda: extender.summary()["gpus"]["bad"] == 0, 30)
+
+
+STATUS_ANNOTATION = "kwok.x-k8s.io/status"  # =custom: KWOK leaves the node's status to the test
+
+
+def ready_condition(core: client.CoreV1Api, name: str) -> str | None:
+    node = core.read_node(name)
+    conditions = (node.status.conditions if node.status else None) or []
+    return next((c.status for c in conditions if c.type == "Ready"), None)
+
+
+@pytest.fixture
+def not_ready(e2e_cluster: E2ECluster) -> Iterator[set[str]]:
+    """Nodes a test takes NotReady (it adds their names): each is annotated so KWOK stops writing its
+    status (scripts/e2e/cluster-up.sh), then its Ready condition is patched to False. Afterwards the
+    annotation goes, KWOK's node-initialize stage sets Ready=True again, and that is waited for."""
+    taken: set[str] = set()
+    yield taken
+    core = e2e_cluster.core
+    for name in sorted(taken):
+        core.patch_node(name, {"metadata": {"annotations": {STATUS_ANNOTATION: None}}})
+    for name in sorted(taken):
+        wait_ready_again(core, name)
+
+
+def wait_ready_again(core: client.CoreV1Api, name: str) -> None:
+    wait_until(f"KWOK to make {name} Ready again", lambda: ready_condition(core, name) == "True", 30)
+
+
+def take_not_ready(core: client.CoreV1Api, name: str) -> None:
+    """What a node whose kubelet stopped reporting looks like: Ready=False (no taint, since no node
+    lifecycle controller runs here, so kube-scheduler itself does not filter the node out)."""
+    core.patch_node(name, {"metadata": {"annotations": {STATUS_ANNOTATION: "custom"}}})
+    core.patch_node_status(
+        name,
+        {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "KubeletNotReady",
+                        "message": "e2e: node taken NotReady",
+                    }
+                ]
+            }
+        },
+    )
+
+
+def test_not_ready_node_is_marked_bad_and_avoided_by_the_next_gang(
+    e2e_cluster: E2ECluster, extender: Extender, gang_ns: str, not_ready: set[str]
+) -> None:
+    """A node whose Ready condition turns False after the extender chose it: the extender marks its
+    8 GPUs bad and the same gang shape goes elsewhere; when the node is Ready again its GPUs are good."""
+    core = e2e_cluster.core
+    n1, _ = first_choice(core, gang_ns, "probe", 2, "nlp")
+    wait_until("the probe gang released", lambda: holds_nothing(extender) is None, 30)
+    not_ready.add(n1)
+    take_not_ready(core, n1)
+    wait_until(
+        "the extender to mark the NotReady node bad", lambda: extender.summary()["gpus"]["bad"] == 8, 30
+    )
+    # KWOK must not have flipped it back meanwhile: the test would then prove nothing.
+    assert ready_condition(core, n1) == "False"
+    node = core.read_node(n1)
+    assert not (node.spec.taints if node.spec else None), "a taint would let kube-scheduler filter it"
+
+    names = submit_gang(core, gang_ns, "after", 2, 8, "nlp")
+    pods = wait_running(core, gang_ns, names)
+    assert_whole_gang(pods, 8)
+    assert n1 not in {p.node for p in pods.values()}, f"placed on NotReady {n1}"
+    assert ready_condition(core, n1) == "False"
+
+    core.patch_node(n1, {"metadata": {"annotations": {STATUS_ANNOTATION: None}}})
+    wait_ready_again(core, n1)
     wait_until("the extender to mark the node good again", lambda: extender.summary()["gpus"]["bad"] == 0, 30)
 
 

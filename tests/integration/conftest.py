@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -85,6 +86,9 @@ def running_server(
         else:
             if not url.startswith("https"):
                 raise RuntimeError("the extender never became ready:\n" + "".join(lines))
+        # keep reading its output: a server logging into a full pipe blocks mid-request (a busy
+        # load test logs every eviction), so the log keeps its banner and a bounded tail
+        threading.Thread(target=_drain, args=(proc, lines), daemon=True).start()
         yield Server(url, proc, lines)
     finally:
         proc.terminate()
@@ -93,6 +97,15 @@ def running_server(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _drain(proc: subprocess.Popen[str], lines: list[str], keep: int = 2000) -> None:
+    assert proc.stdout is not None
+    banner = len(lines)
+    for line in proc.stdout:
+        lines.append(line)
+        if len(lines) > banner + 2 * keep:
+            del lines[banner : len(lines) - keep]
 
 
 @pytest.fixture(scope="session")

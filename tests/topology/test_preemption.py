@@ -184,3 +184,30 @@ def test_an_expiring_victim_keeps_its_running_pods_gpus_from_the_preemptor() -> 
     core.release_pod("low-0", 40.0)
     assert g.phase.value == "Reserved" and violations(core) == []
     assert isinstance(core.schedule(hi, "h0", 8, 41.0), Bind)
+
+
+def test_a_victims_node_missing_from_the_suggestions_does_not_cancel_the_preemption() -> None:
+    """kube-scheduler counts the victims' GPUs until they are gone, so it leaves their nodes out of the
+    suggested list: that must not cancel the preemption, while leaving out a node of a slot that
+    waits for nobody still does (the pod's own constraints changed)."""
+    from dataclasses import replace
+
+    core = one_rack(a=[("NODE", 2)], b=[("NODE", 2)])
+    run(core, gang("b", "b", (2, 8), priority=0), "b")
+    run(core, gang("low", "a", (1, 8), priority=1), "low")
+    hi = gang("hi", "a", (2, 8), priority=100)  # the one free node, and low's
+    p = core.preempt(hi, 0.0)
+    assert isinstance(p, Preemption)
+    g = core.gang("hi")
+    assert g is not None
+    topo = core.topo
+    victim_node = {topo.node_names[s.node] for s in g.slots if g.pending.intersection(s.leaves)}
+    free_node = {topo.node_names[s.node] for s in g.slots if not g.pending.intersection(s.leaves)}
+    everything = set(topo.node_names)
+    assert len(victim_node) == len(free_node) == 1
+    again = core.reserve(replace(hi, suggested_nodes=frozenset(everything - victim_node)), 1.0)
+    assert isinstance(again, Wait) and again.reason.code is WaitCode.PREEMPTING
+    assert core.gang("hi") is g
+    core.reserve(replace(hi, suggested_nodes=frozenset(everything - free_node)), 1.0)
+    assert core.gang("hi") is not g  # cancelled (and, here, placed afresh or waiting anew)
+    assert violations(core) == []
