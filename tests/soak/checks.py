@@ -51,7 +51,7 @@ def bind_info(pod: Obj) -> BindInfo | None:
         info = pod_bind_info(ann)
     except ValueError:
         info = None
-    if len(_decoded) > 20_000:
+    if len(_decoded) > 4096:  # a few hundred pods live at once: enough, and bounded
         _decoded.clear()
     _decoded[k] = info
     return info
