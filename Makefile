@@ -50,3 +50,11 @@ clean:
 e2e: $(STAMP)
 	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok frameworkcontroller frameworkbarrier
 	TOPOGANG_E2E=1 $(BIN)/pytest tests/e2e
+
+## soak: the Kubernetes mode against an in-memory API server with randomized faults and restarts,
+##       longer than the suite's (SOAK_OPS operations for each of SOAK_SEEDS); prints the figures
+SOAK_OPS ?= 20000
+SOAK_SEEDS ?= 1 2 3
+.PHONY: soak
+soak: $(STAMP)
+	$(BIN)/python -m tests.soak.driver --ops $(SOAK_OPS) $(foreach s,$(SOAK_SEEDS),--seed $(s))

@@ -246,6 +246,9 @@ class GangLedger:
         rec.pods.add(pr.uid)
         facts = self.pods.get(pr.uid)
         if facts is None or facts.gang != pr.gang:
+            old = self.records.get(facts.gang) if facts is not None else None
+            if old is not None:  # an extra that took a slot of its gang's core: not the extra's now
+                old.pods.discard(pr.uid)
             self.pods[pr.uid] = PodFacts(
                 pr.uid,
                 pr.namespace,
@@ -394,22 +397,31 @@ class GangLedger:
                 del self.pods[uid]
         self._wake(rec, phase=True)
         if self.clock() - self._pruned > PRUNE_EVERY_SECONDS:
-            self.prune()
+            self.prune(core)
 
-    def prune(self) -> None:
-        """Drop tombstones past their time and Pending gangs nobody has filtered for a while."""
+    def prune(self, core: Core | None = None) -> None:
+        """Drop tombstones past their time, and gangs nobody has filtered for a while that have no
+        member left: Pending ones, and (given the core) any whose gang the core no longer has (it
+        lets an outbid reservation go without the ledger hearing of it)."""
         wall, now = self.wall(), self.clock()
         self._pruned = now
         for name, rec in list(self.records.items()):
             if rec.tombstone is not None and rec.expired_at is not None:
                 if wall - rec.expired_at > TOMBSTONE_SECONDS:
                     del self.records[name]
-            elif rec.phase is Phase.PENDING and not rec.pods and now - rec.last_seen > FORGET_PENDING_SECONDS:
+            elif rec.tombstone is None and self._forgotten(rec, now, core):
                 del self.records[name]
         live = {(r.ident.namespace, r.ident.name, r.gang) for r in self.records.values()}
         for key, (_attempt, gang) in list(self.frameworks.items()):
             if (*key, gang) not in live:
                 del self.frameworks[key]
+
+    @staticmethod
+    def _forgotten(rec: Record, now: float, core: Core | None) -> bool:
+        """No member left, none filtered for a while, and nothing placed (or the core let it go)."""
+        if rec.pods or now - rec.last_seen <= FORGET_PENDING_SECONDS:
+            return False
+        return rec.phase is Phase.PENDING or (core is not None and core.gang(rec.gang) is None)
 
     # ------------------------------------------------------------------------------ changes
     def _bump(self, rec: Record) -> None:

@@ -32,10 +32,7 @@ from extender.podspec import PodRequest, is_enabled, pod_request, spec_text
 from extender.views import Waiting
 from topology.core import Core
 from topology.decisions import (
-    AdoptedPod,
     GangPlacement,
-    GangRequest,
-    Member,
     PodPlacement,
     Preemption,
     Released,
@@ -531,6 +528,7 @@ class Scheduler:
                     "next filter"
                 )
             fresh = gang.slot_of(pr.uid) is None
+            deadline = gang.deadline  # a claim completing the gang clears it; a failed one restores it
             try:
                 decision = self.core.claim(
                     pr.gang,
@@ -556,11 +554,10 @@ class Scheduler:
             self.gang_ledger.bound(self.core, pr.gang, pr.uid, self.waiting_of)
         except Exception as exc:  # the slot goes back: nothing may stay claimed for an unbound pod
             self.gang_ledger.inflight.discard(pr.uid)
-            if fresh:
+            if fresh:  # a member that never came is no member leaving: the reservation stays as it was
                 async with self.lock:
-                    g = self.core.gang(pr.gang)
-                    if g is not None and g.slot_of(pr.uid) is not None:
-                        self._released(self.core.release_pod(pr.uid, self.clock()))
+                    if self.core.gang(pr.gang) is gang:
+                        self.core.unclaim(pr.gang, pr.uid, self.clock(), deadline=deadline)
                     self.gang_ledger.touch(self.core, pr.gang, self.waiting_of)
             log.warning("binding %s to %s failed: %s", args.key, args.node, exc)
             return f"topogang: binding {args.key} to {args.node} failed: {exc}"
@@ -592,6 +589,10 @@ class Scheduler:
             )
         if not is_enabled(pod):
             return f"topogang: pod {args.key} does not opt in to topogang (no pod-scheduling-enable limit)"
+        status = pod.get("status")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        if phase in ("Succeeded", "Failed"):  # released when it finished: nothing may claim for it
+            return f"topogang: pod {args.key} has finished ({phase})"
         try:
             return await self.request_of(wp)
         except UserError as err:
@@ -611,43 +612,13 @@ class Scheduler:
         """A pod of a newer framework attempt arrived: the older attempt's gang goes, and any of its
         pods still holding cells are evicted."""
         async with self.lock:
-            doomed = self._running_members(self.core.gang(old))
-            released = self.core.delete_gang(old)
+            released = self.core.evict_gang(old, self.clock())
             self._waiting.pop(old, None)
             self._released(released)
-            self._hold_until_gone(doomed, released, self.clock())
         if released is not None:
             log.info("gang %s is superseded by %s; released", old, new)
             if released.evict_pod_uids and self.evictor is not None:
                 spawn(self.evictor(released.evict_pod_uids, f"superseded by framework attempt {new}"))
-
-    def _running_members(self, g: Gang | None) -> tuple[GangRequest, list[AdoptedPod]] | None:
-        """The request and the GPU-holding members of a gang about to be let go, for
-        `_hold_until_gone` (named `<gang>/evicted/<id>`: unique, and never a name that places)."""
-        if g is None:
-            return None
-        where = {p.slot: p for p in self.core.placement_of(g).pods}
-        pods = [
-            AdoptedPod(s.pod_uid, where[s.index].node, where[s.index].gpu_indices, s.pod_name, s.key)
-            for s in g.slots
-            if s.pod_uid is not None and not s.released_early
-        ]
-        return replace(g.request, name=f"{g.name}/evicted/{g.id}", priority=g.priority), pods
-
-    def _hold_until_gone(
-        self, doomed: tuple[GangRequest, list[AdoptedPod]] | None, released: Released | None, now: float
-    ) -> None:
-        """The members of a gang let go (expired, superseded) are evicted, but each runs until its
-        pod is gone (its grace period). Their GPUs stay held meanwhile, as a gang of their own that
-        `pod_gone` empties pod by pod, so nothing else is placed on GPUs still in use."""
-        if doomed is None or released is None or not doomed[1]:
-            return
-        req, pods = doomed
-        counts: dict[int, int] = {}
-        for p in pods:
-            counts[len(p.gpu_indices)] = counts.get(len(p.gpu_indices), 0) + 1
-        members = tuple(Member(n, leaves) for leaves, n in counts.items())
-        self.core.adopt(replace(req, members=members, slot_keys=None, suggested_nodes=None), pods, now)
 
     def waiting_of(self, gang: str) -> Waiting | None:
         return self._waiting.get(gang)
@@ -662,15 +633,15 @@ class Scheduler:
         """Release reservations past their TTL; evict members already bound to freed cells."""
         async with self.lock:
             now = self.clock()
-            due = [g for g in self.core.gangs() if g.deadline is not None and g.deadline <= now]
-            doomed = {g.name: self._running_members(g) for g in due}
             released = self.core.expire(now)
             for r in released:
                 self._released(r)
-                self._hold_until_gone(doomed.get(r.gang), r, now)
             stale = [g for g, w in self._waiting.items() if now - w.last_seen > self.ttl_seconds]
             for g in stale:
                 del self._waiting[g]
+            # promises past their time bind nothing (`_promise`); the gang of one may have gone
+            # inside the core (outbid by a preemptor) without `_released` hearing of it
+            self._tentative = {k: v for k, v in self._tentative.items() if now - v[1] <= TENTATIVE_SECONDS}
         if released:
             self.metrics.expiries.inc(len(released))
             for r in released:

@@ -7,6 +7,7 @@ expires them. It does no I/O and reads no clock.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import cast
 
 from topology import preemption
@@ -18,6 +19,7 @@ from topology.decisions import (
     Decision,
     GangPlacement,
     GangRequest,
+    Member,
     PodPlacement,
     Preemption,
     Released,
@@ -515,14 +517,14 @@ class Core:
         slot = gang.slot_of(pod_uid)
         assert slot is not None
         slot.pod_uid = None
-        if finished:
+        if finished or gang.evicting:
             slot.finished = True
-            if gang.request.gang_release and not slot.released_early:
+            if (gang.request.gang_release or gang.evicting) and not slot.released_early:
                 slot.released_early = True
                 self._free_leaves(list(slot.leaves), now)
         if not gang.live_slots():
             return self._release(gang, "all members gone", now)
-        if not finished:
+        if not finished and not gang.evicting:
             gang.deadline = now + gang.request.ttl_seconds
         return None
 
@@ -532,17 +534,77 @@ class Core:
             return None
         return self._release(gang, "deleted")
 
+    def evict_gang(self, name: str, now: float) -> Released | None:
+        """Let a gang go whose pods the caller evicts (a superseded framework attempt): as
+        `delete_gang`, but its running pods keep their GPUs until they are gone (`_evicting`)."""
+        gang = self.ledger.by_name.get(name)
+        if gang is None:
+            return None
+        self._evicting(gang, now)
+        return self._release(gang, "deleted", now)
+
     def expire(self, now: float) -> list[Released]:
         """Release every reservation (or preemption) whose deadline passed before all its slots were
-        claimed; pods already bound to it are named for eviction, so no gang stays half-bound."""
+        claimed; pods already bound to it are named for eviction, so no gang stays half-bound, and
+        keep their GPUs until they are gone (`_evicting`)."""
         out = []
         for gang in self.ledger.gangs():
             if gang.deadline is not None and gang.deadline <= now and gang.phase is not GangPhase.BOUND:
+                self._evicting(gang, now)
                 if gang.pending:
                     out.append(self._cancel(gang, "expired"))
                 else:
                     out.append(self._release(gang, "expired"))
         return out
+
+    def _evicting(self, gang: Gang, now: float) -> None:
+        """A gang let go while its pods run: they are evicted, but each runs until it is gone (its
+        grace period), so its GPUs must not go to anyone else before. Their slots move to a gang of
+        their own, `<gang>/evicted/<id>`, that frees each slot's GPUs as its pod goes (and only then
+        hands them to a preemptor waiting for them); the name is free to be placed again at once."""
+        live = [
+            s
+            for s in gang.slots
+            if s.pod_uid is not None and not s.released_early and not gang.pending.intersection(s.leaves)
+        ]
+        if not live:
+            return
+        counts: dict[int, int] = {}
+        for s in live:
+            counts[s.leaf_number] = counts.get(s.leaf_number, 0) + 1
+        name = f"{gang.name}/evicted/{gang.id}"
+        members = tuple(Member(n, k) for k, n in counts.items())
+        keep = Gang(
+            id=self.ledger.new_id(),
+            name=name,
+            request=replace(gang.request, name=name, members=members, slot_keys=None, suggested_nodes=None),
+            owner=gang.owner,
+            chain=gang.chain,
+            priority=gang.priority,
+            slots=[
+                Slot(i, s.leaf_number, s.key, s.node, s.leaves, s.pod_uid, s.pod_name)
+                for i, s in enumerate(live)
+            ],
+            created=now,
+            deadline=None,
+            lca_level=self.topo.lca_level([leaf for s in live for leaf in s.leaves]),
+            history=[f"evicted from gang {gang.name}: holds its pods' GPUs until they are gone"],
+            downgraded_by=gang.downgraded_by,
+            evicting=True,
+        )
+        st = self.state
+        for s in live:
+            for leaf in s.leaves:
+                st.release_leaf(leaf)
+                st.allocate_leaf(leaf, keep.id, gang.priority)
+            s.released_early = True  # no longer the old gang's to free
+            assert s.pod_uid is not None
+            self.ledger.pod_gang[s.pod_uid] = keep.id
+        self.ledger.add(keep)
+        for pid in sorted(self.preemptors):
+            victims = self.ledger.by_id[pid].victims
+            if gang.id in victims:
+                victims.add(keep.id)
 
     def _release(self, gang: Gang, reason: str, now: float | None = None, *, unbind: bool = True) -> Released:
         """Free everything the gang holds and drop its marks on leaves its victims still hold."""
@@ -951,8 +1013,9 @@ class Core:
             return -1
         return a
 
-    def unclaim(self, gang_name: str, pod_uid: str, now: float) -> None:
-        """Give a claimed slot back without touching the reservation (a Binding that failed)."""
+    def unclaim(self, gang_name: str, pod_uid: str, now: float, *, deadline: float | None = None) -> None:
+        """Give a claimed slot back without touching the reservation (a Binding that failed).
+        `deadline`: the reservation's before the claim (one that completed the gang cleared it)."""
         gang = self.ledger.by_name.get(gang_name)
         slot = gang.slot_of(pod_uid) if gang is not None else None
         if gang is None or slot is None:
@@ -960,7 +1023,7 @@ class Core:
         slot.pod_uid = slot.pod_name = None
         self.ledger.pod_gang.pop(pod_uid, None)
         if gang.deadline is None:
-            gang.deadline = now + gang.request.ttl_seconds
+            gang.deadline = deadline if deadline is not None else now + gang.request.ttl_seconds
 
     # ------------------------------------------------------------------ views
     def gang(self, name: str) -> Gang | None:

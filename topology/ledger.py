@@ -52,6 +52,7 @@ class Gang:
     downgraded_by: str | None = None  # lazily preempted: runs as opportunistic for this gang
     lost: int = 0  # pods whose hardware vanished in a reconfiguration (reported, not held)
     placement: GangPlacement | None = None  # cached: it never changes once the slots are set
+    evicting: bool = False  # its pods are being evicted: each slot's GPUs are freed as its pod goes
 
     @property
     def phase(self) -> GangPhase:

@@ -6,6 +6,11 @@ filter uses), and each gang is re-created in one `Core.adopt` call with every sl
 slots whose member is not bound yet are adopted under a placeholder and opened again at once, so the
 reservation for the missing members survives the restart (and expires after its TTL as usual).
 
+Pods of one gang that record two placements (the gang was placed again while pods of an expired
+placement were still terminating) are kept apart: the current placement is restored, and the
+earlier one's pods hold their GPUs, as a gang of their own, until they are gone. So are the pods of
+a gang that are all being deleted: no reservation comes back for the slots none of them holds.
+
 Pods bound by HiveD (its bind-info and isolation annotations) are adopted the same way, which is how
 a cluster moves from HiveD to topogang without draining.
 """
@@ -13,7 +18,7 @@ a cluster moves from HiveD to topogang without draining.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extender.bindinfo import ISOLATION_ANNOTATIONS, BindInfo, PlacedPod, decode_isolation, pod_bind_info
@@ -31,6 +36,7 @@ class _Found:
     node: str
     gpus: tuple[int, ...]
     info: BindInfo | None
+    deleting: bool = False
 
 
 @dataclass
@@ -136,8 +142,47 @@ def collect(
             # Framework object, which recovery does not read): the bind info recorded the gang
             # the pod was placed in, and its whole placement
             pr = _from_bind_info(pod, info, ttl_seconds) or pr
-        groups.setdefault(pr.gang, []).append(_Found(pr, node, tuple(sorted(gpus)), info))
+        deleting = kpods.meta(pod).get("deletionTimestamp") is not None
+        groups.setdefault(pr.gang, []).append(_Found(pr, node, tuple(sorted(gpus)), info, deleting))
     return dict(sorted(groups.items()))
+
+
+def _by_placement(found: list[_Found]) -> list[list[_Found]]:
+    """The pods of one gang by the placement their bind info records, the current one first. Two
+    placements under one name: the gang was placed again while pods of an earlier placement were
+    still being evicted; the current one has the most pods not being deleted."""
+    groups: dict[tuple[tuple[str, tuple[int, ...]], ...], list[_Found]] = {}
+    loose: list[_Found] = []  # no placement recorded (HiveD isolation only): the current one's
+    for f in found:
+        if f.info is None or not f.info.placements:
+            loose.append(f)
+        else:
+            key = tuple((p.node, tuple(sorted(p.gpus))) for p in f.info.placements)
+            groups.setdefault(key, []).append(f)
+    ordered = sorted(groups.values(), key=lambda fs: (-sum(not f.deleting for f in fs), -len(fs)))
+    if not ordered:
+        return [loose]
+    return [ordered[0] + loose, *ordered[1:]]
+
+
+def _keep_until_gone(core: Core, gang: str, k: int, pods: list[_Found], now: float) -> str:
+    """Pods of an earlier placement, being evicted: their GPUs stay held, apart from the gang's
+    current placement, until each pod is gone (as `Core.expire` keeps them before a restart)."""
+    name = f"{gang}/evicted/recovered-{k}"
+    sizes: dict[int, int] = {}
+    for f in pods:
+        sizes[len(f.gpus)] = sizes.get(len(f.gpus), 0) + 1
+    members = tuple(Member(n, leaves) for leaves, n in sizes.items())
+    req = replace(pods[0].request.request, name=name, members=members, slot_keys=None, suggested_nodes=None)
+    core.adopt(
+        req,
+        [AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key) for f in pods],
+        now,
+    )
+    g = core.gang(name)
+    if g is not None:
+        g.evicting, g.deadline = True, None
+    return f"gang {gang}: {len(pods)} pods of an earlier placement keep their GPUs until they are gone"
 
 
 def recover(
@@ -150,36 +195,46 @@ def recover(
 ) -> RecoveryReport:
     """Adopt every bound gang into `core`; unbound members' slots stay reserved (open)."""
     report = RecoveryReport()
-    for gang, found in collect(
+    for gang, everyone in collect(
         pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report
     ).items():
-        infos = [f.info for f in found if f.info is not None]
-        placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=len, default=())
-        members = {(f.node, f.gpus): f for f in found}
-        adopted: list[AdoptedPod] = []
-        placeholders: list[str] = []
-        for i, p in enumerate(placements):
-            f = members.pop((p.node, tuple(sorted(p.gpus))), None)
-            if f is not None:
-                adopted.append(
-                    AdoptedPod(
-                        f.request.uid, p.node, p.gpus, f.request.name, f.request.slot_key or p.slot_key
-                    )
-                )
-            else:
-                uid = f"{PLACEHOLDER}/{gang}/{i}"
-                placeholders.append(uid)
-                adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key))
-        for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
-            adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
-        request = found[0].request.request
-        core.adopt(request, adopted, now)
-        for uid in placeholders:
-            core.release_pod(uid, now)
-        report.gangs.append(gang)
-        report.pods += len(found)
-        report.open_slots += len(placeholders)
-        g = core.gang(gang)
-        if g is not None and g.history:
-            report.notes += [f"gang {gang}: {h}" for h in g.history]
+        found, *earlier = _by_placement(everyone)
+        if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
+            found, earlier = [], [found, *earlier]
+        if found:
+            _restore(core, gang, found, now, report)
+        for k, group in enumerate(earlier, 1):
+            report.notes.append(_keep_until_gone(core, gang, k, group, now))
+            report.pods += len(group)
     return report
+
+
+def _restore(core: Core, gang: str, found: list[_Found], now: float, report: RecoveryReport) -> None:
+    """The gang's current placement: its bound pods in their slots, the other slots reserved."""
+    infos = [f.info for f in found if f.info is not None]
+    placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=len, default=())
+    members = {(f.node, f.gpus): f for f in found}
+    adopted: list[AdoptedPod] = []
+    placeholders: list[str] = []
+    for i, p in enumerate(placements):
+        f = members.pop((p.node, tuple(sorted(p.gpus))), None)
+        if f is not None:
+            adopted.append(
+                AdoptedPod(f.request.uid, p.node, p.gpus, f.request.name, f.request.slot_key or p.slot_key)
+            )
+        else:
+            uid = f"{PLACEHOLDER}/{gang}/{i}"
+            placeholders.append(uid)
+            adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key))
+    for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
+        adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
+    request = found[0].request.request
+    core.adopt(request, adopted, now)
+    for uid in placeholders:
+        core.release_pod(uid, now)
+    report.gangs.append(gang)
+    report.pods += len(found)
+    report.open_slots += len(placeholders)
+    g = core.gang(gang)
+    if g is not None and g.history:
+        report.notes += [f"gang {gang}: {h}" for h in g.history]

@@ -196,8 +196,8 @@ class ClusterSync:
         if kind == "DELETED":
             self.live.pop(uid, None)
             self.foreign.discard(uid)
-            if uid not in self.done:
-                await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
+            # even when released as finished already: a late filter may have remembered it since
+            await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
             self.done.discard(uid)
             return
         self.live[uid] = (kpods.namespace(pod), kpods.name(pod))

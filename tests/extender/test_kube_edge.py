@@ -432,10 +432,11 @@ def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -
         assert await s.bind(bind_args(pods[1], r["NodeNames"][0])) == {"Error": ""}
         gpus = [pods[i]["metadata"]["annotations"][ISOLATION_ANNOTATIONS[0]] for i in range(2)]
         assert gpus[0] != gpus[1] and violations(s.core) == []
-        kube.apply = False  # the Binding never arrived: the bind fails and its slot goes back
+        kube.apply = False  # the Binding never arrived: the bind fails, its slot goes back (unclaimed)
         r = await s.filter(args(pods[2]))
         b = await s.bind(bind_args(pods[2], r["NodeNames"][0]))
-        assert "no answer: read timed out" in b["Error"] and s.core.gang("nlp/solo") is None
+        solo = s.core.gang("nlp/solo")
+        assert "no answer: read timed out" in b["Error"] and solo is not None and solo.slot_of("u2") is None
 
     run(go())
 
@@ -512,5 +513,90 @@ def test_a_conflict_on_the_same_node_with_other_gpus_is_not_success() -> None:
         await binder.bind(target, "n1", {ISOLATION_ANNOTATIONS[0]: "3"})  # the same decision again
         with pytest.raises(BindError, match="refused"):
             await binder.bind(target, "n1", {ISOLATION_ANNOTATIONS[0]: "0"})
+
+    run(go())
+
+
+def test_recovery_keeps_an_earlier_placement_being_evicted_apart() -> None:
+    """A gang placed again while a member of its expired placement is still terminating has pods of
+    two placements under one name. Recovery restores the current one (its open slot reserved) and
+    keeps the terminating pod's GPUs held apart, until it is gone: merged, the gang had a slot
+    too many, and the old pod's GPUs could be handed out while it still ran."""
+
+    async def go() -> None:
+        binder, clock = MemoryBinder(), Clock()
+        s = scheduler(binder, clock, ttl_seconds=30.0)
+        text = spec("nlp", 4, 2, "nlp/pair")
+        old, new = pod("a", "pair-0", "nlp", text), pod("b", "pair-0", "nlp", text)
+        await place(s, old)
+        clock.t += 31
+        await s.expire()  # old is evicted: it terminates while the gang places again
+        await place(s, new)
+        api = bound_pods(s, binder, [old, new])
+        api[0]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+        fresh = Core(example().spec)
+        report = recover(fresh, api, now=0.0, namespace_vcs={"nlp": "nlp"})
+        assert violations(fresh) == [] and report.pods == 2, report.lines()
+        gang = fresh.gang("nlp/pair")
+        current = s.core.gang("nlp/pair")
+        assert gang is not None and current is not None
+        assert fresh.placement_of(gang).pods == s.core.placement_of(current).pods
+        assert [sl.pod_uid for sl in gang.slots].count("b") == 1 and len(gang.slots) == 2
+        held = fresh.ledger.by_id[fresh.ledger.pod_gang["a"]]
+        assert held is not gang and held.evicting and held.deadline is None
+        fresh.release_pod("a", 1.0)  # gone at last: its GPUs are free, the gang is untouched
+        assert fresh.ledger.by_id.get(held.id) is None and fresh.gang("nlp/pair") is gang
+        assert violations(fresh) == []
+
+    run(go())
+
+
+def test_a_finished_pod_is_not_bound_and_its_deletion_clears_what_a_late_call_left() -> None:
+    """A stale bind or filter can reach a pod that already finished (it was released then). The
+    bind is refused; and when the pod is deleted, whatever such a call left behind goes too."""
+
+    async def go() -> None:
+        done = pod("u1", "job-0", "nlp", spec("nlp", 2))
+        done["spec"]["nodeName"] = "a100-r1-n1"
+        done["status"] = {"phase": "Succeeded"}
+        kube = FakeKube({("nlp", "job-0"): done}, [node(n) for n in Core(example().spec).topo.node_names])
+        s = kube_service(example(), kube).scheduler
+        sync = ClusterSync(s, kube)
+        await sync.start()
+        await sync.on_pod("MODIFIED", done)
+        assert "u1" in sync.done
+        b = await s.bind(bind_args(done, "a100-r1-n1"))
+        assert "finished" in b["Error"] and not s.core.ledger.pod_gang and s.cached("u1") is None
+        await s.filter(args(done))  # a stale filter: remembered again
+        assert s.cached("u1") is not None
+        await sync.on_pod("DELETED", done)
+        assert s.cached("u1") is None and "u1" not in s.gang_ledger.pods and not sync.done
+
+    run(go())
+
+
+def test_recovery_reserves_nothing_for_a_gang_whose_pods_are_all_being_deleted() -> None:
+    """An expired gang's bound members are evicted and terminate for a while; its open slots were
+    let go and may be someone else's by now. After a restart then, those pods keep their GPUs until
+    they are gone, but no reservation comes back for the slots no pod holds."""
+
+    async def go() -> None:
+        binder, clock = MemoryBinder(), Clock()
+        s = scheduler(binder, clock, ttl_seconds=30.0)
+        half = pod("a", "pair-0", "nlp", spec("nlp", 4, 2, "nlp/pair"))
+        await place(s, half)
+        clock.t += 31
+        await s.expire()  # pair-0 is evicted; the other half of the node is free again
+        other = pod("b", "other", "nlp", spec("nlp", 4))
+        _, node = await place(s, other)
+        api = bound_pods(s, binder, [half, other])
+        api[0]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"
+        assert api[0]["spec"]["nodeName"] == node  # the very GPUs pair's open slot had
+        fresh = Core(example().spec)
+        report = recover(fresh, api, now=0.0, namespace_vcs={"nlp": "nlp"})
+        assert violations(fresh) == [] and report.pods == 2 and report.open_slots == 0, report.lines()
+        assert fresh.gang("nlp/pair") is None and fresh.gang("nlp/other") is not None
+        held = fresh.ledger.by_id[fresh.ledger.pod_gang["a"]]
+        assert held.evicting and held.name.startswith("nlp/pair/evicted/")
 
     run(go())

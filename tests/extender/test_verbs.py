@@ -416,3 +416,65 @@ def test_filter_time_preemption_evicts_whole_victim_gangs_and_reserves() -> None
         assert violations(s.core) == []
 
     run(go())
+
+
+def test_promises_of_gangs_the_core_let_go_by_itself_are_dropped() -> None:
+    """Prioritize promises a slot to a pod for a few seconds. A reservation outbid by a preemptor
+    goes inside the core, without the scheduler hearing of it: its promises must still go."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = scheduler(clock=clock)
+        low = pod("l0", "low-0", "nlp", spec("nlp", 8, 3, "nlp/low", priority=0))
+        r = await s.filter(args(low))  # reserves every nlp node, promises a slot to low-0
+        assert r["NodeNames"] and s._tentative
+        high = pod("h0", "high", "nlp", spec("nlp", 8, priority=100))
+        await s.preempt(wire.parse_preemption_args({"Pod": high, "NodeNameToMetaVictims": {}}))
+        assert s.core.gang("nlp/low") is None  # outbid: it ran nothing, so it simply went
+        clock.t += 60
+        await s.expire()
+        assert s._tentative == {}
+
+    run(go())
+
+
+class RefusingBinder(MemoryBinder):
+    """Refuses the Bindings of the pods in `refuse`."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None:
+        if target.uid in self.refuse:
+            raise BindError("refused")
+        await super().bind(target, node, annotations)
+
+
+def test_a_failed_bind_gives_the_slot_back_without_renewing_the_reservation() -> None:
+    """A Binding that fails is no member leaving: the reservation keeps its deadline (or a gang
+    kept failing its last bind would stay half-bound for good), and a failed first member does not
+    give the whole reservation up."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = scheduler(RefusingBinder({"u1", "v0"}), clock, ttl_seconds=30.0)
+        text = spec("nlp", 4, 2, "nlp/pair")
+        await place(s, pod("u0", "w-0", "nlp", text))
+        gang = s.core.gang("nlp/pair")
+        assert gang is not None and gang.deadline == 1030.0
+        clock.t += 20
+        second = pod("u1", "w-1", "nlp", text)
+        r = await s.filter(args(second))
+        assert "refused" in (await s.bind(bind_args(second, r["NodeNames"][0])))["Error"]
+        assert gang.slot_of("u1") is None and gang.deadline == 1030.0
+        alone = pod("v0", "solo", "nlp", spec("nlp", 1))
+        r = await s.filter(args(alone))
+        assert "refused" in (await s.bind(bind_args(alone, r["NodeNames"][0])))["Error"]
+        kept = s.core.gang("nlp/solo")
+        assert kept is not None and kept.deadline == 1050.0  # still reserved, with its own deadline
+        clock.t += 11
+        assert {r.gang for r in await s.expire()} == {"nlp/pair"}
+        assert violations(s.core) == []
+
+    run(go())

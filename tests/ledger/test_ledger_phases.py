@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -253,3 +254,40 @@ def test_affinity_groups_resolve_with_and_without_their_namespace_prefix(name: s
     assert isinstance(got, Record) and got.gang == name and got.phase is Phase.RESERVED
     assert w.ledger.resolve(w.core, "other", "llm", None) is None
     assert [r.gang for r in w.ledger.all(w.core)] == [name]
+
+
+def test_a_pod_seen_in_another_gang_leaves_the_first_ones_record() -> None:
+    """An elastic member is first an extra (its own one-pod gang), then takes a slot of the core
+    when one opens: the extra's record must let it go, or it keeps a pod that no longer comes and
+    is never pruned."""
+    w = World()
+    pr = w.seen(fc_pod("ml", "tf", "ps", 0))
+    extra = replace(pr, request=replace(pr.request, name=f"{pr.gang}/extra/{pr.name}"))
+    w.ledger.seen(extra, fc_pod("ml", "tf", "ps", 0))
+    assert pr.uid in w.ledger.records[extra.gang].pods
+    w.ledger.seen(pr, fc_pod("ml", "tf", "ps", 0))  # filtered again: a member of the core now
+    assert pr.uid not in w.ledger.records[extra.gang].pods
+    w.ledger.pod_gone(w.core, pr.uid, w.wait_of)
+    w.clock.t += 5000
+    w.ledger.prune()
+    assert extra.gang not in w.ledger.records and pr.gang not in w.ledger.records
+
+
+def test_a_record_whose_gang_the_core_dropped_unheard_is_pruned() -> None:
+    """The core lets a reservation go by itself when a preemptor outbids it, and the ledger is not
+    told: the record stays in its last phase (Reserved). Once its gang is gone from the core and no
+    member has been seen for a while, pruning drops it as it drops a forgotten Pending one."""
+    w = World()
+    pr = w.seen(fc_pod("ml", "tf", "ps", 0))
+    w.place(pr)
+    assert ph(w.rec(pr)) is Phase.RESERVED
+    w.core.delete_gang(pr.gang)  # as an outbid reservation goes: the ledger hears nothing
+    w.ledger.pod_gone(w.core, pr.uid, w.wait_of)
+    w.clock.t += 5000
+    w.ledger.prune(w.core)
+    assert pr.gang not in w.ledger.records and ("ml", "tf") not in w.ledger.frameworks
+    kept = w.seen(fc_pod("ml", "tf", "ps", 0, attempt="1_b"))  # a placed gang's record stays
+    w.place(kept)
+    w.clock.t += 5000
+    w.ledger.prune(w.core)
+    assert kept.gang in w.ledger.records

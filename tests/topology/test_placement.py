@@ -190,7 +190,11 @@ def test_unclaimed_reservation_expires_and_frees_everything() -> None:
     assert core.expire(59.0) == []
     released = core.expire(60.0)
     assert [r.gang for r in released] == ["g"] and released[0].evict_pod_uids == ("p1",)
-    assert snapshot(core) == initial
+    assert core.gang("g") is None and violations(core) == []
+    held = core.ledger.by_id[core.ledger.pod_gang["p1"]]  # p1 runs until it is gone: so do its GPUs
+    assert held.name.startswith("g/evicted/") and len(held.held_leaves()) == 8
+    core.release_pod("p1", 61.0)
+    assert snapshot(core) == initial and core.gangs() == []
 
 
 def test_bound_gang_does_not_expire() -> None:

@@ -164,6 +164,28 @@ def test_reservation_of_a_preemptor_expires() -> None:
     assert snapshot(core) == before
 
 
+def test_an_expiring_victim_keeps_its_running_pods_gpus_from_the_preemptor() -> None:
+    """A half-bound victim's reservation expires while its bound pod is still being evicted: the
+    pod runs until it is gone, so the preemptor must not get its GPUs before then (they used to pass
+    to the preemptor at once, two pods on one GPU for the grace period)."""
+    core = one_rack(a=[("NODE", 4)])
+    low = gang("low", "a", (2, 8), priority=0, ttl_seconds=30.0)
+    assert isinstance(core.schedule(low, "low-0", 8, 0.0), Bind)  # the other member never comes
+    run(core, gang("fill", "a", (2, 8), priority=0), "fill")
+    hi = gang("hi", "a", (2, 8), priority=100)
+    p = core.preempt(hi, 1.0)
+    assert isinstance(p, Preemption) and {v.pod_uid for v in p.victims} == {"low-0"}
+    released = core.expire(31.0)
+    assert [(r.gang, r.evict_pod_uids) for r in released] == [("low", ("low-0",))]
+    g = core.gang("hi")
+    assert g is not None and g.phase.value == "Preempting"  # still waiting for low-0 to go
+    assert "low-0" in core.ledger.pod_gang and violations(core) == []
+    assert isinstance(core.schedule(hi, "h0", 8, 32.0), Wait)
+    core.release_pod("low-0", 40.0)
+    assert g.phase.value == "Reserved" and violations(core) == []
+    assert isinstance(core.schedule(hi, "h0", 8, 41.0), Bind)
+
+
 def test_a_victims_node_missing_from_the_suggestions_does_not_cancel_the_preemption() -> None:
     """kube-scheduler counts the victims' GPUs until they are gone, so it leaves their nodes out of the
     suggested list: that must not cancel the preemption, while leaving out a node of a slot that

@@ -1,0 +1,185 @@
+"""The soak's invariants, checked against the core and against what the API server shows.
+
+- **No GPU held twice**: among pods bound in the API and not finished (terminating ones included:
+  their containers still run), no (node, GPU index) from the bind annotations appears twice.
+- **The core and the API agree** (once the extender's pod watch has caught up): every pod the core
+  holds a slot for exists, is not finished, and is bound to that slot's node (or its Binding is
+  being written); every bound, unfinished pod carrying our bind info is held by the core on the
+  same node and GPUs. A GPU in use that the core thinks free is how a double allocation starts.
+- **No gang partially bound past its reservation**: a gang (one placement, as its members' bind
+  info records it) with some members bound and running and others missing stays so for at most
+  the reservation TTL plus slack (the expiry sweep's period and a margin), counted from when the
+  extender's pod watch has seen it so. A member leaving restarts the reservation's TTL
+  (`Core.release_pod`), so it restarts the clock here too; so does an extender restart, since
+  recovery re-creates an open reservation with a fresh TTL.
+- **The core's own guarantees**: `topology.invariants.violations`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, BindInfo, pod_bind_info
+from extender.kube import pods as kpods
+from extender.podspec import is_enabled
+from extender.verbs import Scheduler
+from topology.invariants import violations
+
+Obj = Mapping[str, Any]
+
+
+def terminating(pod: Obj) -> bool:
+    return kpods.meta(pod).get("deletionTimestamp") is not None
+
+
+_decoded: dict[tuple[str | None, ...], BindInfo | None] = {}
+
+
+def forget_decoded() -> None:
+    _decoded.clear()
+
+
+def bind_info(pod: Obj) -> BindInfo | None:
+    """The pod's bind info, decoded once per annotation text (YAML decoding dominates the checks)."""
+    ann = kpods.pod_annotations(pod)
+    k = tuple(ann.get(a) for a in (*BIND_INFO_ANNOTATIONS, *ISOLATION_ANNOTATIONS))
+    if k in _decoded:
+        return _decoded[k]
+    try:
+        info = pod_bind_info(ann)
+    except ValueError:
+        info = None
+    if len(_decoded) > 4096:  # a few hundred pods live at once: enough, and bounded
+        _decoded.clear()
+    _decoded[k] = info
+    return info
+
+
+def key(pod: Obj) -> str:
+    return f"{kpods.namespace(pod)}/{kpods.name(pod)}({kpods.uid(pod)[-6:]})"
+
+
+def double_held(pods: Iterable[Obj]) -> list[str]:
+    """Every (node, GPU) that two unfinished bound pods hold."""
+    holder: dict[tuple[str, int], Obj] = {}
+    out = []
+    for p in pods:
+        node = kpods.node_name(p)
+        if node is None or kpods.finished(p):
+            continue
+        info = bind_info(p)
+        if info is None:
+            continue
+        for gpu in info.gpus:
+            other = holder.get((node, gpu))
+            if other is not None:
+                state = " (one of them terminating)" if terminating(p) or terminating(other) else ""
+                out.append(f"GPU {gpu} of {node} held by {key(other)} and {key(p)}{state}")
+            else:
+                holder[(node, gpu)] = p
+    return out
+
+
+def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
+    """The core's slots against the API's pods; call only once the pod watch has caught up."""
+    out = []
+    core = s.core
+    by_uid = {kpods.uid(p): p for p in pods}
+    for uid, gid in sorted(core.ledger.pod_gang.items()):
+        gang = core.ledger.by_id.get(gid)
+        slot = gang.slot_of(uid) if gang is not None else None
+        if gang is None or slot is None:
+            out.append(f"core: pod {uid} maps to gang {gid}, which has no slot for it")
+            continue
+        slot_node = core.topo.node_names[slot.node]
+        p = by_uid.get(uid)
+        if p is None:
+            out.append(f"core holds GPUs on {slot_node} for pod {uid} (gang {gang.name}), deleted in the API")
+        elif kpods.finished(p):
+            out.append(f"core holds GPUs on {slot_node} for finished pod {key(p)} (gang {gang.name})")
+        elif kpods.node_name(p) is None:
+            if uid not in s._inflight:
+                out.append(f"core holds a slot on {slot_node} for unbound pod {key(p)}, no Binding in flight")
+        elif kpods.node_name(p) != slot_node:
+            out.append(f"core holds pod {key(p)} on {slot_node}, the API has it on {kpods.node_name(p)}")
+    for p in by_uid.values():
+        node = kpods.node_name(p)
+        if node is None or kpods.finished(p) or not is_enabled(p):
+            continue
+        info = bind_info(p)
+        if info is None:
+            continue
+        uid = kpods.uid(p)
+        held = core.ledger.by_id.get(core.ledger.pod_gang.get(uid, -1))
+        slot = held.slot_of(uid) if held is not None else None
+        what = "terminating pod" if terminating(p) else "pod"
+        if slot is None:
+            out.append(f"{what} {key(p)} runs on {node} GPUs {list(info.gpus)}, which the core does not hold")
+            continue
+        gpus = tuple(sorted(core.topo.gpu_index[x] for x in slot.leaves))
+        if (core.topo.node_names[slot.node], gpus) != (node, tuple(sorted(info.gpus))):
+            out.append(
+                f"{what} {key(p)} runs on {node} GPUs {list(info.gpus)}, the core holds "
+                f"{core.topo.node_names[slot.node]} {list(gpus)} for it"
+            )
+    return out
+
+
+@dataclass
+class PartialGangs:
+    """How long each placed gang has been partially bound (see the module docstring).
+
+    The clock of a gang starts, and starts again when a member leaves, at the first check where
+    the extender's pod watch has caught up: the reservation's TTL restarts when the extender sees
+    the member go (`Core.release_pod`), which a cut watch delays by its back-off and re-list."""
+
+    ttl: float
+    slack: float
+    since: dict[tuple[str, tuple[Any, ...]], tuple[float | None, int]] = field(default_factory=dict)
+    longest: float = 0.0
+
+    def restart(self) -> None:
+        """Recovery re-creates an open reservation with a fresh TTL."""
+        self.since = {k: (None, n) for k, (_, n) in self.since.items()}
+
+    def check(self, pods: Iterable[Obj], now: float, *, watched: bool) -> list[str]:
+        """`watched`: the extender's pod watch has caught up with every change so far."""
+        members: dict[tuple[str, tuple[Any, ...]], list[Obj]] = {}
+        for p in pods:  # a terminating member still runs, and holds its slot until it is gone
+            if kpods.node_name(p) is None or kpods.phase(p) == "Failed":
+                continue
+            info = bind_info(p)
+            if info is None or info.gang is None:
+                continue
+            shape = tuple((x.node, x.gpus) for x in info.placements)
+            members.setdefault((info.gang, shape), []).append(p)
+        out = []
+        seen = set()
+        for k, ms in members.items():
+            staying = [p for p in ms if not kpods.succeeded(p) and not terminating(p)]
+            if not staying or len(ms) >= len(k[1]):  # nothing stays (torn down), or whole
+                continue
+            seen.add(k)
+            since, count = self.since.get(k, (None, len(ms)))
+            if len(ms) < count:  # a member left: its slot's reservation starts again
+                since = None
+            if since is None and watched:
+                since = now
+            self.since[k] = (since, len(ms))
+            if since is None:
+                continue
+            self.longest = max(self.longest, now - since)
+            if now - since > self.ttl + self.slack:
+                out.append(
+                    f"gang {k[0]} has {len(ms)} of {len(k[1])} members bound for {now - since:.0f}s "
+                    f"(reservation TTL {self.ttl:.0f}s)"
+                )
+        for k in [k for k in self.since if k not in seen]:
+            del self.since[k]
+        return out
+
+
+def core_invariants(s: Scheduler) -> list[str]:
+    return [f"core: {v}" for v in violations(s.core)]

@@ -1,0 +1,669 @@
+"""An in-memory Kubernetes API server, and a client for it with the `AsyncKube` interface.
+
+`FakeApiServer` stores any object by its path, the way the real API server's generic registry
+does, so a resource the extender starts using (a custom resource such as
+`/apis/topogang.io/v1alpha1/namespaces/{ns}/gangreservations/{name}`, a Lease) works without
+changes here:
+
+- paths `/api/v1[/namespaces/{ns}]/{resource}[/{name}[/{subresource}]]` and
+  `/apis/{group}/{version}[/namespaces/{ns}]/{resource}[/{name}[/{subresource}]]`;
+- one resourceVersion counter for everything (etcd's revision), stamped on every write;
+- GET of an object (404 -> None, as `KubeApi.request` answers), of a collection (`items` and the
+  list's resourceVersion; equality label and field selectors), POST to a collection (409
+  AlreadyExists; `generateName`), PUT and merge-PATCH (409 Conflict on a stale resourceVersion or
+  another UID; `/status` changes only the status), DELETE (409 on a failed UID or resourceVersion
+  precondition);
+- pods as the real server treats them: DELETE of a pod bound to a node only marks it
+  (`deletionTimestamp`) until the kubelet lets it go (`finalize`), unless it already finished or
+  `gracePeriodSeconds` is 0; `pods/{name}/binding` sets `spec.nodeName` and merges the Binding's
+  annotations into the pod (409 when the UID differs or the pod is already bound or being
+  deleted); `pods/{name}/eviction` deletes;
+- Events are accepted and counted, not stored (a soak would otherwise keep every one);
+- watches fed from a change log: a watch from a resourceVersion older than the log's start (after
+  `compact`) fails with 410 Gone; `resourceVersion` "" or "0" starts with the current objects; a
+  watch ends cleanly after `watch_seconds`, as the client's `timeoutSeconds` makes the server end it.
+
+`FakeKube` is one process's connection to the server: every call goes through its fault
+injection first (`Fault`: an error status, a timeout before or after the server applied the
+request, a delay), its watches can be cut mid-stream (`cut_watches`) or ended the way the
+server's own timeout ends them (`end_watches`), and `close` drops everything, as a process dying
+would. Time is the event loop's (`asyncio.sleep` for delays and watch lag), which is virtual in
+the soak.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import copy
+import re
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote
+
+from extender.kube.client import WATCH_SECONDS, ApiError, AsyncKube, GoneError, KubeApi
+
+Obj = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------- paths
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A parsed API path: `group_version` is `v1` for the core group, else `group/version`."""
+
+    group_version: str
+    resource: str
+    namespace: str | None  # None: cluster-scoped, or a collection across every namespace
+    name: str | None
+    subresource: str | None
+
+    @property
+    def kind_key(self) -> tuple[str, str]:
+        return self.group_version, self.resource
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        assert self.name is not None
+        return self.group_version, self.resource, self.namespace or "", self.name
+
+
+def parse_path(path: str) -> Ref:
+    parts = [unquote(p) for p in path.split("?", 1)[0].strip("/").split("/")]
+    if parts[:1] == ["api"] and len(parts) >= 3:
+        gv, rest = parts[1], parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) >= 4:
+        gv, rest = f"{parts[1]}/{parts[2]}", parts[3:]
+    else:
+        raise ApiError(404, f"the server could not find the requested resource ({path})", "NotFound")
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3:  # /namespaces/{ns} alone is the Namespace object
+        namespace, rest = rest[1], rest[2:]
+    if len(rest) > 3 or not all(rest):
+        raise ApiError(404, f"the server could not find the requested resource ({path})", "NotFound")
+    return Ref(gv, rest[0], namespace, rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None)
+
+
+def _meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return _part(obj, "metadata")
+
+
+def _part(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """`obj[key]` when it is a mapping, else an empty (throw-away) one."""
+    v = obj.get(key)
+    return v if isinstance(v, dict) else {}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for k, v in patch.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = merge_patch(out.get(k), v)
+    return out
+
+
+def _lookup(obj: Mapping[str, Any], dotted: str) -> str | None:
+    cur: Any = obj
+    for part in dotted.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return None if cur is None else str(cur)
+
+
+_REQ = re.compile(r"^(!?)([^=!]+?)\s*(?:(==|=|!=)\s*(.*))?$")
+
+
+def _selector(text: str, get: Callable[[str], str | None], what: str) -> Callable[[], bool]:
+    """Equality-based selector terms (`k=v`, `k==v`, `k!=v`, `k`, `!k`), all of which must hold."""
+    terms: list[tuple[str, str, str]] = []  # (key, op, value); op: "exists", "absent", "=", "!="
+    for term in (t.strip() for t in text.split(",")):
+        if not term:
+            continue
+        m = _REQ.match(term)
+        if m is None or " in " in term or " notin " in term or (m.group(1) and m.group(3)):
+            raise ApiError(400, f"unsupported {what} {term!r}", "BadRequest")
+        key, op = m.group(2).strip(), m.group(3)
+        if op is None:
+            terms.append((key, "absent" if m.group(1) else "exists", ""))
+        else:
+            terms.append((key, "!=" if op == "!=" else "=", m.group(4).strip()))
+
+    def holds() -> bool:
+        for key, op, value in terms:
+            got = get(key)
+            ok = {"exists": got is not None, "absent": got is None, "=": got == value, "!=": got != value}[op]
+            if not ok:
+                return False
+        return True
+
+    return holds
+
+
+def _label_of(obj: Mapping[str, Any]) -> Callable[[str], str | None]:
+    labels = _part(_meta(obj), "labels")
+    return lambda k: None if k not in labels else str(labels[k])
+
+
+def matches(obj: Mapping[str, Any], query: Sequence[tuple[str, str]]) -> bool:
+    for key, value in query:
+        if key == "labelSelector":
+            if not _selector(value, _label_of(obj), key)():
+                return False
+        elif key == "fieldSelector" and not _selector(value, lambda k: _lookup(obj, k), key)():
+            return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------- watches
+@dataclass(eq=False)
+class WatchStream:
+    """One open watch: the events for it, queued as the server writes them."""
+
+    kind_key: tuple[str, str]
+    namespace: str | None
+    query: tuple[tuple[str, str], ...]
+    lag: float = 0.0  # each event is delivered this many seconds after it happened
+    queue: deque[tuple[float, str, Obj]] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    fault: BaseException | None = None  # raised at the next read (a cut connection)
+    ended: bool = False  # the server ended the watch (its timeout): the iteration just stops
+    idle: bool = False  # the reader is waiting with nothing queued: it has handled every event
+    delivered_rv: int = 0
+    ends_at: float = float("inf")  # the server ends the watch then (its timeoutSeconds)
+
+    def wants(self, kind_key: tuple[str, str], obj: Mapping[str, Any]) -> bool:
+        if kind_key != self.kind_key:
+            return False
+        if self.namespace is not None and _meta(obj).get("namespace") != self.namespace:
+            return False
+        return matches(obj, self.query)
+
+    def put(self, due: float, kind: str, obj: Obj) -> None:
+        self.queue.append((due + self.lag, kind, obj))
+        self.wake.set()
+
+    async def next(self) -> tuple[str, Obj] | None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if self.fault is not None:
+                raise self.fault
+            if self.ended:
+                return None
+            if self.queue:
+                due, kind, obj = self.queue[0]
+                if due > loop.time():  # watch lag (events queue in due order)
+                    await asyncio.sleep(due - loop.time())
+                    continue
+                self.queue.popleft()
+                rv = _meta(obj).get("resourceVersion")
+                if isinstance(rv, str) and rv.isdigit():
+                    self.delivered_rv = max(self.delivered_rv, int(rv))
+                return kind, obj
+            self.idle = True
+            self.wake.clear()
+            waiter = asyncio.ensure_future(self.wake.wait())
+            left = self.ends_at - loop.time()
+            try:
+                await asyncio.wait([waiter], timeout=left if left != float("inf") else None)
+            finally:
+                waiter.cancel()
+                self.idle = False
+            if loop.time() >= self.ends_at and not self.queue:
+                return None
+
+
+# ---------------------------------------------------------------------------------------- server
+class FakeApiServer:
+    """Objects by path, a resourceVersion counter, a change log for watches."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] | None = None,
+        wall_offset: float = 1_700_000_000.0,
+        log_size: int = 2000,
+    ) -> None:
+        self.clock = clock or (lambda: asyncio.get_running_loop().time())
+        self.wall_offset = wall_offset  # wall time = clock + offset (timestamps in objects)
+        self.objects: dict[tuple[str, str, str, str], Obj] = {}
+        self.rv = 0
+        self.log: deque[tuple[int, tuple[str, str], str, Obj]] = deque(maxlen=log_size)
+        self.first_rv = 1  # the oldest resourceVersion a watch may resume from
+        self.streams: dict[WatchStream, None] = {}  # ordered: a seed replays the same deliveries
+        self.uids = 0
+        self.names = 0
+        self.events: deque[Obj] = deque(maxlen=200)  # the latest Events, for a test to read
+        self.event_count = 0
+        self.absent: set[tuple[str, str]] = set()  # resource types "not installed" (404)
+        self.watch_seconds = float(WATCH_SECONDS)  # a watch ends cleanly after this, as the client asks
+
+    # -------------------------------------------------------------------- bookkeeping
+    def _now_text(self) -> str:
+        return datetime.fromtimestamp(self.clock() + self.wall_offset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    def _new_uid(self) -> str:
+        self.uids += 1
+        return f"00000000-0000-4000-8000-{self.uids:012x}"
+
+    def _record(self, ref: Ref, kind: str, obj: Obj) -> None:
+        """Stamp a new resourceVersion on `obj` (already stored, or just removed) and tell watches."""
+        self.rv += 1
+        _meta(obj)["resourceVersion"] = str(self.rv)
+        snapshot = copy.deepcopy(obj)
+        if self.log.maxlen is not None and len(self.log) == self.log.maxlen:
+            self.first_rv = self.log[0][0] + 1
+        self.log.append((self.rv, ref.kind_key, kind, snapshot))
+        now = self.clock()
+        for s in self.streams:
+            if s.wants(ref.kind_key, snapshot):
+                s.put(now, kind, copy.deepcopy(snapshot))
+
+    def compact(self) -> None:
+        """Forget the change log (etcd compaction): a watch resuming from before now gets 410."""
+        self.log.clear()
+        self.first_rv = self.rv + 1
+
+    def bookmark(self) -> None:
+        """Every open watch gets a BOOKMARK carrying the current resourceVersion."""
+        for s in self.streams:
+            s.put(self.clock(), "BOOKMARK", {"metadata": {"resourceVersion": str(self.rv)}})
+
+    def _known(self, ref: Ref) -> None:
+        if ref.kind_key in self.absent:
+            raise ApiError(404, f"the server has no resource type {ref.resource}", "NotFound")
+
+    # -------------------------------------------------------------------- reads
+    def get(self, path: str) -> Obj | None:
+        ref = parse_path(path)
+        self._known(ref)
+        if ref.name is None:
+            raise ApiError(405, "GET of a collection: use list", "MethodNotAllowed")
+        obj = self.objects.get(ref.key)
+        return copy.deepcopy(obj) if obj is not None else None
+
+    def list(self, path: str, query: Sequence[tuple[str, str]] = ()) -> tuple[builtins.list[Obj], str]:
+        ref = parse_path(path)
+        self._known(ref)
+        if ref.name is not None:
+            raise ApiError(405, f"{path} is not a collection", "MethodNotAllowed")
+        items = [
+            copy.deepcopy(o)
+            for (gv, res, ns, _), o in sorted(self.objects.items())
+            if (gv, res) == ref.kind_key
+            and (ref.namespace is None or ns == ref.namespace)
+            and matches(o, query)
+        ]
+        return items, str(self.rv)
+
+    def items(self, gv: str, resource: str) -> builtins.list[Obj]:
+        """Every stored object of one type (the live dicts: read, do not change)."""
+        return [o for (g, r, _, _), o in self.objects.items() if (g, r) == (gv, resource)]
+
+    # -------------------------------------------------------------------- writes
+    def create(self, path: str, body: Mapping[str, Any]) -> Obj:
+        ref = parse_path(path)
+        self._known(ref)
+        if ref.subresource is not None or (ref.name is not None and ref.subresource is None):
+            raise ApiError(405, f"POST to {path}", "MethodNotAllowed")
+        obj: Obj = copy.deepcopy(dict(body))
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise ApiError(422, "metadata.name or generateName is required", "Invalid")
+            self.names += 1
+            meta["name"] = f"{prefix}{self.names:05x}"
+        if ref.namespace is not None:
+            if meta.get("namespace") not in (None, "", ref.namespace):
+                raise ApiError(400, "the namespace of the object does not match the path", "BadRequest")
+            meta["namespace"] = ref.namespace
+        key = (ref.group_version, ref.resource, ref.namespace or "", meta["name"])
+        if key in self.objects:
+            raise ApiError(409, f'{ref.resource} "{meta["name"]}" already exists', "AlreadyExists")
+        meta["uid"] = self._new_uid()
+        meta["creationTimestamp"] = self._now_text()
+        meta.pop("deletionTimestamp", None)
+        self.objects[key] = obj
+        self._record(ref, "ADDED", obj)
+        return copy.deepcopy(obj)
+
+    def _existing(self, ref: Ref) -> Obj:
+        obj = self.objects.get(ref.key)
+        if obj is None:
+            raise ApiError(404, f'{ref.resource} "{ref.name}" not found', "NotFound")
+        return obj
+
+    @staticmethod
+    def _preconditions(obj: Obj, uid: object, rv: object, what: str) -> None:
+        meta = _meta(obj)
+        if uid and uid != meta.get("uid"):
+            raise ApiError(
+                409,
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta.get('uid')}",
+                "Conflict",
+            )
+        if rv and rv != meta.get("resourceVersion"):
+            raise ApiError(
+                409,
+                f"Operation cannot be fulfilled on {what}: the object has been modified; "
+                "please apply your changes to the latest version and try again",
+                "Conflict",
+            )
+
+    def replace(self, path: str, body: Mapping[str, Any]) -> Obj:
+        ref = parse_path(path)
+        self._known(ref)
+        obj = self._existing(ref)
+        new = copy.deepcopy(dict(body))
+        nm = _part(new, "metadata")
+        self._preconditions(obj, nm.get("uid"), nm.get("resourceVersion"), f"{ref.resource} {ref.name!r}")
+        return self._store(ref, obj, new)
+
+    def patch(self, path: str, body: Mapping[str, Any]) -> Obj:
+        ref = parse_path(path)
+        self._known(ref)
+        obj = self._existing(ref)
+        pm = _part(body, "metadata")
+        self._preconditions(obj, pm.get("uid"), pm.get("resourceVersion"), f"{ref.resource} {ref.name!r}")
+        return self._store(ref, obj, merge_patch(obj, body))
+
+    def _store(self, ref: Ref, old: Obj, new: Obj) -> Obj:
+        if ref.subresource == "status":
+            out = copy.deepcopy(old)
+            out["status"] = new.get("status")
+        elif ref.subresource is None:
+            out = new
+            if "status" not in out and "status" in old:  # the main resource does not clear status
+                out["status"] = copy.deepcopy(old["status"])
+        else:
+            raise ApiError(404, f"{ref.resource}/{ref.subresource} cannot be updated", "NotFound")
+        meta = out.setdefault("metadata", {})
+        keep = _meta(old)
+        for k in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp"):
+            if k in keep:
+                meta[k] = keep[k]
+        self.objects[ref.key] = out
+        self._record(ref, "MODIFIED", out)
+        return copy.deepcopy(out)
+
+    def delete(self, path: str, body: Mapping[str, Any] | None = None) -> Obj:
+        ref = parse_path(path)
+        self._known(ref)
+        if ref.subresource is not None:
+            raise ApiError(405, f"DELETE of {path}", "MethodNotAllowed")
+        obj = self._existing(ref)
+        opts = body or {}
+        pre = _part(opts, "preconditions")
+        self._preconditions(obj, pre.get("uid"), pre.get("resourceVersion"), f"{ref.resource} {ref.name!r}")
+        graceful = ref.kind_key == ("v1", "pods") and opts.get("gracePeriodSeconds") != 0
+        spec = _part(obj, "spec")
+        status = _part(obj, "status")
+        if graceful and spec.get("nodeName") and status.get("phase") not in ("Succeeded", "Failed"):
+            meta = _meta(obj)
+            if meta.get("deletionTimestamp") is None:  # the kubelet stops it, then `finalize`
+                meta["deletionTimestamp"] = self._now_text()
+                meta["deletionGracePeriodSeconds"] = int(spec.get("terminationGracePeriodSeconds", 30))
+                self._record(ref, "MODIFIED", obj)
+            return copy.deepcopy(obj)
+        return self._remove(ref)
+
+    def _remove(self, ref: Ref) -> Obj:
+        obj = self.objects.pop(ref.key)
+        self._record(ref, "DELETED", obj)
+        return copy.deepcopy(obj)
+
+    def finalize(self, path: str) -> bool:
+        """The kubelet has stopped a pod being deleted: it goes for good (False: it was gone)."""
+        ref = parse_path(path)
+        if ref.name is None or ref.key not in self.objects:
+            return False
+        self._remove(ref)
+        return True
+
+    # -------------------------------------------------------------------- subresources
+    def bind(self, ref: Ref, body: Mapping[str, Any]) -> Obj:
+        """`pods/{name}/binding`: node and annotations onto the pod, as the registry's `assignPod`."""
+        pod = self._existing(Ref(ref.group_version, ref.resource, ref.namespace, ref.name, None))
+        meta, bmeta = _meta(pod), _part(body, "metadata")
+        self._preconditions(pod, bmeta.get("uid"), None, f"pods {ref.name!r}")
+        target = _part(body, "target")
+        node = target.get("name")
+        if not isinstance(node, str) or not node:
+            raise ApiError(422, "Binding.target.name is required", "Invalid")
+        if meta.get("deletionTimestamp") is not None:
+            raise ApiError(409, f"pod {ref.name} is being deleted, cannot be assigned to a host", "Conflict")
+        spec = pod.setdefault("spec", {})
+        if spec.get("nodeName"):
+            raise ApiError(
+                409,
+                f"Operation cannot be fulfilled on pods/binding {ref.name!r}: pod {ref.name} is already "
+                f"assigned to node {spec['nodeName']!r}",
+                "Conflict",
+            )
+        spec["nodeName"] = node
+        ann = bmeta.get("annotations")
+        if isinstance(ann, dict) and ann:
+            meta.setdefault("annotations", {}).update({str(k): str(v) for k, v in ann.items()})
+        status = pod.setdefault("status", {})
+        status.setdefault("conditions", []).append({"type": "PodScheduled", "status": "True"})
+        self._record(Ref(ref.group_version, ref.resource, ref.namespace, ref.name, None), "MODIFIED", pod)
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+
+    # -------------------------------------------------------------------- the request surface
+    def handle(
+        self, method: str, path: str, query: Sequence[tuple[str, str]], body: Mapping[str, Any] | None
+    ) -> Obj:
+        """One request; ApiError for any non-2xx answer (404 included)."""
+        ref = parse_path(path)
+        pods = ref.kind_key == ("v1", "pods")
+        if method == "POST" and ref.resource == "events" and ref.name is None:
+            self.event_count += 1
+            self.events.append(copy.deepcopy(dict(body or {})))
+            return dict(body or {})
+        if method == "POST" and pods and ref.subresource == "binding":
+            return self.bind(ref, body or {})
+        if method == "POST" and pods and ref.subresource == "eviction":
+            self.delete(path.rsplit("/", 1)[0], _part(body or {}, "deleteOptions"))
+            return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
+        if method == "GET":
+            if ref.name is None:
+                items, rv = self.list(path, query)
+                return {"kind": "List", "metadata": {"resourceVersion": rv}, "items": items}
+            got = self.get(path)
+            if got is None:
+                raise ApiError(404, f'{ref.resource} "{ref.name}" not found', "NotFound")
+            return got
+        if method == "POST":
+            return self.create(path, body or {})
+        if method == "PUT":
+            return self.replace(path, body or {})
+        if method == "PATCH":
+            return self.patch(path, body or {})
+        if method == "DELETE":
+            return self.delete(path, body)
+        raise ApiError(405, f"{method} {path}", "MethodNotAllowed")
+
+    def open_watch(
+        self, path: str, resource_version: str, query: Sequence[tuple[str, str]], lag: float
+    ) -> WatchStream:
+        ref = parse_path(path)
+        self._known(ref)
+        if ref.name is not None:
+            raise ApiError(405, "watch of a single object is not supported here", "MethodNotAllowed")
+        s = WatchStream(ref.kind_key, ref.namespace, tuple(query), lag)
+        now = self.clock()
+        s.ends_at = now + self.watch_seconds
+        if resource_version in ("", "0"):
+            for obj in self.list(path, query)[0]:
+                s.put(now, "ADDED", obj)
+        else:
+            rv = int(resource_version)
+            if rv + 1 < self.first_rv:
+                raise GoneError(410, f"too old resource version: {rv} ({self.first_rv - 1})", "Expired")
+            for at, kind_key, kind, obj in self.log:
+                if at > rv and s.wants(kind_key, obj):
+                    s.put(now, kind, copy.deepcopy(obj))
+        self.streams[s] = None
+        return s
+
+    def close_watch(self, s: WatchStream) -> None:
+        self.streams.pop(s, None)
+
+
+# ---------------------------------------------------------------------------------------- faults
+@dataclass
+class Fault:
+    """What the next `count` requests matching `method` and `path` (a regex, searched) suffer.
+
+    kind: "error" (answer `status` without applying), "timeout" (raise TimeoutError without
+    applying), "lost-reply" (apply, then raise TimeoutError: the client never hears it worked),
+    "delay" (wait `seconds`, then apply)."""
+
+    method: str
+    path: str
+    kind: str
+    count: int = 1
+    status: int = 500
+    seconds: float = 0.0
+    label: str = ""  # what `FakeKube.injected` counts it as (default: the kind)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("error", "timeout", "lost-reply", "delay"):
+            raise ValueError(f"unknown fault kind {self.kind!r}")
+        self._re = re.compile(self.path)
+
+    def matches(self, method: str, path: str) -> bool:
+        return self.count > 0 and method == self.method and self._re.search(path) is not None
+
+
+class ConnectionClosedError(ConnectionError):
+    """The client was closed (its process is gone)."""
+
+
+class FakeKube(AsyncKube):
+    """One process's view of a `FakeApiServer`, with fault injection; drop-in for `AsyncKube`."""
+
+    def __init__(self, server: FakeApiServer, *, watch_lag: float = 0.0) -> None:
+        super().__init__(KubeApi(None))
+        self.server = server
+        self.watch_lag = watch_lag
+        self.faults: list[Fault] = []
+        self.streams: dict[WatchStream, None] = {}
+        self.requests: dict[str, int] = {}  # "METHOD resource[/subresource]" -> count
+        self.injected: dict[str, int] = {}  # fault label -> how many times it fired
+        self.closed = False
+
+    def inject(self, fault: Fault) -> None:
+        self.faults.append(fault)
+
+    def _fault(self, method: str, path: str) -> Fault | None:
+        for f in self.faults:
+            if f.matches(method, path):
+                f.count -= 1
+                self.faults = [x for x in self.faults if x.count > 0]
+                label = f.label or f.kind
+                self.injected[label] = self.injected.get(label, 0) + 1
+                return f
+        return None
+
+    def _alive(self) -> None:
+        if self.closed:
+            raise ConnectionClosedError("the client is closed")
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        query: Sequence[tuple[str, str]] = (),
+        body: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        self._alive()
+        ref = parse_path(path)
+        what = f"{method} {ref.resource}" + (f"/{ref.subresource}" if ref.subresource else "")
+        self.requests[what] = self.requests.get(what, 0) + 1
+        fault = self._fault(method, path)
+        if fault is not None:
+            if fault.kind == "error":
+                raise ApiError(fault.status, "injected fault", "InternalError")
+            if fault.kind == "timeout":
+                raise TimeoutError(f"{method} {path}: timed out (injected)")
+            if fault.kind == "delay":
+                await asyncio.sleep(fault.seconds)
+                self._alive()
+        try:
+            out = self.server.handle(method, path, query, body)
+        except ApiError as err:
+            if err.status == 404:
+                return None
+            raise
+        if fault is not None and fault.kind == "lost-reply":
+            raise TimeoutError(f"{method} {path}: no reply (injected; the server applied it)")
+        return out
+
+    async def list(
+        self, path: str, query: Sequence[tuple[str, str]] = ()
+    ) -> tuple[list[dict[str, Any]], str]:
+        self._alive()
+        fault = self._fault("LIST", path)
+        if fault is not None:
+            if fault.kind == "delay":
+                await asyncio.sleep(fault.seconds)
+            elif fault.kind == "error":
+                raise ApiError(fault.status, "injected fault", "InternalError")
+            else:
+                raise TimeoutError(f"list {path}: timed out (injected)")
+        return self.server.list(path, query)
+
+    async def watch(
+        self, path: str, resource_version: str, query: Sequence[tuple[str, str]] = ()
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        self._alive()
+        stream = self.server.open_watch(path, resource_version, query, self.watch_lag)
+        self.streams[stream] = None
+        try:
+            while True:
+                item = await stream.next()
+                if item is None:
+                    return
+                yield item
+        finally:
+            self.streams.pop(stream, None)
+            self.server.close_watch(stream)
+
+    # -------------------------------------------------------------------- watch faults
+    def cut_watches(self) -> int:
+        """Every open watch fails at its next read, as a dropped connection does."""
+        for s in self.streams:
+            s.fault = ConnectionResetError("watch connection reset (injected)")
+            s.wake.set()
+        return len(self.streams)
+
+    def end_watches(self) -> int:
+        """Every open watch ends cleanly, as the server's `timeoutSeconds` ends it."""
+        for s in self.streams:
+            s.ended = True
+            s.wake.set()
+        return len(self.streams)
+
+    def caught_up(self, path: str) -> bool:
+        """Whether a watch of `path` is open and its reader has handled every event so far."""
+        ref = parse_path(path)
+        return any(
+            s.kind_key == ref.kind_key and s.namespace == ref.namespace and s.idle and not s.queue
+            for s in self.streams
+        )
+
+    def close(self) -> None:
+        """The process is gone: its watches fail and every later request raises."""
+        self.closed = True
+        for s in list(self.streams):
+            s.fault = ConnectionClosedError("the client is closed")
+            s.wake.set()

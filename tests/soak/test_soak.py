@@ -1,0 +1,84 @@
+"""The soak (`tests.soak.driver`) in the suite: a few seeds, a few thousand operations in all, on
+virtual time. `pytest -s tests/soak` prints each seed's figures.
+
+Longer, by hand: `.venv/bin/python -m tests.soak.driver --ops 50000 --seed 7` (see the driver), or
+this file with TOPOGANG_SOAK_OPS (operations per seed) and TOPOGANG_SOAK_SEEDS (comma-separated).
+
+It also checks that the soak can fail: with a bug put back into the extender on purpose, the
+invariants it checks must report it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import pytest
+
+from extender.kube.service import ClusterSync
+from tests.soak.driver import Options, Report, run_soak
+from topology.core import Core
+
+OPS = int(os.environ.get("TOPOGANG_SOAK_OPS", "1000"))
+SEEDS = [int(s) for s in os.environ.get("TOPOGANG_SOAK_SEEDS", "1,2,3").split(",")]
+MIB = 1024  # RSS figures are in KiB
+
+pytestmark = pytest.mark.soak
+
+
+def show(report: Report) -> None:
+    print("\n" + "\n".join(report.lines()))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_invariant_holds_under_randomized_faults(seed: int) -> None:
+    report = run_soak(Options(ops=OPS, seed=seed))
+    show(report)
+    assert report.violation_count == 0, "\n".join(report.lines())
+    assert report.ops == OPS and report.outcomes["bind ok"] > 0
+    # the faults it is about did happen: a soak that injected none would prove nothing
+    fired = report.faults
+    assert sum(n for kind, n in fired.items() if re.fullmatch(r"binding \d+", kind)) > 0
+    for kind in (
+        "binding reply lost (applied)",
+        "binding timeout (not applied)",
+        "watch cut",
+        "watch 410 Gone",
+        "duplicate bind",
+        "stale bind",
+        "filter after bind",
+    ):
+        assert fired[kind] > 0, f"no {kind!r} in {fired}"
+    assert report.restarts > 0
+    # memory: every per-pod collection is empty at the end (else a violation above); Python objects
+    # come back to where they started, whatever the number of operations, and RSS grows no more in
+    # the second half than in the first (generous bounds: these catch leaks, not noise)
+    assert report.objects["end"] - report.objects["start"] < 2000, report.objects
+    rss = report.rss_kib
+    assert rss["end of operations"] - rss["middle"] <= max(rss["middle"] - rss["start"], 32 * MIB), rss
+
+
+def test_a_seed_replays_exactly() -> None:
+    def figures(r: Report) -> tuple[Any, ...]:
+        return (r.ops_by_kind, r.faults, r.outcomes, r.restarts, r.virtual_seconds, r.violations)
+
+    assert figures(run_soak(Options(ops=250, seed=11))) == figures(run_soak(Options(ops=250, seed=11)))
+
+
+def test_the_soak_reports_a_sync_that_misses_deletions(monkeypatch: pytest.MonkeyPatch) -> None:
+    heard = ClusterSync.on_pod
+
+    async def deaf(self: ClusterSync, kind: str, pod: dict[str, Any]) -> None:
+        if kind != "DELETED":
+            await heard(self, kind, pod)
+
+    monkeypatch.setattr(ClusterSync, "on_pod", deaf)
+    report = run_soak(Options(ops=300, seed=1, restarts=False))
+    assert any("deleted in the API" in v for v in report.violations), "\n".join(report.lines())
+
+
+def test_the_soak_reports_reservations_that_never_expire(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Core, "expire", lambda self, now: [])
+    report = run_soak(Options(ops=300, seed=1, restarts=False))
+    assert any("members bound for" in v for v in report.violations), "\n".join(report.lines())
