@@ -147,6 +147,7 @@ class Scheduler:
         self.not_ready_reason = "starting"
         self._pods: OrderedDict[str, _Cached] = OrderedDict()
         self._uid_by_name: dict[tuple[str, str], str] = {}
+        self._gang_pods: dict[str, set[str]] = {}  # cached pods by gang: who may still claim a slot
         self._waiting: dict[str, Waiting] = {}
         self._tentative: dict[tuple[str, int], tuple[str, float]] = {}
         self._inflight: dict[str, asyncio.Future[str]] = {}
@@ -188,18 +189,30 @@ class Scheduler:
         )
 
     def _remember(self, pr: PodRequest, text: str | None) -> None:
+        old = self._pods.get(pr.uid)
+        if old is not None and old.request.gang != pr.gang:
+            self._unindex(pr.uid, old)
         self._pods[pr.uid] = _Cached(pr, text)
         self._pods.move_to_end(pr.uid)
         self._uid_by_name[(pr.namespace, pr.name)] = pr.uid
+        self._gang_pods.setdefault(pr.gang, set()).add(pr.uid)
         while len(self._pods) > POD_CACHE_SIZE:
             uid, old = self._pods.popitem(last=False)
-            if self._uid_by_name.get((old.request.namespace, old.request.name)) == uid:
-                del self._uid_by_name[(old.request.namespace, old.request.name)]
+            self._unindex(uid, old)
 
     def forget_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
-        if old is not None and self._uid_by_name.get((old.request.namespace, old.request.name)) == uid:
+        if old is not None:
+            self._unindex(uid, old)
+
+    def _unindex(self, uid: str, old: _Cached) -> None:
+        if self._uid_by_name.get((old.request.namespace, old.request.name)) == uid:
             del self._uid_by_name[(old.request.namespace, old.request.name)]
+        pods = self._gang_pods.get(old.request.gang)
+        if pods is not None:
+            pods.discard(uid)
+            if not pods:
+                del self._gang_pods[old.request.gang]
 
     def cached(self, uid: str) -> PodRequest | None:
         c = self._pods.get(uid)
@@ -602,11 +615,26 @@ class Scheduler:
     async def pod_gone(self, uid: str, *, finished: bool = False) -> Released | None:
         """A pod was deleted (or completed): its slot opens, and its gang goes when no member is left."""
         async with self.lock:
+            cached = self.cached(uid)
             released = self.core.release_pod(uid, self.clock(), finished=finished)
+            if released is None and cached is not None and not finished:
+                released = self._abandoned(cached.gang, uid)
             self._released(released)
             self.gang_ledger.pod_gone(self.core, uid, self.waiting_of)
         self.forget_pod(uid)
         return released
+
+    def _abandoned(self, gang: str, deleted: str) -> Released | None:
+        """The reservation (or preemption) of a gang none of whose pods is bound or known alive any
+        more: the job was deleted before it started, so its cells go now rather than at its TTL, and
+        victims of its preemption are spared. A pod of it seen later simply places the gang afresh."""
+        g = self.core.gang(gang)
+        if g is None or any(s.pod_uid is not None or s.finished for s in g.slots):
+            return None
+        if self._gang_pods.get(gang, set()) - {deleted}:
+            return None
+        log.info("gang %s: every pod deleted before any was bound; reservation released", gang)
+        return self.core.delete_gang(gang)
 
     async def _supersede(self, old: str, new: str) -> None:
         """A pod of a newer framework attempt arrived: the older attempt's gang goes, and any of its

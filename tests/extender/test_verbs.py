@@ -389,6 +389,65 @@ def test_a_deleted_member_frees_its_slot_for_the_retry() -> None:
     run(go())
 
 
+def test_a_gang_whose_pods_are_all_deleted_before_binding_lets_its_cells_go_at_once() -> None:
+    """A job deleted before it started: its reservation goes with its last pod, not at its TTL;
+    while one of its pods is still around (filtered, not bound) the reservation stays."""
+
+    async def go() -> None:
+        s = scheduler()
+        a = pod("ua", "a", "vision", spec("vision", 8, 2, "vision/two"))
+        b = pod("ub", "b", "vision", spec("vision", 8, 2, "vision/two"))
+        assert (await s.filter(args(a)))["NodeNames"]
+        assert (await s.filter(args(b)))["NodeNames"]
+        await s.pod_gone("ua")
+        assert s.core.gang("vision/two") is not None  # b may still bind
+        await s.pod_gone("ub")
+        assert s.core.gang("vision/two") is None
+        assert s.core.gangs() == []  # nothing held: its cells are free for the next job
+        assert violations(s.core) == []
+        # a gang with a member bound is not abandoned when its pending pod goes
+        c = pod("uc", "c", "vision", spec("vision", 8, 2, "vision/three"))
+        d = pod("ud", "d", "vision", spec("vision", 8, 2, "vision/three"))
+        _, node = await place(s, c)
+        assert node is not None
+        assert (await s.filter(args(d)))["NodeNames"]
+        await s.pod_gone("ud")
+        assert s.core.gang("vision/three") is not None
+
+    run(go())
+
+
+def test_a_preemptor_whose_pods_are_all_deleted_is_cancelled() -> None:
+    """Deleting every pending pod of a preemptor cancels its preemption: it holds nothing once its
+    victims (evicted already) are gone, instead of keeping their cells until its TTL."""
+
+    async def go() -> None:
+        evicted: list[str] = []
+
+        async def evict(uids: Any, reason: str) -> None:
+            evicted.extend(uids)
+
+        s = scheduler(evictor=evict, preempt_on_filter=True)
+        for i in range(3):
+            await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+        hi = pod("hi", "hi", "nlp", spec("nlp", 8, priority=600))
+        await s.filter(args(hi))
+        await asyncio.sleep(0)
+        request = s.cached("hi")
+        assert request is not None
+        g = s.core.gang(request.gang)
+        assert g is not None and g.phase.value == "Preempting" and evicted
+        await s.pod_gone("hi")  # the job is deleted while its victims are still terminating
+        assert s.core.gang(g.name) is None and violations(s.core) == []
+        for uid in evicted:
+            await s.pod_gone(uid)
+        left = {x.name for x in s.core.gangs()}
+        assert left == {f"nlp/low-{i}" for i in range(3)} - {f"nlp/low-{u[3:]}" for u in evicted}
+        assert violations(s.core) == []
+
+    run(go())
+
+
 def test_filter_time_preemption_evicts_whole_victim_gangs_and_reserves() -> None:
     async def go() -> None:
         evicted: list[str] = []

@@ -855,6 +855,7 @@ class Soak:
         return {
             "scheduler.pods": len(s._pods),
             "scheduler.uid_by_name": len(s._uid_by_name),
+            "scheduler.gang_pods": len(s._gang_pods),
             "scheduler.waiting": len(s._waiting),
             "scheduler.tentative": len(s._tentative),
             "scheduler.inflight": len(s._inflight),
