@@ -394,9 +394,10 @@ class Core:
         )
 
     def open_slots(self, gang_name: str, leaf_number: int, slot_key: str | None = None) -> list[PodPlacement]:
-        """Unclaimed slots of this shape (the nodes a filter call may return), in rank order."""
+        """Unclaimed slots of this shape (the nodes a filter call may return), in rank order. None
+        while the gang waits for victims to go: `claim` refuses them until then."""
         gang = self.ledger.by_name.get(gang_name)
-        if gang is None:
+        if gang is None or gang.pending:
             return []
         topo = self.topo
         out = []
@@ -426,7 +427,11 @@ class Core:
         pod_name: str | None = None,
     ) -> Bind:
         """Give `pod_uid` a slot of the gang (on `node` when given). Idempotent for the same pod; a
-        pod with the slot key of an earlier pod (a retry) takes that slot back."""
+        pod with the slot key of an earlier pod (a retry) takes that slot back.
+
+        Refused while the gang waits for preempted pods to go (`GangPhase.PREEMPTING`): their GPUs
+        are still in use. Filter answers Wait then, but a bind can come without it (kube-scheduler
+        binding from an answer about an earlier reservation of the same name, or retrying)."""
         gang = self.ledger.by_name.get(gang_name)
         if gang is None:
             raise UserError("affinityGroup.name", f"gang {gang_name} has no reservation")
@@ -438,6 +443,12 @@ class Core:
                     f"pod already holds slot {mine.index} on {self.topo.node_names[mine.node]}, not {node}",
                 )
             return self._bind(gang, mine, pod_uid)
+        if gang.pending:
+            victims = preemption.live_victims(self, gang.victims)
+            raise UserError(
+                "affinityGroup.name",
+                f"gang {gang_name} waits for {len(victims)} preempted pods to go before its pods bind",
+            )
         other = self.ledger.by_id.get(self.ledger.pod_gang.get(pod_uid, -1))
         if other is not None:  # a pod has one slot: a second would outlive the pod
             raise UserError("affinityGroup.name", f"pod {pod_uid} already holds a slot of gang {other.name}")

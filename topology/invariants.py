@@ -56,6 +56,10 @@ def _no_double_allocation(core: Core) -> list[str]:
     for leaf in core.topo.leaves:
         if st.leaf_reserver[leaf] != reserved.get(leaf, NO_GANG):
             out.append(f"leaf {core.topo.address[leaf]} reserver mark disagrees with the ledger")
+    for gang in core.gangs():  # the victim's pod still runs there: two pods on one GPU
+        for s in gang.slots:
+            if s.pod_uid is not None and gang.pending.intersection(s.leaves):
+                out.append(f"pod {s.pod_uid} claimed slot {s.index} of {gang.name}, still held by a victim")
     return out
 
 

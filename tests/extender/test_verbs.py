@@ -477,6 +477,40 @@ def test_filter_time_preemption_evicts_whole_victim_gangs_and_reserves() -> None
     run(go())
 
 
+def test_a_bind_onto_a_gang_still_waiting_for_its_victims_is_refused() -> None:
+    """A bind can come without a filter that passed for this reservation (an answer about an
+    earlier reservation of the gang's name, a retried or stale bind): while the gang waits for its
+    victims to go, their pods still run on its GPUs, so no Binding may be written there (the soak
+    found two pods on one GPU this way)."""
+
+    async def go() -> None:
+        evicted: list[str] = []
+
+        async def evict(uids: Any, reason: str) -> None:
+            evicted.extend(uids)
+
+        s = scheduler(evictor=evict, preempt_on_filter=True)
+        for i in range(3):
+            await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+        p = pod("hi", "hi", "nlp", spec("nlp", 8, priority=600))
+        r = await s.filter(args(p))
+        await asyncio.sleep(0)  # the eviction runs in the background
+        assert r["NodeNames"] == [] and evicted
+        [g] = [g for g in s.core.gangs() if g.pending]
+        node = s.core.placement_of(g).pods[0].node
+        assert (await s.prioritize(args(p, [node])))[0]["Score"] == 0  # no slot to offer yet
+        b = await s.bind(bind_args(p, node))
+        assert "preempted pods" in b["Error"], b
+        assert isinstance(s.binder, MemoryBinder) and "hi" not in s.binder.bound
+        assert "hi" not in s.core.ledger.pod_gang and violations(s.core) == []
+        for uid in evicted:
+            await s.pod_gone(uid)
+        assert await s.bind(bind_args(p, node)) == {"Error": ""}
+        assert violations(s.core) == []
+
+    run(go())
+
+
 def test_promises_of_gangs_the_core_let_go_by_itself_are_dropped() -> None:
     """Prioritize promises a slot to a pod for a few seconds. A reservation outbid by a preemptor
     goes inside the core, without the scheduler hearing of it: its promises must still go."""

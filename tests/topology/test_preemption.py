@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.topology.fixtures import gang, rack_cluster, run
 from topology.core import Core
-from topology.decisions import Bind, GangPlacement, Preemption, Wait, WaitCode
+from topology.decisions import Bind, GangPlacement, Preemption, UserError, Wait, WaitCode
 from topology.invariants import snapshot, violations
 
 
@@ -211,3 +211,43 @@ def test_a_victims_node_missing_from_the_suggestions_does_not_cancel_the_preempt
     core.reserve(replace(hi, suggested_nodes=frozenset(everything - free_node)), 1.0)
     assert core.gang("hi") is not g  # cancelled (and, here, placed afresh or waiting anew)
     assert violations(core) == []
+
+
+def test_no_member_claims_a_slot_while_its_gang_waits_for_victims() -> None:
+    """A bind straight to a preempting gang's node (kube-scheduler binding from an answer of an
+    earlier reservation of that name, or a retried bind) must not claim a slot whose GPUs a victim
+    still holds: the victim is still terminating on them. Filter already answers Wait for such a
+    gang; the claim refuses too, and the slot is there to claim once the victims are gone."""
+    core = one_rack(a=[("NODE", 4)])
+    run(core, gang("low", "a", (4, 8), priority=0), "low")
+    hi = gang("hi", "a", (1, 8), priority=10)
+    p = core.preempt(hi, 0.0)
+    assert isinstance(p, Preemption) and len(p.victims) == 4  # gang-wide: every pod of low
+    g = core.gang("hi")
+    assert g is not None and g.phase.value == "Preempting"
+    node = core.topo.node_names[g.slots[0].node]
+    try:
+        core.claim("hi", "h0", 8, 1.0, node=node)
+    except UserError as err:
+        assert "preempted" in err.message
+    else:
+        raise AssertionError("a slot was claimed on GPUs a victim still holds")
+    assert "h0" not in core.ledger.pod_gang and violations(core) == []
+    assert core.open_slots("hi", 8) == []  # nothing for a filter or prioritize to offer either
+    kill(core, p)
+    assert g.phase.value == "Reserved"
+    assert isinstance(core.claim("hi", "h0", 8, 2.0, node=node), Bind)
+    assert violations(core) == []
+
+
+def test_the_invariants_name_a_slot_claimed_over_a_victim() -> None:
+    """`violations` catches a pod given GPUs still waiting for a victim to go (a double allocation
+    the leaf marks alone do not show: the leaves stay the victim's)."""
+    core = one_rack(a=[("NODE", 4)])
+    run(core, gang("low", "a", (4, 8), priority=0), "low")
+    assert isinstance(core.preempt(gang("hi", "a", (1, 8), priority=10), 0.0), Preemption)
+    g = core.gang("hi")
+    assert g is not None and violations(core) == []
+    g.slots[0].pod_uid = "h0"  # what a claim that did not check the phase would leave
+    core.ledger.pod_gang["h0"] = g.id
+    assert any("still held by a victim" in v for v in violations(core)), violations(core)

@@ -15,7 +15,16 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.topology.fixtures import rack_cluster
 from topology.core import Core
-from topology.decisions import AdoptedPod, Bind, GangPlacement, GangRequest, Member, Preemption, Wait
+from topology.decisions import (
+    AdoptedPod,
+    Bind,
+    GangPlacement,
+    GangRequest,
+    Member,
+    Preemption,
+    UserError,
+    Wait,
+)
 from topology.invariants import snapshot, violations
 from topology.ledger import Gang, GangPhase
 from topology.reconfigure import reconfigure
@@ -153,6 +162,20 @@ class CoreMachine(RuleBasedStateMachine):
         s = data.draw(st.sampled_from(open_slots))
         d = self.core.schedule(g.request, self._uid(), s.leaf_number, self.now)
         assert isinstance(d, Bind), d
+
+    @precondition(lambda self: any(g.pending for g in self.core.gangs()))
+    @rule(data=st.data())
+    def bind_while_preempting(self, data: st.DataObject) -> None:
+        """A bind with no filter behind it (kube-scheduler binding from a stale answer): a gang
+        still waiting for its victims gives no slot out, their pods still run on its GPUs."""
+        g = data.draw(st.sampled_from([g for g in self.core.gangs() if g.pending]))
+        s = data.draw(st.sampled_from(g.slots))
+        node = self.core.topo.node_names[s.node]
+        try:
+            self.core.claim(g.name, self._uid(), s.leaf_number, self.now, node=node)
+        except UserError:
+            return
+        raise AssertionError(f"a member of {g.name} claimed a slot while the gang waits for victims")
 
     @precondition(lambda self: bool(self.core.ledger.pod_gang))
     @rule(data=st.data(), finished=st.booleans())
