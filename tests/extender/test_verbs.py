@@ -32,6 +32,20 @@ async def place(s: Scheduler, p: Mapping[str, Any]) -> tuple[dict[str, Any], str
     return r, node
 
 
+async def nlp_full_of_low_gangs() -> tuple[Scheduler, list[str]]:
+    """A scheduler preempting at filter time, nlp full with three priority-0 one-pod gangs, and the
+    list its evictions are recorded in."""
+    evicted: list[str] = []
+
+    async def evict(uids: Any, reason: str) -> None:
+        evicted.extend(uids)
+
+    s = scheduler(evictor=evict, preempt_on_filter=True)
+    for i in range(3):
+        await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+    return s, evicted
+
+
 def test_gang_members_in_random_order_each_get_a_node_of_the_gang() -> None:
     async def go() -> None:
         s = scheduler()
@@ -422,14 +436,7 @@ def test_a_preemptor_whose_pods_are_all_deleted_is_cancelled() -> None:
     victims (evicted already) are gone, instead of keeping their cells until its TTL."""
 
     async def go() -> None:
-        evicted: list[str] = []
-
-        async def evict(uids: Any, reason: str) -> None:
-            evicted.extend(uids)
-
-        s = scheduler(evictor=evict, preempt_on_filter=True)
-        for i in range(3):
-            await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+        s, evicted = await nlp_full_of_low_gangs()
         hi = pod("hi", "hi", "nlp", spec("nlp", 8, priority=600))
         await s.filter(args(hi))
         await asyncio.sleep(0)
@@ -450,14 +457,7 @@ def test_a_preemptor_whose_pods_are_all_deleted_is_cancelled() -> None:
 
 def test_filter_time_preemption_evicts_whole_victim_gangs_and_reserves() -> None:
     async def go() -> None:
-        evicted: list[str] = []
-
-        async def evict(uids: Any, reason: str) -> None:
-            evicted.extend(uids)
-
-        s = scheduler(evictor=evict, preempt_on_filter=True)
-        for i in range(3):
-            await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+        s, evicted = await nlp_full_of_low_gangs()
         never = pod("calm", "calm", "nlp", spec("nlp", 8, priority=500))
         never["spec"]["preemptionPolicy"] = "Never"
         r = await s.filter(args(never))
@@ -484,14 +484,7 @@ def test_a_bind_onto_a_gang_still_waiting_for_its_victims_is_refused() -> None:
     found two pods on one GPU this way)."""
 
     async def go() -> None:
-        evicted: list[str] = []
-
-        async def evict(uids: Any, reason: str) -> None:
-            evicted.extend(uids)
-
-        s = scheduler(evictor=evict, preempt_on_filter=True)
-        for i in range(3):
-            await place(s, pod(f"low{i}", f"low-{i}", "nlp", spec("nlp", 8, priority=0)))
+        s, evicted = await nlp_full_of_low_gangs()
         p = pod("hi", "hi", "nlp", spec("nlp", 8, priority=600))
         r = await s.filter(args(p))
         await asyncio.sleep(0)  # the eviction runs in the background
