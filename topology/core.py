@@ -74,6 +74,9 @@ class Core:
         # the last suggested-node set and its node ids: kube-scheduler sends the same node list with
         # every call and the edge shares one frozenset for it, so this hits by identity
         self._last_suggested: tuple[frozenset[str], frozenset[int]] | None = None
+        # request shapes already validated, with their chains: validity depends on the config alone
+        # (a reconfiguration builds a new Core), and most requests repeat a handful of shapes
+        self._valid_shapes: dict[tuple[object, ...], tuple[int, ...]] = {}
         self.vc_quota_leaves: dict[str, int] = dict.fromkeys(self.vc_owner, 0)
         for o in owners:
             self.vc_quota_leaves[o.vc] += self._quota_leaves(o.index)
@@ -89,6 +92,14 @@ class Core:
     # ------------------------------------------------------------------ validation
     def validate(self, req: GangRequest, leaf_number: int | None = None) -> None:
         """Raise `UserError` naming the field when `req` can never be scheduled as written."""
+        key = _shape_key(req)
+        if leaf_number is None and req.name and key in self._valid_shapes:
+            return
+        self._validate(req, leaf_number)
+        if len(self._valid_shapes) < _MAX_SHAPES:
+            self._valid_shapes[key] = tuple(self._chains(req))
+
+    def _validate(self, req: GangRequest, leaf_number: int | None) -> None:
         if not req.name:
             raise UserError("affinityGroup.name", "is empty")
         if not req.vc:
@@ -144,6 +155,9 @@ class Core:
 
     def _chains(self, req: GangRequest) -> list[int]:
         """Chains the gang may use, in a fixed order."""
+        known = self._valid_shapes.get(_shape_key(req))
+        if known is not None:
+            return list(known)
         topo = self.topo
         if req.pinned_cell_id is not None:
             owner = self.pinned_owner.get((req.vc, req.pinned_cell_id))
@@ -1042,6 +1056,21 @@ class Core:
 
     def gangs(self) -> list[Gang]:
         return self.ledger.gangs()
+
+
+_MAX_SHAPES = 4096
+
+
+def _shape_key(req: GangRequest) -> tuple[object, ...]:
+    """What validity and chain choice depend on (not the name, TTL or suggested nodes)."""
+    return (
+        req.vc,
+        req.priority,
+        req.members,
+        req.leaf_type,
+        req.pinned_cell_id,
+        None if req.slot_keys is None else len(req.slot_keys),
+    )
 
 
 def _same_shape(a: GangRequest, b: GangRequest) -> bool:

@@ -63,11 +63,12 @@ class Placer:
         topo = self.topo
         ch = topo.chains[chain]
         total = sum(sizes)
-        k0 = next(
-            (lvl for lvl in range(1, ch.top_level + 1) if ch.leaf_count[lvl] >= total), ch.top_level + 1
-        )
-        order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
-        desc = [sizes[i] for i in order]
+        k0 = ch.fit_level[total] if total < len(ch.fit_level) else ch.top_level + 1
+        if len(sizes) == 1:  # most gangs are one pod: nothing to order
+            order, desc = [0], sizes
+        else:
+            order = sorted(range(len(sizes)), key=lambda i: (-sizes[i], i))
+            desc = [sizes[i] for i in order]
         st = self.state
 
         if k0 <= ch.node_level:
@@ -359,6 +360,11 @@ class Placer:
         """Bind what the choice needs, then place each pod inside `cell` at its lowest level."""
         if not self._apply_binds(owner, cell, binds):
             return None
+        if len(sizes) == 1 and not binds:
+            # `cell` is already the lowest cell that holds the pod and nothing was bound since it
+            # was chosen, so choosing again inside it would find it again
+            got = self._take(owner, cell, sizes[0], gang, priority)
+            return None if got is None else [got]
         out = []
         for size in sizes:
             choice = self._choose_in(owner, chain, cell, size)

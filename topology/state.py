@@ -302,37 +302,38 @@ class CellState:
         # a bad leaf may still be handed to a preemptor that reserved it; placement never picks one
         assert self.leaf_gang[leaf] == NO_GANG, "leaf not free"
         self._set_leaf(leaf, gang, priority)
-        self._record(lambda: self._set_leaf(leaf, NO_GANG, FREE_PRIORITY))
+        if self._marks:
+            self._log.append(lambda: self._set_leaf(leaf, NO_GANG, FREE_PRIORITY))
 
     def release_leaf(self, leaf: int) -> None:
         gang, prio = self.leaf_gang[leaf], self.leaf_priority[leaf]
         assert gang != NO_GANG
         self._set_leaf(leaf, NO_GANG, FREE_PRIORITY)
-        self._record(lambda: self._set_leaf(leaf, gang, prio))
+        if self._marks:
+            self._log.append(lambda: self._set_leaf(leaf, gang, prio))
 
     def _set_leaf(self, leaf: int, gang: int, priority: int) -> None:
         topo = self.topo
         old_gang, old_prio = self.leaf_gang[leaf], self.leaf_priority[leaf]
         bad = self.leaf_bad[leaf]
-        was_free = old_gang == NO_GANG and not bad
-        now_free = gang == NO_GANG and not bad
         self.leaf_gang[leaf] = gang
         self.leaf_priority[leaf] = priority
-        d_free = int(now_free) - int(was_free)
+        d_free = int(gang == NO_GANG and not bad) - int(old_gang == NO_GANG and not bad)
         d_g = int(gang != NO_GANG and priority >= 0) - int(old_gang != NO_GANG and old_prio >= 0)
         d_o = int(gang != NO_GANG and priority < 0) - int(old_gang != NO_GANG and old_prio < 0)
-        c = leaf
         parent = topo.parent
-        free, ug, uo = self.free, self.used_guaranteed, self.used_opportunistic
-        while c >= 0:
-            free[c] += d_free
-            ug[c] += d_g
-            uo[c] += d_o
-            c = parent[c]
-        owner = self.leaf_owner[leaf]
+        # one walk per counter that changes: most calls change free and one usage counter only
+        for counts, d in ((self.free, d_free), (self.used_guaranteed, d_g), (self.used_opportunistic, d_o)):
+            if d:
+                c = leaf
+                while c >= 0:
+                    counts[c] += d
+                    c = parent[c]
         node = topo.cell_node[leaf]
-        if d_free and owner != NO_OWNER:
-            self._owned_free_add(owner, node, d_free)
+        if d_free:
+            owner = self.leaf_owner[leaf]
+            if owner != NO_OWNER:
+                self._owned_free_add(owner, node, d_free)
         self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
 
     def set_reserver(self, leaf: int, gang: int) -> None:
