@@ -639,7 +639,7 @@ class Core:
         for leaf in sorted(gang.pending):
             self.state.set_reserver(leaf, NO_GANG)
         gang.pending.clear()
-        self._free_leaves(held, now, unbind=unbind)
+        self._free_leaves(held, now, unbind=False)  # one unbinding pass below covers every leaf
         if unbind:
             self.unbind_unused([leaf for s in gang.slots for leaf in s.leaves])
         self.preemptors.discard(gang.id)
