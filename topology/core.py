@@ -650,8 +650,8 @@ class Core:
     def _free_leaves(self, leaves: list[int], now: float | None = None, *, unbind: bool = True) -> None:
         """Free leaves; a leaf reserved by a preemptor passes straight to it (Reserving → Reserved)."""
         st = self.state
+        st.release_leaves(leaves)
         for leaf in leaves:
-            st.release_leaf(leaf)
             heir = st.leaf_reserver[leaf]
             if heir != NO_GANG:
                 st.set_reserver(leaf, NO_GANG)

@@ -404,9 +404,9 @@ class Placer:
         leaves = self._pick(owner, cell, size)
         if len(leaves) < size:
             return None
-        for leaf in leaves:
-            self.state.allocate_leaf(leaf, gang, priority)
-        return tuple(sorted(leaves))
+        got = tuple(sorted(leaves))
+        self.state.allocate_leaves(got, gang, priority)
+        return got
 
     def _pick(self, owner: int, cell: int, size: int) -> list[int]:
         """`size` usable leaves of `cell`: descend into the best-fitting child that can hold them
@@ -415,6 +415,8 @@ class Placer:
         kids = topo.children[cell]
         if not kids:
             return [cell] if st.is_usable_leaf(owner, cell) else []
+        if size == topo.leaf_count[cell] and self.usable(owner, cell) == size:  # the whole cell
+            return list(topo.leaves[topo.leaf_lo[cell] : topo.leaf_hi[cell]])
         avail = [(self.usable(owner, k), k) for k in kids]
         fitting = [a for a in avail if a[0] >= size]
         if fitting:

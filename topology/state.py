@@ -11,7 +11,7 @@ own, because HiveD lets only pods that name a pinned cell use it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from topology.bestfit import BestFitIndex
@@ -289,30 +289,55 @@ class CellState:
         return self.free[nc] + (self.opp_penalty if self.used_guaranteed[nc] else 0) if self.free[nc] else 0
 
     def _owned_free_add(self, owner: int, node: int, delta: int) -> None:
+        self.nodes_by_free.update(owner, node, self._owned_free_count(owner, node, delta))
+
+    def _owned_free_count(self, owner: int, node: int, delta: int) -> int:
         d = self.owned_free[owner]
         v = d.get(node, 0) + delta
         if v:
             d[node] = v
         else:
             d.pop(node, None)
-        self.nodes_by_free.update(owner, node, v)
+        return v
 
     # ------------------------------------------------------------------ leaves
     def allocate_leaf(self, leaf: int, gang: int, priority: int) -> None:
-        # a bad leaf may still be handed to a preemptor that reserved it; placement never picks one
-        assert self.leaf_gang[leaf] == NO_GANG, "leaf not free"
-        self._set_leaf(leaf, gang, priority)
-        if self._marks:
-            self._log.append(lambda: self._set_leaf(leaf, NO_GANG, FREE_PRIORITY))
+        self.allocate_leaves((leaf,), gang, priority)
 
     def release_leaf(self, leaf: int) -> None:
-        gang, prio = self.leaf_gang[leaf], self.leaf_priority[leaf]
-        assert gang != NO_GANG
-        self._set_leaf(leaf, NO_GANG, FREE_PRIORITY)
+        self.release_leaves((leaf,))
+
+    def allocate_leaves(self, leaves: Sequence[int], gang: int, priority: int) -> None:
+        # a bad leaf may still be handed to a preemptor that reserved it; placement never picks one
+        for leaf in leaves:
+            assert self.leaf_gang[leaf] == NO_GANG, "leaf not free"
+            self._set_leaf(leaf, gang, priority)
+        self._reindex(leaves)
         if self._marks:
-            self._log.append(lambda: self._set_leaf(leaf, gang, prio))
+            self._log.append(lambda: self._restore_leaves(leaves, NO_GANG, FREE_PRIORITY))
+
+    def release_leaves(self, leaves: Sequence[int]) -> None:
+        held = [(leaf, self.leaf_gang[leaf], self.leaf_priority[leaf]) for leaf in leaves]
+        for leaf, gang, _ in held:
+            assert gang != NO_GANG
+            self._set_leaf(leaf, NO_GANG, FREE_PRIORITY)
+        self._reindex(leaves)
+        if self._marks:
+            self._log.append(lambda: self._restore_held(held))
+
+    def _restore_leaves(self, leaves: Sequence[int], gang: int, priority: int) -> None:
+        for leaf in leaves:
+            self._set_leaf(leaf, gang, priority)
+        self._reindex(leaves)
+
+    def _restore_held(self, held: list[tuple[int, int, int]]) -> None:
+        for leaf, gang, prio in held:
+            self._set_leaf(leaf, gang, prio)
+        self._reindex([leaf for leaf, _, _ in held])
 
     def _set_leaf(self, leaf: int, gang: int, priority: int) -> None:
+        """Counters only: the best-fit index is brought up to date once per batch (`_reindex`), as
+        an 8-GPU pod would otherwise push eight keys of its node through each index heap."""
         topo = self.topo
         old_gang, old_prio = self.leaf_gang[leaf], self.leaf_priority[leaf]
         bad = self.leaf_bad[leaf]
@@ -329,12 +354,24 @@ class CellState:
                 while c >= 0:
                     counts[c] += d
                     c = parent[c]
-        node = topo.cell_node[leaf]
         if d_free:
             owner = self.leaf_owner[leaf]
             if owner != NO_OWNER:
-                self._owned_free_add(owner, node, d_free)
-        self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+                self._owned_free_count(owner, topo.cell_node[leaf], d_free)
+
+    def _reindex(self, leaves: Sequence[int]) -> None:
+        """Best-fit keys of the nodes of `leaves`, for their owners and for opportunistic use."""
+        topo = self.topo
+        cell_node, leaf_owner = topo.cell_node, self.leaf_owner
+        last = -1
+        for leaf in leaves:
+            node = cell_node[leaf]
+            owner = leaf_owner[leaf]
+            if owner != NO_OWNER:
+                self.nodes_by_free.update(owner, node, self.owned_free[owner].get(node, 0))
+            if node != last:
+                self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+                last = node
 
     def set_reserver(self, leaf: int, gang: int) -> None:
         old = self.leaf_reserver[leaf]
