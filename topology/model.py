@@ -55,6 +55,12 @@ class Topology:
         self.cell_type: list[str] = [c.cell_type for c in cells]
         self.level: list[int] = [c.level for c in cells]
         self.parent: list[int] = [-1 if c.parent is None else c.parent for c in cells]
+        # each cell and its ancestors, lowest first: every leaf change walks this path, and a loop
+        # over a tuple is several times cheaper than chasing parent links (ids are depth-first, so
+        # a parent's path exists before its children's)
+        self.up: list[tuple[int, ...]] = []
+        for cid, above in enumerate(self.parent):
+            self.up.append((cid,) if above < 0 else (cid, *self.up[above]))
         self.pinned_id: list[str | None] = [c.pinned_cell_id for c in cells]
         kids: list[list[int]] = [[] for _ in range(n)]
         for c in cells:

@@ -346,14 +346,20 @@ class CellState:
         d_free = int(gang == NO_GANG and not bad) - int(old_gang == NO_GANG and not bad)
         d_g = int(gang != NO_GANG and priority >= 0) - int(old_gang != NO_GANG and old_prio >= 0)
         d_o = int(gang != NO_GANG and priority < 0) - int(old_gang != NO_GANG and old_prio < 0)
-        parent = topo.parent
+        up = topo.up[leaf]
         # one walk per counter that changes: most calls change free and one usage counter only
-        for counts, d in ((self.free, d_free), (self.used_guaranteed, d_g), (self.used_opportunistic, d_o)):
-            if d:
-                c = leaf
-                while c >= 0:
-                    counts[c] += d
-                    c = parent[c]
+        if d_free:
+            free = self.free
+            for c in up:
+                free[c] += d_free
+        if d_g:
+            ug = self.used_guaranteed
+            for c in up:
+                ug[c] += d_g
+        if d_o:
+            uo = self.used_opportunistic
+            for c in up:
+                uo[c] += d_o
         if d_free:
             owner = self.leaf_owner[leaf]
             if owner != NO_OWNER:
@@ -404,11 +410,10 @@ class CellState:
     # ------------------------------------------------------------------ views
     def binding_root(self, c: int) -> int:
         """The bound cell containing `c` (itself or an ancestor), or -1."""
-        parent = self.topo.parent
-        while c >= 0:
-            if self.bound_owner[c] != NO_OWNER:
-                return c
-            c = parent[c]
+        bound = self.bound_owner
+        for a in self.topo.up[c]:
+            if bound[a] != NO_OWNER:
+                return a
         return -1
 
     def bound_owner_of(self, c: int) -> int:
