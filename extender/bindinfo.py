@@ -6,7 +6,9 @@ are the commit record (HiveD's trick, `reference/hived.md` §1.5, §3.3-3.4):
 - `…/pod-leaf-cell-isolation: "4,5,6,7"`: the GPU indices, for `NVIDIA_VISIBLE_DEVICES` through the
   downward API (written under topogang's key, HiveD's, and HiveD's older `pod-gpu-isolation`);
 - `…/pod-bind-info`: YAML in HiveD's `PodBindInfo` shape, holding the whole gang's placement, plus
-  topogang's keys (gang, virtualCluster, priority, slot, slotKey) that HiveD ignores.
+  topogang's keys (gang, virtualCluster, priority, slot, slotKey) that HiveD ignores. The priority
+  is the one the gang asked for; a gang downgraded to opportunistic says so through its GPUs' empty
+  `preassignedCellTypes`.
 
 After a restart the extender rebuilds every gang from these (`extender.kube.recovery`).
 """
@@ -101,7 +103,7 @@ def encode_bind_info(
     return (
         _head_yaml(node, tuple(gpus), placement.chain)
         + _group_yaml(pods)
-        + _gang_yaml(placement.gang, placement.vc, placement.priority)
+        + _gang_yaml(placement.gang, placement.vc, placement.recorded_priority)
         + _slot_yaml(slot, slot_key)
     )
 

@@ -405,6 +405,7 @@ class Core:
             pods,
             gang.lca_level,
             nodes,
+            gang.request.priority,
         )
 
     def open_slots(self, gang_name: str, leaf_number: int, slot_key: str | None = None) -> list[PodPlacement]:

@@ -120,10 +120,18 @@ class GangPlacement:
     gang: str
     vc: str
     chain: str
-    priority: int
+    priority: int  # what the gang runs at: -1 once a lazy preemption downgraded it
     pods: tuple[PodPlacement, ...]
     lca_level: int
     nodes: tuple[str, ...]
+    # what the gang asked for (None: the same as `priority`); the bind info records this one, so a
+    # gang rebuilt from it after a restart has the shape its still-pending members ask for, while
+    # the empty `cell_types` of a downgraded gang's GPUs bring it back opportunistic
+    requested_priority: int | None = None
+
+    @property
+    def recorded_priority(self) -> int:
+        return self.priority if self.requested_priority is None else self.requested_priority
 
 
 @dataclass(frozen=True, slots=True)

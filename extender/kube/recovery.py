@@ -220,12 +220,19 @@ def _restore(core: Core, gang: str, found: list[_Found], now: float, report: Rec
         f = members.pop((p.node, tuple(sorted(p.gpus))), None)
         if f is not None:
             adopted.append(
-                AdoptedPod(f.request.uid, p.node, p.gpus, f.request.name, f.request.slot_key or p.slot_key)
+                AdoptedPod(
+                    f.request.uid,
+                    p.node,
+                    p.gpus,
+                    f.request.name,
+                    f.request.slot_key or p.slot_key,
+                    p.preassigned_cell_types,
+                )
             )
         else:
             uid = f"{PLACEHOLDER}/{gang}/{i}"
             placeholders.append(uid)
-            adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key))
+            adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key, p.preassigned_cell_types))
     for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
         adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
     request = found[0].request.request
