@@ -209,10 +209,24 @@ def recover(
     return report
 
 
+def _newest_first(placements: tuple[PlacedPod, ...]) -> tuple[int, bool]:
+    """Which member's record of the gang's placement to trust: the fullest, and among equals one
+    written after a lazy preemption downgraded the gang (every GPU held through no quota cell).
+    Members bound before the downgrade still name their VC cells, but a gang is never upgraded
+    back, so the downgraded record is the newer one and must win whatever order pods are listed in."""
+    downgraded = bool(placements) and all(
+        p.preassigned_cell_types
+        and len(p.preassigned_cell_types) == len(p.gpus)
+        and not any(p.preassigned_cell_types)
+        for p in placements
+    )
+    return len(placements), downgraded
+
+
 def _restore(core: Core, gang: str, found: list[_Found], now: float, report: RecoveryReport) -> None:
     """The gang's current placement: its bound pods in their slots, the other slots reserved."""
     infos = [f.info for f in found if f.info is not None]
-    placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=len, default=())
+    placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=_newest_first, default=())
     members = {(f.node, f.gpus): f for f in found}
     adopted: list[AdoptedPod] = []
     placeholders: list[str] = []
