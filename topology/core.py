@@ -305,7 +305,9 @@ class Core:
         slots: list[Slot] = []
         i = 0
         for m in req.members:
-            group = sorted(leaves[i : i + m.pod_number], key=lambda ls: topo.leaf_pos[ls[0]])
+            group = leaves[i : i + m.pod_number]
+            if len(group) > 1:
+                group.sort(key=lambda ls: topo.leaf_pos[ls[0]])
             for ls in group:
                 key = req.slot_keys[len(slots)] if req.slot_keys is not None else None
                 slots.append(Slot(len(slots), m.leaf_number, key, topo.cell_node[ls[0]], ls))
@@ -386,17 +388,20 @@ class Core:
 
     def _placement(self, gang: Gang) -> GangPlacement:
         topo = self.topo
+        gpu = topo.gpu_index.__getitem__
         pods = tuple(
-            PodPlacement(
-                s.index,
-                topo.node_names[s.node],
-                tuple(topo.gpu_index[x] for x in s.leaves),
-                s.key,
-                self.quota_cell_types(gang, s.leaves),
-            )
-            for s in gang.slots
+            [
+                PodPlacement(
+                    s.index,
+                    topo.node_names[s.node],
+                    tuple(map(gpu, s.leaves)),
+                    s.key,
+                    self.quota_cell_types(gang, s.leaves),
+                )
+                for s in gang.slots
+            ]
         )
-        nodes = tuple(dict.fromkeys(p.node for p in pods))
+        nodes = tuple(dict.fromkeys([p.node for p in pods]))
         return GangPlacement(
             gang.name,
             gang.request.vc,

@@ -14,6 +14,7 @@ does not keep; this keeps one implementation of every counter instead of a shado
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -325,12 +326,13 @@ class Placer:
     ) -> _Choice | None:
         topo, st = self.topo, self.state
         # fast path: the best-fit node that already has room, if it reaches the optimal level
+        keys: Iterable[int]
         if owner == NO_OWNER:
             pen = st.opp_penalty
-            keys = [*range(total, pen), *range(pen + total, 2 * pen)]
+            keys = itertools.chain(range(total, pen), range(pen + total, 2 * pen))
             group = st.opp_group(chain)
         else:
-            keys = list(range(total, topo.chain_node_max[chain] + 1))
+            keys = range(total, topo.chain_node_max[chain] + 1)
             group = owner
         for n in st.nodes_by_free.first(group, keys):
             nc = topo.node_cell[n]
