@@ -236,6 +236,28 @@ def test_bad_requests_name_the_field_and_change_nothing(req: GangRequest, field:
     assert snapshot(core) == before
 
 
+@pytest.mark.parametrize(
+    ("req", "field"),
+    [
+        (GangRequest("", "a", (Member(1, 1),)), "affinityGroup.name"),
+        (GangRequest("g", "a", (Member(1, 1),), slot_keys=("w/0", "w/1")), "slotKeys"),
+        (GangRequest("g", "a", (Member(1, 1),), pinned_cell_id="x"), "pinnedCellId"),
+    ],
+)
+def test_a_shape_validated_before_does_not_let_a_bad_request_through(req: GangRequest, field: str) -> None:
+    """Validity is remembered per request shape; the name, and each field that differs, is still
+    checked on every request."""
+    core = Core(rack_cluster())
+    bind(core, GangRequest("ok", "a", (Member(1, 1),)), "p0", 1)
+    before = snapshot(core)
+    with pytest.raises(UserError) as err:
+        core.schedule(req, "p", 1, 0.0)
+    assert err.value.field == field
+    with pytest.raises(UserError, match="no member has leafCellNumber 2"):
+        core.schedule(GangRequest("g2", "a", (Member(1, 1),)), "p", 2, 0.0)
+    assert snapshot(core) == before
+
+
 def test_pod_not_in_gang_members_is_rejected() -> None:
     core = Core(rack_cluster())
     with pytest.raises(UserError, match="no member has leafCellNumber 2"):
