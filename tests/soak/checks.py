@@ -137,12 +137,16 @@ class PartialGangs:
 
     ttl: float
     slack: float
-    since: dict[tuple[str, tuple[Any, ...]], tuple[float | None, int]] = field(default_factory=dict)
+    # per gang: when its clock started, and the members seen then (by UID: between two checks a
+    # member may leave and another join, which a count would not notice)
+    since: dict[tuple[str, tuple[Any, ...]], tuple[float | None, frozenset[str]]] = field(
+        default_factory=dict
+    )
     longest: float = 0.0
 
     def restart(self) -> None:
         """Recovery re-creates an open reservation with a fresh TTL."""
-        self.since = {k: (None, n) for k, (_, n) in self.since.items()}
+        self.since = {k: (None, m) for k, (_, m) in self.since.items()}
 
     def check(self, pods: Iterable[Obj], now: float, *, watched: bool) -> list[str]:
         """`watched`: the extender's pod watch has caught up with every change so far."""
@@ -162,12 +166,13 @@ class PartialGangs:
             if not staying or len(ms) >= len(k[1]):  # nothing stays (torn down), or whole
                 continue
             seen.add(k)
-            since, count = self.since.get(k, (None, len(ms)))
-            if len(ms) < count:  # a member left: its slot's reservation starts again
+            uids = frozenset(kpods.uid(p) for p in ms)
+            since, before = self.since.get(k, (None, uids))
+            if not before <= uids:  # a member left: its slot's reservation starts again
                 since = None
             if since is None and watched:
                 since = now
-            self.since[k] = (since, len(ms))
+            self.since[k] = (since, uids)
             if since is None:
                 continue
             self.longest = max(self.longest, now - since)
