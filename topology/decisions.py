@@ -115,12 +115,18 @@ class PodPlacement:
 
 @dataclass(frozen=True, slots=True)
 class GangPlacement:
-    """The whole gang's placement, decided when its first member was filtered."""
+    """The whole gang's placement, decided when its first member was filtered.
+
+    `priority` is the one the gang runs at: -1 once a lazy preemption (or a recovery that found its
+    cells taken) downgraded it. `requested_priority` is its request's, which every member still
+    carries: the bind info records it, so that a restart rebuilds the request its pending members
+    match; that the gang runs downgraded is told by its pods' empty `cell_types`."""
 
     gang: str
     vc: str
     chain: str
     priority: int
+    requested_priority: int
     pods: tuple[PodPlacement, ...]
     lca_level: int
     nodes: tuple[str, ...]

@@ -36,6 +36,7 @@ PLACEMENT = GangPlacement(
     vc="vision",
     chain="A100-RACK",
     priority=100,
+    requested_priority=100,
     pods=(
         PodPlacement(0, "a100-r1-n1", (0, 1, 2, 3, 4, 5, 6, 7), "worker/0"),
         PodPlacement(1, "a100-r1-n2", (0, 1, 2, 3, 4, 5, 6, 7), "worker/1"),
