@@ -6,17 +6,20 @@ are the commit record (HiveD's trick, `reference/hived.md` §1.5, §3.3-3.4):
 - `…/pod-leaf-cell-isolation: "4,5,6,7"`: the GPU indices, for `NVIDIA_VISIBLE_DEVICES` through the
   downward API (written under topogang's key, HiveD's, and HiveD's older `pod-gpu-isolation`);
 - `…/pod-bind-info`: YAML in HiveD's `PodBindInfo` shape, holding the whole gang's placement, plus
-  topogang's keys (gang, virtualCluster, priority, slot, slotKey) that HiveD ignores. The priority
-  is the one the gang asked for; a gang downgraded to opportunistic says so through its GPUs' empty
-  `preassignedCellTypes`.
+  topogang's keys (gang, virtualCluster, priority, slot, slotKey) that HiveD ignores.
 
-After a restart the extender rebuilds every gang from these (`extender.kube.recovery`).
+After a restart the extender rebuilds every gang from these (`extender.kube.recovery`). `priority` is
+the gang's requested one, which its pods' specs carry, even while it runs downgraded to opportunistic
+by a lazy preemption: the rebuilt request must be the one its pending members are filtered with.
+That it held no quota cell is what `preassignedCellTypes` says, per GPU (HiveD's meaning: the type of
+the gang's own VC cell holding it, "" when opportunistic), and a gang whose cells are all "" comes back
+opportunistic.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +68,9 @@ def isolation(gpus: tuple[int, ...]) -> str:
     return ",".join(str(g) for g in gpus)
 
 
-def bind_annotations(
-    bind: Bind, slot_key: str | None = None, preassigned: Callable[[str, int], str] | None = None
-) -> dict[str, str]:
+def bind_annotations(bind: Bind, slot_key: str | None = None) -> dict[str, str]:
     """Every annotation the Binding carries for this decision."""
-    info = encode_bind_info(bind.placement, bind.node, bind.gpu_indices, bind.slot, slot_key, preassigned)
+    info = encode_bind_info(bind.placement, bind.node, bind.gpu_indices, bind.slot, slot_key)
     gpus = isolation(bind.gpu_indices)
     out = dict.fromkeys(ISOLATION_ANNOTATIONS, gpus)
     out.update(dict.fromkeys(BIND_INFO_ANNOTATIONS, info))
@@ -82,7 +83,6 @@ def encode_bind_info(
     gpus: tuple[int, ...],
     slot: int | None = None,
     slot_key: str | None = None,
-    preassigned: Callable[[str, int], str] | None = None,
 ) -> str:
     """HiveD's PodBindInfo YAML (block style, as yaml.v2 writes it), with topogang's extra keys.
 
@@ -94,7 +94,7 @@ def encode_bind_info(
         (
             p.node,
             tuple(p.gpu_indices),
-            tuple(preassigned(p.node, g) if preassigned else "" for g in p.gpu_indices),
+            p.cell_types if len(p.cell_types) == len(p.gpu_indices) else ("",) * len(p.gpu_indices),
             p.slot,
             p.key,
         )
@@ -103,7 +103,7 @@ def encode_bind_info(
     return (
         _head_yaml(node, tuple(gpus), placement.chain)
         + _group_yaml(pods)
-        + _gang_yaml(placement.gang, placement.vc, placement.recorded_priority)
+        + _gang_yaml(placement.gang, placement.vc, placement.requested_priority)
         + _slot_yaml(slot, slot_key)
     )
 

@@ -83,6 +83,7 @@ def encode(core: Core, gang: Gang, *, clock_now: float, wall_now: datetime) -> d
         "spec": {
             "gang": gang.name,
             "virtualCluster": req.vc,
+            # the request's, as in the bind info: a downgraded gang is told by its empty cellTypes
             "priority": req.priority,
             "members": [{"podNumber": m.pod_number, "leafCellNumber": m.leaf_number} for m in req.members],
             "leafCellType": req.leaf_type,
@@ -98,11 +99,18 @@ def encode(core: Core, gang: Gang, *, clock_now: float, wall_now: datetime) -> d
     }
 
 
-def fingerprint(body: Mapping[str, Any]) -> tuple[str, str]:
+Fingerprint = tuple[str, str, str]
+UNKNOWN: Fingerprint = ("", "", "")  # an object read back, not yet written by this process
+
+
+def fingerprint(body: Mapping[str, Any]) -> Fingerprint:
     """What, when changed, is worth a write: the placement is fixed once made, so only the phase
-    (Preempting -> Reserved) and the deadline (restarted once the victims are gone) move."""
+    (Preempting -> Reserved), the deadline (restarted once the victims are gone) and the cells the
+    gang is held through move; the last when a lazy preemption downgrades it to opportunistic, which
+    a restart must see, or it would take back the quota cells its preemptor now holds."""
     spec, status = body.get("spec") or {}, body.get("status") or {}
-    return str(status.get("phase", "")), str(spec.get("expiresAt", ""))
+    cells = [s.get("cellTypes") for s in spec.get("slots") or () if isinstance(s, Mapping)]
+    return str(status.get("phase", "")), str(spec.get("expiresAt", "")), repr(cells)
 
 
 @dataclass(frozen=True, slots=True)

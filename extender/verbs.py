@@ -553,9 +553,7 @@ class Scheduler:
                 )
             except UserError as err:
                 return f"topogang: Pod binding rejected for {args.key}: {err.field}: {err.message}"
-            annotations = bind_annotations(
-                decision, pr.slot_key, lambda node, gpu: views.preassigned_type(self.core, node, gpu)
-            )
+            annotations = bind_annotations(decision, pr.slot_key)
             self._tentative.pop((pr.gang, decision.slot), None)
             if fresh:
                 self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of)

@@ -40,15 +40,6 @@ def node_fill(core: Core, node: str) -> tuple[int, int]:
     return core.state.free[cell], core.topo.leaf_count[cell]
 
 
-def preassigned_type(core: Core, node: str, gpu: int) -> str:
-    """The cell type of the VC cell a GPU is bound to ("" when it is not bound: opportunistic)."""
-    leaf = core.topo.leaf_of(node, gpu)
-    if leaf is None:
-        return ""
-    root = core.state.binding_root(leaf)
-    return core.topo.cell_type[root] if root >= 0 else ""
-
-
 def has_node(core: Core, node: str) -> bool:
     return node in core.topo.node_index
 

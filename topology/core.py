@@ -403,14 +403,14 @@ class Core:
         )
         nodes = tuple(dict.fromkeys([p.node for p in pods]))
         return GangPlacement(
-            gang.name,
-            gang.request.vc,
-            topo.chains[gang.chain].name,
-            gang.priority,
-            pods,
-            gang.lca_level,
-            nodes,
-            gang.request.priority,
+            gang=gang.name,
+            vc=gang.request.vc,
+            chain=topo.chains[gang.chain].name,
+            priority=gang.priority,
+            requested_priority=gang.request.priority,
+            pods=pods,
+            lca_level=gang.lca_level,
+            nodes=nodes,
         )
 
     def open_slots(self, gang_name: str, leaf_number: int, slot_key: str | None = None) -> list[PodPlacement]:

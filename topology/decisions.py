@@ -115,23 +115,21 @@ class PodPlacement:
 
 @dataclass(frozen=True, slots=True)
 class GangPlacement:
-    """The whole gang's placement, decided when its first member was filtered."""
+    """The whole gang's placement, decided when its first member was filtered.
+
+    `priority` is the one the gang runs at: -1 once a lazy preemption (or a recovery that found its
+    cells taken) downgraded it. `requested_priority` is its request's, which every member still
+    carries: the bind info records it, so that a restart rebuilds the request its pending members
+    match; that the gang runs downgraded is told by its pods' empty `cell_types`."""
 
     gang: str
     vc: str
     chain: str
-    priority: int  # what the gang runs at: -1 once a lazy preemption downgraded it
+    priority: int
+    requested_priority: int
     pods: tuple[PodPlacement, ...]
     lca_level: int
     nodes: tuple[str, ...]
-    # what the gang asked for (None: the same as `priority`); the bind info records this one, so a
-    # gang rebuilt from it after a restart has the shape its still-pending members ask for, while
-    # the empty `cell_types` of a downgraded gang's GPUs bring it back opportunistic
-    requested_priority: int | None = None
-
-    @property
-    def recorded_priority(self) -> int:
-        return self.priority if self.requested_priority is None else self.requested_priority
 
 
 @dataclass(frozen=True, slots=True)

@@ -69,7 +69,11 @@ def _gpus(pod: Mapping[str, Any], info: BindInfo | None) -> tuple[int, ...]:
 
 
 def _from_bind_info(pod: Mapping[str, Any], info: BindInfo, ttl_seconds: float) -> PodRequest | None:
-    """A request rebuilt from topogang's bind info alone, for a pod whose spec no longer parses."""
+    """A request rebuilt from topogang's bind info alone, for a pod whose spec no longer parses or
+    does not name its gang. The recorded priority is the one the gang asked for even when it ran
+    downgraded (the gang comes back opportunistic by its empty cell types, `Core.adopt`), so the
+    request is the one its still-pending members are filtered with. Annotations written before the
+    bind info recorded it that way say -1 for a downgraded gang and are taken as they say."""
     if info.gang is None or info.vc is None:
         return None
     sizes: dict[int, int] = {}
@@ -174,11 +178,13 @@ def _keep_until_gone(core: Core, gang: str, k: int, pods: list[_Found], now: flo
         sizes[len(f.gpus)] = sizes.get(len(f.gpus), 0) + 1
     members = tuple(Member(n, leaves) for leaves, n in sizes.items())
     req = replace(pods[0].request.request, name=name, members=members, slot_keys=None, suggested_nodes=None)
-    core.adopt(
-        req,
-        [AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key) for f in pods],
-        now,
-    )
+    recorded = {(p.node, tuple(sorted(p.gpus))): p for p in _record(pods)}
+    adopted: list[AdoptedPod] = []
+    for f in pods:
+        p = recorded.get((f.node, f.gpus))
+        gpus, types = (p.gpus, p.preassigned_cell_types) if p is not None else (f.gpus, ())
+        adopted.append(AdoptedPod(f.request.uid, f.node, gpus, f.request.name, f.request.slot_key, types))
+    core.adopt(req, adopted, now)
     g = core.gang(name)
     if g is not None:
         g.evicting, g.deadline = True, None
@@ -209,44 +215,43 @@ def recover(
     return report
 
 
-def _newest_first(placements: tuple[PlacedPod, ...]) -> tuple[int, bool]:
-    """Which member's record of the gang's placement to trust: the fullest, and among equals one
-    written after a lazy preemption downgraded the gang (every GPU held through no quota cell).
-    Members bound before the downgrade still name their VC cells, but a gang is never upgraded
-    back, so the downgraded record is the newer one and must win whatever order pods are listed in."""
-    downgraded = bool(placements) and all(
+def _record(found: list[_Found]) -> tuple[PlacedPod, ...]:
+    """The gang's placement as its pods' bind info records it (every record lists the same slots).
+    Records differ when the gang lost its quota between two binds (a lazy preemption downgraded it):
+    a member bound after that records that no quota cell holds the gang, and as a gang never gets
+    its quota back, that record is the current one."""
+    records = [f.info.placements for f in found if f.info is not None and f.info.placements]
+    return max(records, key=_held_no_quota, default=())
+
+
+def _held_no_quota(placements: tuple[PlacedPod, ...]) -> bool:
+    """Every GPU recorded as held through no quota cell (as `Core.adopt` reads the same records)."""
+    return all(
         p.preassigned_cell_types
         and len(p.preassigned_cell_types) == len(p.gpus)
         and not any(p.preassigned_cell_types)
         for p in placements
     )
-    return len(placements), downgraded
 
 
 def _restore(core: Core, gang: str, found: list[_Found], now: float, report: RecoveryReport) -> None:
-    """The gang's current placement: its bound pods in their slots, the other slots reserved."""
-    infos = [f.info for f in found if f.info is not None]
-    placements: tuple[PlacedPod, ...] = max((i.placements for i in infos), key=_newest_first, default=())
+    """The gang's current placement: its bound pods in their slots, the other slots reserved, each
+    with the quota cell types recorded for its GPUs (how `Core.adopt` rebinds the same VC cells, or
+    brings a gang that held none back opportunistic)."""
+    placements = _record(found)
     members = {(f.node, f.gpus): f for f in found}
     adopted: list[AdoptedPod] = []
     placeholders: list[str] = []
     for i, p in enumerate(placements):
+        types = p.preassigned_cell_types
         f = members.pop((p.node, tuple(sorted(p.gpus))), None)
         if f is not None:
-            adopted.append(
-                AdoptedPod(
-                    f.request.uid,
-                    p.node,
-                    p.gpus,
-                    f.request.name,
-                    f.request.slot_key or p.slot_key,
-                    p.preassigned_cell_types,
-                )
-            )
+            key = f.request.slot_key or p.slot_key
+            adopted.append(AdoptedPod(f.request.uid, p.node, p.gpus, f.request.name, key, types))
         else:
             uid = f"{PLACEHOLDER}/{gang}/{i}"
             placeholders.append(uid)
-            adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key, p.preassigned_cell_types))
+            adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key, types))
     for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
         adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
     request = found[0].request.request

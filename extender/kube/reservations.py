@@ -41,13 +41,15 @@ class ReservationStore:
         self.kube = kube
         self.namespace = namespace
         self.wall = wall
-        self.written: dict[str, tuple[str, str]] = {}  # object name -> fingerprint as stored
+        self.written: dict[str, rsv.Fingerprint] = {}  # object name -> fingerprint as stored
         self.write_lock = asyncio.Lock()
         self.failures = 0
         self.seen_id = 0  # gangs up to this id have been considered for a write-through
 
     async def flush_new(self) -> None:
-        """Write through the reservations made since the last call (O(1) when there are none)."""
+        """Write through the reservations made since the last call (O(1) when there are none), and
+        the reservations a new gang lazily downgraded: kube-scheduler acts on the preemptor's at
+        once, and a restart that found theirs still on the VC's quota would restore them on it."""
         last = self.s.core.ledger.last_id
         if last == self.seen_id:
             return
@@ -56,7 +58,11 @@ class ReservationStore:
             last = core.ledger.last_id
             start = self.seen_id if last > self.seen_id else 0  # a reload starts ids afresh
             self.seen_id = last
-            fresh = [g.name for g in core.gangs() if g.id > start and rsv.needs_object(g)]
+            gangs = core.gangs()
+            new = {g.name for g in gangs if g.id > start}
+            fresh = [
+                g.name for g in gangs if (g.id > start or g.downgraded_by in new) and rsv.needs_object(g)
+            ]
         for name in fresh:
             await self.persist(name)
 
@@ -157,9 +163,9 @@ class ReservationStore:
                     r = rsv.decode(obj)
                 except rsv.BadReservationError as err:
                     lines.append(f"gang reservation {name} unreadable, dropped: {err}")
-                    self.written[name] = ("", "")
+                    self.written[name] = rsv.UNKNOWN
                     continue
-                self.written[name] = ("", "")  # known to exist: the next sync rewrites or deletes it
+                self.written[name] = rsv.UNKNOWN  # known to exist: the next sync rewrites or deletes it
                 if core.gang(r.request.name) is not None:
                     continue
                 deadline = rsv.deadline_of(r, clock_now=now, wall_now=wall)

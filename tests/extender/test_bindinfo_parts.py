@@ -20,7 +20,7 @@ def whole(p: GangPlacement, node: str, gpus: tuple[int, ...], slot: int | None, 
         entry: dict[str, Any] = {
             "physicalNode": pod.node,
             "physicalLeafCellIndices": list(pod.gpu_indices),
-            "preassignedCellTypes": [""] * len(pod.gpu_indices),
+            "preassignedCellTypes": list(pod.cell_types) or [""] * len(pod.gpu_indices),
             "slot": pod.slot,
         }
         if pod.key is not None:
@@ -33,7 +33,7 @@ def whole(p: GangPlacement, node: str, gpus: tuple[int, ...], slot: int | None, 
         "affinityGroupBindInfo": [{"podPlacements": e} for e in groups.values()],
         "gang": p.gang,
         "virtualCluster": p.vc,
-        "priority": p.priority,
+        "priority": p.requested_priority,
     }
     if slot is not None:
         doc["slot"] = slot
@@ -60,8 +60,9 @@ def test_parts_concatenate_to_one_dump(
         vc=vc,
         chain="A100-RACK",
         priority=priority,
+        requested_priority=priority,
         pods=(
-            PodPlacement(0, "a100-r1-n1", (0, 1, 2, 3, 4, 5, 6, 7), key),
+            PodPlacement(0, "a100-r1-n1", (0, 1, 2, 3, 4, 5, 6, 7), key, ("A100-NODE",) * 8),
             PodPlacement(1, "a100-r1-n2", (4, 5), None),
         ),
         lca_level=5,

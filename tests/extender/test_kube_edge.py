@@ -30,13 +30,13 @@ from tests.extender.test_verbs import place
 from topology.core import Core
 from topology.decisions import GangPlacement, PodPlacement
 from topology.invariants import violations
-from topology.preemption import downgrade
 
 PLACEMENT = GangPlacement(
     gang="ml/llm/0_a",
     vc="vision",
     chain="A100-RACK",
     priority=100,
+    requested_priority=100,
     pods=(
         PodPlacement(0, "a100-r1-n1", (0, 1, 2, 3, 4, 5, 6, 7), "worker/0"),
         PodPlacement(1, "a100-r1-n2", (0, 1, 2, 3, 4, 5, 6, 7), "worker/1"),
@@ -387,62 +387,6 @@ def test_recovery_puts_a_framework_shaped_gang_back_under_its_own_name() -> None
         assert s.core.placement_of(placed).pods == fresh.placement_of(gang).pods
         assert sorted(str(sl.pod_uid) for sl in gang.slots if sl.pod_uid) == ["w0", "w1"]
         assert violations(fresh) == []
-
-    run(go())
-
-
-def test_a_downgraded_gang_records_its_requested_priority_so_recovery_keeps_its_members() -> None:
-    """A gang downgraded to opportunistic still records the priority it asked for: its GPUs' empty
-    cell types say it runs opportunistic. Were the effective -1 recorded, the gang rebuilt from the
-    annotations after a restart would refuse its still-pending members (priority 100) as a gang of
-    a different shape until it expired."""
-
-    async def go() -> None:
-        text = '{"virtualCluster": "research", "priority": 100, "leafCellNumber": 2}'
-        template = {
-            "metadata": {"annotations": {"topogang.io/pod-scheduling-spec": text}},
-            "spec": {
-                "containers": [
-                    {"name": "c", "resources": {"limits": {"topogang.io/pod-scheduling-enable": "1"}}}
-                ]
-            },
-        }
-        fw = {"spec": {"taskRoles": [{"name": "worker", "taskNumber": 3, "task": {"pod": template}}]}}
-
-        async def framework(namespace: str, name: str) -> Mapping[str, Any] | None:
-            return fw if (namespace, name) == ("research", "fw") else None
-
-        binder = MemoryBinder()
-        s = scheduler(binder, framework_lookup=framework)
-        pods = [
-            pod(
-                f"w{i}",
-                f"fw-worker-{i}",
-                "research",
-                text,
-                annotations=fc_annotations("research", "fw", "0_a", "worker", i),
-            )
-            for i in range(3)
-        ]
-        await place(s, pods[0])  # bound before the downgrade: its record names VC cells
-        placed = s.core.gang("research/fw/0_a")
-        assert placed is not None
-        downgrade(s.core, placed, "research/urgent")
-        await place(s, pods[1])  # bound after it: its record says opportunistic
-        before, after = (pod_bind_info(p["metadata"]["annotations"]) for p in bound_pods(s, binder, pods[:2]))
-        assert before is not None and after is not None
-        assert before.priority == after.priority == 100
-        assert all(t for p in before.placements for t in p.preassigned_cell_types)
-        assert not any(t for p in after.placements for t in p.preassigned_cell_types)
-
-        for listed in (pods, [pods[1], pods[0], pods[2]]):  # the API lists pods in any order
-            again = scheduler(MemoryBinder(), framework_lookup=framework)  # the restarted extender
-            recover(again.core, bound_pods(s, binder, listed), now=0.0)
-            gang = again.core.gang("research/fw/0_a")
-            assert gang is not None and gang.priority == -1 and gang.request.priority == 100
-            r, node = await place(again, pods[2])
-            assert r["Error"] == "" and node is not None
-            assert violations(again.core) == []
 
     run(go())
 
