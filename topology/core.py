@@ -27,6 +27,7 @@ from topology.decisions import (
     Wait,
     WaitCode,
     WaitReason,
+    held_no_quota,
 )
 from topology.health import Doomed, doomed
 from topology.ledger import Gang, GangPhase, Ledger, Slot
@@ -1090,10 +1091,5 @@ def _same_shape(a: GangRequest, b: GangRequest) -> bool:
 
 
 def _held_no_quota(pods: list[AdoptedPod]) -> bool:
-    """The records say every GPU was held through no quota cell (a cell type recorded per GPU, all
-    empty): the gang ran or waited as opportunistic, possibly a guaranteed gang downgraded by a lazy
-    preemption. It comes back that way; rebinding its VC's cells would take quota its preemptor now
-    holds. Records without cell types (older annotations, HiveD's) say nothing either way."""
-    return bool(pods) and all(
-        p.cell_types and len(p.cell_types) == len(p.gpu_indices) and not any(p.cell_types) for p in pods
-    )
+    """Rebinding the VC's cells of a gang that held none would take quota its preemptor now holds."""
+    return held_no_quota((p.gpu_indices, p.cell_types) for p in pods)

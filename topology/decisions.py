@@ -6,6 +6,7 @@ how many are free) because users of a gang scheduler mostly ask one question: wh
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -192,6 +193,19 @@ class AdoptedPod:
     pod_name: str | None = None
     slot_key: str | None = None
     cell_types: tuple[str, ...] = ()  # per GPU, as `PodPlacement.cell_types` recorded it
+
+
+def held_no_quota(records: Iterable[tuple[Sequence[int], Sequence[str]]]) -> bool:
+    """Records of (GPU indices, quota cell type per GPU) say every GPU was held through no quota
+    cell: a type recorded for each GPU, all empty. The gang ran or waited as opportunistic (possibly
+    downgraded by a lazy preemption) and comes back that way. No records, or records without types
+    (older annotations), say nothing either way."""
+    seen = False
+    for gpus, types in records:
+        if not types or len(types) != len(gpus) or any(types):
+            return False
+        seen = True
+    return seen
 
 
 Decision = Bind | Wait

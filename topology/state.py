@@ -314,7 +314,8 @@ class CellState:
             self._set_leaf(leaf, gang, priority)
         self._reindex(leaves)
         if self._marks:
-            self._log.append(lambda: self._restore_leaves(leaves, NO_GANG, FREE_PRIORITY))
+            freed = [(leaf, NO_GANG, FREE_PRIORITY) for leaf in leaves]
+            self._log.append(lambda: self._restore_held(freed))
 
     def release_leaves(self, leaves: Sequence[int]) -> None:
         held = [(leaf, self.leaf_gang[leaf], self.leaf_priority[leaf]) for leaf in leaves]
@@ -325,12 +326,8 @@ class CellState:
         if self._marks:
             self._log.append(lambda: self._restore_held(held))
 
-    def _restore_leaves(self, leaves: Sequence[int], gang: int, priority: int) -> None:
-        for leaf in leaves:
-            self._set_leaf(leaf, gang, priority)
-        self._reindex(leaves)
-
     def _restore_held(self, held: list[tuple[int, int, int]]) -> None:
+        """Undo of a batch: each leaf back to its (gang, priority)."""
         for leaf, gang, prio in held:
             self._set_leaf(leaf, gang, prio)
         self._reindex([leaf for leaf, _, _ in held])
@@ -352,6 +349,9 @@ class CellState:
             free = self.free
             for c in up:
                 free[c] += d_free
+            owner = self.leaf_owner[leaf]
+            if owner != NO_OWNER:
+                self._owned_free_count(owner, topo.cell_node[leaf], d_free)
         if d_g:
             ug = self.used_guaranteed
             for c in up:
@@ -360,10 +360,6 @@ class CellState:
             uo = self.used_opportunistic
             for c in up:
                 uo[c] += d_o
-        if d_free:
-            owner = self.leaf_owner[leaf]
-            if owner != NO_OWNER:
-                self._owned_free_count(owner, topo.cell_node[leaf], d_free)
 
     def _reindex(self, leaves: Sequence[int]) -> None:
         """Best-fit keys of the nodes of `leaves`, for their owners and for opportunistic use."""

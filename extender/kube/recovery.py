@@ -25,7 +25,7 @@ from extender.bindinfo import ISOLATION_ANNOTATIONS, BindInfo, PlacedPod, decode
 from extender.kube import pods as kpods
 from extender.podspec import PodRequest, is_enabled, pod_request
 from topology.core import Core
-from topology.decisions import AdoptedPod, GangRequest, Member, UserError
+from topology.decisions import AdoptedPod, GangRequest, Member, UserError, held_no_quota
 
 PLACEHOLDER = "topogang-recovery"
 
@@ -225,13 +225,7 @@ def _record(found: list[_Found]) -> tuple[PlacedPod, ...]:
 
 
 def _held_no_quota(placements: tuple[PlacedPod, ...]) -> bool:
-    """Every GPU recorded as held through no quota cell (as `Core.adopt` reads the same records)."""
-    return all(
-        p.preassigned_cell_types
-        and len(p.preassigned_cell_types) == len(p.gpus)
-        and not any(p.preassigned_cell_types)
-        for p in placements
-    )
+    return held_no_quota((p.gpus, p.preassigned_cell_types) for p in placements)
 
 
 def _restore(core: Core, gang: str, found: list[_Found], now: float, report: RecoveryReport) -> None:
