@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from config.problems import errors_of, format_line, format_problem, warnings_of
 from config.schema import HivedConfigModel, PhysicalCellModel, TopogangModel, unknown_keys
+from config.untrusted import CONFIG_LIMITS, UntrustedError, check_yaml, yaml_error
 from config.validate import Analysis, analyze
 from topology.layout import Problem
 from topology.spec import (
@@ -44,13 +45,6 @@ _TextLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag in (_NULL_TAG, _MERGE_TAG)]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-
-
-class _CTextLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """`_TextLoader` on libyaml's parser (when PyYAML has it): ~5x faster on a pod's spec."""
-
-
-_CTextLoader.yaml_implicit_resolvers = _TextLoader.yaml_implicit_resolvers
 
 
 class ConfigError(Exception):
@@ -135,53 +129,29 @@ def load_config_text(text: str, filename: str = "<config>", *, check: bool = Tru
 
 
 def parse_yaml(text: str) -> tuple[Any, list[tuple[str, str]]]:
-    """The document (scalars as text) and its errors: syntax with line/column, and duplicate keys."""
-    loader = _TextLoader(text)
+    """The document (scalars as text) and its errors: syntax with line/column, and duplicate keys.
+    Nesting and alias expansion are bounded first (`config.untrusted`): a config comes from a
+    ConfigMap, and a document that nests thousands deep or expands its aliases a billion times must
+    be an error, not a crash or a stall."""
     try:
+        check_yaml(text, CONFIG_LIMITS)
+    except UntrustedError as exc:
+        return None, [(exc.path, exc.message)]
+    loader = None
+    try:
+        loader = _TextLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None, []
         errors = _duplicate_keys(node, "", set())
         return loader.construct_document(node), errors
     except yaml.MarkedYAMLError as exc:
-        return None, [_yaml_error(exc)]
+        return None, [yaml_error(exc)]
     except yaml.YAMLError as exc:
         return None, [("", f"YAML syntax error: {exc}")]
     finally:
-        loader.dispose()
-
-
-def parse_yaml_quick(text: str) -> tuple[Any, list[tuple[str, str]]]:
-    """`parse_yaml` through libyaml, for text parsed on a hot path (pod specs). Anything libyaml
-    rejects, and any duplicate key, goes through `parse_yaml` again, so every error reads exactly
-    as it does there; a valid document gives the same values either way."""
-    loader = _CTextLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, []
-        if not _duplicate_keys(node, "", set()):
-            return loader.construct_document(node), []
-    except yaml.YAMLError:
-        pass
-    finally:
-        loader.dispose()
-    return parse_yaml(text)
-
-
-def _yaml_error(exc: yaml.MarkedYAMLError) -> tuple[str, str]:
-    """PyYAML's problem and context as one sentence, located at the problem."""
-    mark = exc.problem_mark or exc.context_mark
-    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-    problem, context, cm = exc.problem or "", exc.context or "", exc.context_mark
-    at = f" at line {cm.line + 1}, column {cm.column + 1}" if cm and context and cm is not mark else ""
-    if not context or not problem:
-        text = problem or context
-    elif problem.startswith("but "):  # "expected a single document in the stream" + "but found another"
-        text = f"{context}{at}, {problem}"
-    else:  # "expected ',' or '}', but got ':'" + "while parsing a flow mapping"
-        text = f"{problem} ({context}{at})"
-    return where, f"YAML syntax error: {text}"
+        if loader is not None:
+            loader.dispose()
 
 
 def _duplicate_keys(node: yaml.Node, path: str, active: set[int]) -> list[tuple[str, str]]:

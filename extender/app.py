@@ -9,8 +9,11 @@
 - `GET /ui`: the cluster view, a live read-only page (`extender.ui`), and its `GET /v1/ui/state`.
 - `GET /`: every path.
 
-No request ever gets a 500: unexpected exceptions are logged and answered as errors in the verb's
-own shape.
+Every answer is JSON. A verb never answers 5xx: bad input gets the protocol's `Error` (or, for
+preempt, a 4xx), and an unexpected exception is logged with the request's identity, counted in
+`topogang_internal_errors_total` and answered as an error in the verb's own shape (preempt: no
+victims, which is always safe). Other routes answer JSON 404/405 for unknown paths and methods, and
+a JSON 500 only for a fault of the server itself; malformed HTTP gets a JSON 400 (`extender.http`).
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from extender import views, wire
 from extender.explain_api import explain_route
-from extender.metrics import CONTENT_TYPE
+from extender.metrics import CONTENT_TYPE, Metrics
 from extender.ui import ui_routes
 from extender.verbs import Scheduler, VerbError
 
@@ -105,6 +110,7 @@ def build_app(service: Service) -> Starlette:
 
         async def endpoint(request: Request) -> Response:
             t0 = time.perf_counter()
+            doc: object = None
             try:
                 doc = wire.loads(await _body(request))
                 return JSON(await handle(doc))
@@ -119,9 +125,14 @@ def build_app(service: Service) -> Starlette:
                 metrics.decisions.labels(name, "malformed").inc()
                 return fail(f"topogang: {name} request body is larger than {MAX_BODY} bytes", 413)
             except Exception as exc:
-                log.exception("%s failed", name)
+                who = wire.request_identity(doc)
+                log.exception("%s of %s failed", name, who)
                 metrics.decisions.labels(name, "error").inc()
-                return fail(f"topogang: Platform Error: {name}: {type(exc).__name__}: {exc}", 503)
+                metrics.internal_errors.labels(name).inc()
+                msg = f"topogang: internal error in {name} of {who} (logged): {type(exc).__name__}"
+                if error_status is None:
+                    return on_error(msg)
+                return JSON({**wire.preemption_result(None), "Error": msg})  # no victims: always safe
             finally:
                 metrics.latency.labels(name).observe(time.perf_counter() - t0)
 
@@ -144,18 +155,6 @@ def build_app(service: Service) -> Starlette:
 
     async def do_bind(doc: object) -> Any:
         return await s.bind(wire.parse_binding_args(doc))
-
-    def guarded(fn: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            try:
-                return await fn(request)
-            except Exception as exc:
-                log.exception("GET %s failed", request.url.path)
-                return JSON(
-                    {"Error": f"topogang: Platform Error: {type(exc).__name__}: {exc}"}, status_code=503
-                )
-
-        return endpoint
 
     async def healthz(request: Request) -> Response:
         return JSON({"status": "ok"})
@@ -220,16 +219,16 @@ def build_app(service: Service) -> Starlette:
         Route("/v1/extender/bind", verb("bind", do_bind, _plain_error), methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Route("/metrics", guarded(metrics_endpoint), methods=["GET"]),
-        Route("/v1/inspect", guarded(inspect_summary), methods=["GET"]),
-        Route("/v1/inspect/clusterstatus", guarded(cluster_status), methods=["GET"]),
-        Route("/v1/inspect/clusterstatus/physicalcluster", guarded(physical), methods=["GET"]),
-        Route("/v1/inspect/clusterstatus/virtualclusters", guarded(virtual), methods=["GET"]),
-        Route("/v1/inspect/clusterstatus/virtualclusters/", guarded(virtual), methods=["GET"]),
-        Route("/v1/inspect/clusterstatus/virtualclusters/{vc}", guarded(virtual), methods=["GET"]),
-        Route("/v1/inspect/affinitygroups", guarded(groups), methods=["GET"]),
-        Route("/v1/inspect/affinitygroups/", guarded(groups), methods=["GET"]),
-        Route("/v1/inspect/affinitygroups/{name:path}", guarded(group), methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
+        Route("/v1/inspect", inspect_summary, methods=["GET"]),
+        Route("/v1/inspect/clusterstatus", cluster_status, methods=["GET"]),
+        Route("/v1/inspect/clusterstatus/physicalcluster", physical, methods=["GET"]),
+        Route("/v1/inspect/clusterstatus/virtualclusters", virtual, methods=["GET"]),
+        Route("/v1/inspect/clusterstatus/virtualclusters/", virtual, methods=["GET"]),
+        Route("/v1/inspect/clusterstatus/virtualclusters/{vc}", virtual, methods=["GET"]),
+        Route("/v1/inspect/affinitygroups", groups, methods=["GET"]),
+        Route("/v1/inspect/affinitygroups/", groups, methods=["GET"]),
+        Route("/v1/inspect/affinitygroups/{name:path}", group, methods=["GET"]),
         explain_route(service.scheduler),
         *ui_routes(service.scheduler),
         *service.routes,
@@ -267,4 +266,48 @@ def build_app(service: Service) -> Starlette:
             for fn in service.on_stop:
                 await fn()
 
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error}, lifespan=lifespan)
+    return Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+        middleware=[Middleware(Guard, metrics=metrics)],
+    )
+
+
+class Guard:
+    """The outermost layer: an exception that escapes a route is logged, counted and answered as JSON
+    (starlette's own last resort answers text/plain 500 and re-raises into the server's log)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            path = scope.get("path", "")
+            log.exception("%s %s failed", scope.get("method", ""), path)
+            self.metrics.internal_errors.labels(_route_label(path)).inc()
+            if started:
+                return  # the answer is on its way: nothing valid can follow it
+            body = JSON({"Error": f"topogang: internal error in {path} (logged): {type(exc).__name__}"}, 500)
+            await body(scope, receive, send)
+
+
+def _route_label(path: str) -> str:
+    """A bounded label: the first two segments (`/v1/inspect`), never a caller's free text."""
+    parts = [p for p in path.split("/") if p][:2]
+    known = {"v1", "ui", "healthz", "readyz", "metrics", "extender", "inspect", "gangs", "explain"}
+    return "/" + "/".join(p if p in known else "*" for p in parts)

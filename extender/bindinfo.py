@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from config.untrusted import ANNOTATION_LIMITS, UntrustedError, check_yaml
 from topology.decisions import Bind, GangPlacement
 
 ISOLATION_ANNOTATIONS = (
@@ -173,7 +174,10 @@ def _opt_int(doc: Mapping[str, Any], key: str) -> int | None:
 def decode_bind_info(text: str) -> BindInfo:
     """Parse a `pod-bind-info` annotation (topogang's or HiveD's); `ValueError` names what is wrong."""
     try:
+        check_yaml(text, ANNOTATION_LIMITS)  # a tenant can edit its pod's annotations, bound or not
         doc = yaml.load(text, Loader=_Loader)
+    except UntrustedError as exc:
+        raise ValueError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise ValueError(f"not YAML: {exc}") from None
     if not isinstance(doc, dict):

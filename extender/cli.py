@@ -188,6 +188,8 @@ def run(
     the scheduling verbs, which the main listener then refuses."""
     import uvicorn
 
+    from extender.httpproto import JSONErrorsHttpTools
+
     tls = tls or TlsSettings()
     scheme = "https" if tls.enabled else "http"
     socks: list[socket.socket] = []
@@ -226,7 +228,7 @@ def run(
         return uvicorn.Config(
             app,
             loop="uvloop",
-            http="httptools",
+            http=JSONErrorsHttpTools,
             access_log=False,
             log_level=log_level,
             lifespan="on" if not require_client_cert else "off",

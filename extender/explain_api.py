@@ -37,6 +37,7 @@ def explain_route(scheduler: Scheduler) -> Route:
                 pod.name,
                 namespace_vcs=scheduler.namespace_vcs,
                 ttl_seconds=scheduler.ttl_seconds,
+                max_pods=scheduler.core.gpu_count,
             )
             async with scheduler.lock:
                 answer = explain(scheduler.core, pr.request, scheduler.clock())

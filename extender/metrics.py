@@ -104,6 +104,12 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.internal_errors = Counter(
+            "topogang_internal_errors",
+            "Requests that met an unexpected exception (answered with a clear error, logged), by route.",
+            ["route"],
+            registry=self.registry,
+        )
         self.leader = Gauge(
             "topogang_leader", "1 while this replica holds the leader Lease.", registry=self.registry
         )

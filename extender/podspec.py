@@ -24,19 +24,23 @@ Every bad spec raises `UserError` naming the field, with HiveD's wording where H
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from config.load import parse_yaml_quick
+from config.untrusted import SPEC_LIMITS, UntrustedError, read_yaml, text_size
+from extender.bounded import ByteLRU
 from extender.conventions.optin import gpu_opt_in
 from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, Member, UserError
 
 ENABLE_RESOURCES = ("topogang.io/pod-scheduling-enable", "hivedscheduler.microsoft.com/pod-scheduling-enable")
 SPEC_ANNOTATIONS = ("topogang.io/pod-scheduling-spec", "hivedscheduler.microsoft.com/pod-scheduling-spec")
-MAX_SPEC_CHARS = 256 * 1024  # the API server's limit for all annotations of an object together
+MAX_SPEC_BYTES = SPEC_LIMITS.max_bytes
+# a gang of more pods than this can run on no cluster (the largest are ~100k GPUs); the scheduler
+# passes its own cluster's GPU count, so slot keys are never expanded for a gang that cannot fit
+MAX_PODS = 131_072
+SPEC_CACHE_BYTES = 8 * 1024 * 1024
 
 FC_NAMESPACE = "FC_FRAMEWORK_NAMESPACE"
 FC_FRAMEWORK = "FC_FRAMEWORK_NAME"
@@ -192,10 +196,7 @@ def _str(spec: Mapping[str, Any], key: str, path: str) -> str | None:
     return text or None
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_cached(text: str) -> tuple[Any, tuple[tuple[str, str], ...]]:
-    doc, errors = parse_yaml_quick(text)
-    return doc, tuple(errors)
+_specs: ByteLRU[str, dict[str, Any] | UntrustedError] = ByteLRU(SPEC_CACHE_BYTES, 4096)
 
 
 def _copy(value: Any) -> Any:
@@ -206,27 +207,34 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def _parsed(text: str) -> tuple[Any, tuple[tuple[str, str], ...]]:
-    """`parse_yaml` (libyaml first), cached by text: every member of a gang (and most single pods)
-    carries the same spec, and even libyaml costs ~0.2 ms a parse (pure PyYAML ~1 ms); the caller
-    gets its own copy of the document."""
-    doc, errors = _parse_cached(text)
-    return _copy(doc), errors
+def _read(text: str) -> dict[str, Any] | UntrustedError:
+    """The spec document, read once per text (every member of a gang, and most single pods, carry the
+    same spec; even libyaml costs ~0.2 ms a parse): what was read, or why it was refused. The cache is
+    bounded in bytes (a document costs about three times its text)."""
+    got = _specs.get(text)
+    if got is None:
+        try:
+            doc = read_yaml(text, SPEC_LIMITS)
+            got = doc if isinstance(doc, dict) else UntrustedError("", _not_a_mapping(doc))
+        except UntrustedError as exc:
+            got = exc
+        _specs.put(text, got, 3 * text_size(text) + 512)
+    return got
+
+
+def _not_a_mapping(doc: object) -> str:
+    if doc is None:
+        return "Annotation does not exist or is empty"
+    return "expected a mapping of fields (virtualCluster, leafCellNumber, ...)"
 
 
 def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> dict[str, Any]:
-    """The spec document as a mapping (scalars as text, legacy gpu* keys renamed)."""
-    if len(text) > MAX_SPEC_CHARS:
-        raise UserError(annotation, f"is {len(text)} characters; at most {MAX_SPEC_CHARS}")
-    doc, errors = _parsed(text)
-    if errors:
-        where, msg = errors[0]
-        raise UserError(annotation, f"{msg}{f' ({where})' if where else ''}")
-    if doc is None:
-        raise UserError(annotation, "Annotation does not exist or is empty")
-    if not isinstance(doc, dict):
-        raise UserError(annotation, "expected a mapping of fields (virtualCluster, leafCellNumber, ...)")
-    spec = {str(k): v for k, v in doc.items()}
+    """The spec document as a mapping (scalars as text, legacy gpu* keys renamed), the caller's own
+    copy. `UserError` names the field inside the spec (or the annotation, for the whole text)."""
+    got = _read(text)
+    if isinstance(got, UntrustedError):
+        raise UserError(got.path or annotation, got.message)
+    spec: dict[str, Any] = _copy(got)
     for old, new in (("gpuType", "leafCellType"), ("gpuNumber", "leafCellNumber")):
         if new not in spec and old in spec:
             spec[new] = spec.pop(old)
@@ -307,8 +315,11 @@ def pod_request(
     namespace_vcs: Mapping[str, str] | None = None,
     ttl_seconds: float = 300.0,
     framework: Mapping[str, Any] | None = None,
+    max_pods: int = MAX_PODS,
 ) -> PodRequest:
-    """The pod's gang request. Raises `UserError` naming the field for every bad spec."""
+    """The pod's gang request. Raises `UserError` naming the field for every bad spec. A gang of
+    more than `max_pods` pods (the scheduler passes its cluster's GPU count) is refused before
+    anything is built per pod."""
     annotation, text = spec_text(pod)
     if text is None:
         raise UserError(annotation, "Annotation does not exist or is empty")
@@ -342,6 +353,7 @@ def pod_request(
         if task is not None and fw_members:
             gang = task.gang
             members = [Member(n, leaves) for _role, n, leaves in fw_members]
+            _at_most(members, max_pods, "taskRoles[].taskNumber")
             slot_keys = tuple(f"{role}/{i}" for role, n, _ in fw_members for i in range(n))
         else:
             gang = f"{namespace}/{name}"
@@ -353,6 +365,7 @@ def pod_request(
         if group_name is None:
             raise UserError("affinityGroup.name", "AffinityGroup.Name is empty")
         members, roles = _members(group)
+        _at_most(members, max_pods, "affinityGroup.members")
         named = [r for r in roles if r is not None]
         if named and len(named) != len(roles):
             i = roles.index(None)
@@ -412,6 +425,12 @@ def pod_request(
         ignore_suggested_nodes=_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False),
         spec_annotation=annotation,
     )
+
+
+def _at_most(members: list[Member], max_pods: int, field: str) -> None:
+    pods = sum(m.pod_number for m in members)
+    if pods > max_pods:
+        raise UserError(field, f"{pods} pods, more than the cluster's {max_pods} GPUs: it can never run")
 
 
 def _role_leaves(slot_keys: tuple[str, ...], members: list[Member]) -> dict[str, int]:

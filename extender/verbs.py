@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from extender import views, wire
 from extender.bindinfo import bind_annotations
+from extender.bounded import ByteLRU
 from extender.conventions import edge as conventions
 from extender.ledger import GangLedger, LedgerCollector
 from extender.metrics import Metrics, StateSnapshot
@@ -45,6 +45,7 @@ log = logging.getLogger("topogang.extender")
 
 TENTATIVE_SECONDS = 10.0  # how long a slot stays promised to the pod prioritize pointed at it
 POD_CACHE_SIZE = 200_000
+POD_CACHE_BYTES = 256 * 1024 * 1024
 MAX_SCORE = 10
 
 
@@ -83,7 +84,18 @@ WaitNotifier = Callable[[PodRequest, str], None]
 @dataclass(slots=True)
 class _Cached:
     request: PodRequest
-    spec_text: str | None
+    spec_key: tuple[int, int] | None  # the spec text it was read from, as (length, hash): not the text
+
+
+def _text_key(text: str | None) -> tuple[int, int] | None:
+    """Which spec text a cached request came from, without keeping the text (up to 64 KiB a pod)."""
+    return None if text is None else (len(text), hash(text))
+
+
+def _cost(pr: PodRequest) -> int:
+    """About what a cached request holds: the request and its names, and one key per named slot."""
+    keys = pr.request.slot_keys
+    return 1024 + len(pr.gang) + 96 * (len(keys) if keys is not None else 0)
 
 
 def user_error(pod_key: str, annotation: str, err: UserError) -> str:
@@ -144,7 +156,7 @@ class Scheduler:
         self.lock = asyncio.Lock()
         self.ready = False
         self.not_ready_reason = "starting"
-        self._pods: OrderedDict[str, _Cached] = OrderedDict()
+        self._pods: ByteLRU[str, _Cached] = ByteLRU(POD_CACHE_BYTES, POD_CACHE_SIZE)
         self._uid_by_name: dict[tuple[str, str], str] = {}
         self._gang_pods: dict[str, set[str]] = {}  # cached pods by gang: who may still claim a slot
         self._waiting: dict[str, Waiting] = {}
@@ -161,19 +173,39 @@ class Scheduler:
         if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
             got = await conventions.request_of(self, pod)
             if got is not None:  # not cached: an elastic member or a Soft gang's may change
-                self._remember(got, None)
+                self._remember(self._same_identity(got), None)
                 return got
         cached = self._pods.get(pod.uid)
-        if cached is not None and cached.spec_text == text:
-            self._pods.move_to_end(pod.uid)
+        if cached is not None and cached.spec_key == _text_key(text):
             return cached.request
         pr = self._parse(pod, None)
         if pr.task is not None and pr.request.name == f"{pod.namespace}/{pod.name}" and self.framework_lookup:
             fw = await self.framework_lookup(pr.task.namespace, pr.task.framework)
             if fw is None:  # not cached: the Framework may be readable next time
-                return pr
+                return self._same_identity(pr)
             pr = self._parse(pod, fw)
-        self._remember(pr, text)
+        self._remember(self._same_identity(pr), text)
+        return pr
+
+    def _same_identity(self, pr: PodRequest) -> PodRequest:
+        """A pod that holds a slot keeps the identity it was bound with: a request under its UID
+        that names another gang or slot (a reused UID, or a spec edited after binding) is refused,
+        and changes nothing, so the holder's cached request and ledger facts stay its own."""
+        gang = self.core.gang_of_pod(pr.uid)
+        if gang is None:
+            return pr
+        slot = gang.slot_of(pr.uid)
+        held = self.cached(pr.uid)
+        if (
+            gang.name != pr.gang
+            or (slot is not None and slot.leaf_number != pr.leaf_number)
+            or (held is not None and held.slot_key != pr.slot_key)
+        ):
+            raise UserError(
+                "metadata.uid",
+                f"pod UID {pr.uid} is bound in gang {gang.name}; a bound pod's gang, slot and leaf "
+                "cells cannot change (a new spec needs a new pod)",
+            )
         return pr
 
     def _parse(self, pod: wire.WirePod, framework: Mapping[str, Any] | None) -> PodRequest:
@@ -185,22 +217,20 @@ class Scheduler:
             namespace_vcs=self.namespace_vcs,
             ttl_seconds=self.ttl_seconds,
             framework=framework,
+            max_pods=self.core.gpu_count,
         )
 
     def _remember(self, pr: PodRequest, text: str | None) -> None:
         old = self._pods.get(pr.uid)
         if old is not None and old.request.gang != pr.gang:
             self._unindex(pr.uid, old)
-        self._pods[pr.uid] = _Cached(pr, text)
-        self._pods.move_to_end(pr.uid)
         self._uid_by_name[(pr.namespace, pr.name)] = pr.uid
         self._gang_pods.setdefault(pr.gang, set()).add(pr.uid)
-        while len(self._pods) > POD_CACHE_SIZE:
-            uid, old = self._pods.popitem(last=False)
-            self._unindex(uid, old)
+        for uid, gone in self._pods.put(pr.uid, _Cached(pr, _text_key(text)), _cost(pr)):
+            self._unindex(uid, gone)
 
     def forget_pod(self, uid: str) -> None:
-        old = self._pods.pop(uid, None)
+        old = self._pods.pop(uid)
         if old is not None:
             self._unindex(uid, old)
 
@@ -277,10 +307,14 @@ class Scheduler:
             slots = self._slots(pr)
             if not slots:
                 self._count("filter", "wait")
-                text = (
-                    f"topogang: gang {pr.gang} waits [{WaitCode.RESERVED.value}]: every slot of "
-                    f"{pr.leaf_number} leaf cells is claimed by another member"
+                holder = self.core.slot_holder(pr.gang, pr.slot_key) if pr.slot_key is not None else None
+                taken = (
+                    f"slot {pr.slot_key} is held by pod {holder}, which is still alive; this pod waits "
+                    "until it is gone"
+                    if holder is not None
+                    else f"every slot of {pr.leaf_number} leaf cells is claimed by another member"
                 )
+                text = f"topogang: gang {pr.gang} waits [{WaitCode.RESERVED.value}]: {taken}"
                 return wire.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
             slot_nodes = {p.node for p in slots}
             at = wire.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
@@ -509,7 +543,7 @@ class Scheduler:
             return wire.binding_result(error)
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._inflight[args.pod_uid] = fut
-        error = "topogang: Platform Error: bind did not complete"
+        error = "topogang: the bind did not complete (the request was cancelled)"
         try:
             error = await self._bind(args)
         finally:
@@ -553,24 +587,27 @@ class Scheduler:
                 )
             except UserError as err:
                 return f"topogang: Pod binding rejected for {args.key}: {err.field}: {err.message}"
-            annotations = bind_annotations(decision, pr.slot_key)
             self._tentative.pop((pr.gang, decision.slot), None)
             if fresh:
                 self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of)
+        # from the claim on, any failure gives the slot back: nothing may stay claimed for an unbound pod
         try:
+            annotations = bind_annotations(decision, pr.slot_key)
             await self.binder.bind(
                 BindTarget(args.pod_namespace, args.pod_name, args.pod_uid), args.node, annotations
             )
             self.gang_ledger.bound(self.core, pr.gang, pr.uid, self.waiting_of)
-        except Exception as exc:  # the slot goes back: nothing may stay claimed for an unbound pod
+        except BaseException as exc:
             self.gang_ledger.inflight.discard(pr.uid)
             if fresh:  # a member that never came is no member leaving: the reservation stays as it was
                 async with self.lock:
                     if self.core.gang(pr.gang) is gang:
                         self.core.unclaim(pr.gang, pr.uid, self.clock(), deadline=deadline)
                     self.gang_ledger.touch(self.core, pr.gang, self.waiting_of)
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the slot is back; let the cancellation go on
             log.warning("binding %s to %s failed: %s", args.key, args.node, exc)
-            return f"topogang: binding {args.key} to {args.node} failed: {exc}"
+            return f"topogang: binding {args.key} to {args.node} failed: {type(exc).__name__}: {exc}"
         return ""
 
     async def _lookup_for_bind(self, args: wire.BindingArgs) -> PodRequest | str:

@@ -18,9 +18,15 @@ from typing import Any, TypeVar, cast
 
 import orjson
 
+from config.untrusted import BODY_DEPTH, UntrustedError, check_depth
+
 MAX_NAME = 253  # a Kubernetes object name is at most 253 characters
 T = TypeVar("T")
 NODE_LISTS = 8  # distinct node lists remembered by `_intern` (kube-scheduler sends one, mostly)
+# ...and what they may hold together: ~220 bytes a name (the text, the tuple, the set, the raw tail,
+# `positions`), so one 70,000-node list fits; a larger list is checked and used, but not remembered
+NODE_LIST_BYTES = 32 * 1024 * 1024
+NAME_COST = 220
 MIN_SHARED = 32  # shorter lists (prioritize's survivors) are not remembered
 
 
@@ -265,10 +271,11 @@ def _tail_of(value: object, got: _NodeList) -> bytes | None:
 class _NodeList:
     """One node list as kube-scheduler sent it, and the same names as a set."""
 
-    __slots__ = ("memo", "names", "set", "tail")
+    __slots__ = ("cost", "memo", "names", "set", "tail")
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], cost: int) -> None:
         self.names = names
+        self.cost = cost
         self.set = frozenset(names)
         self.tail: bytes | None = None  # the raw `"NodeNames":[...]}` it came in, if remembered
         self.memo: dict[int, tuple[weakref.ref[Any], Any]] = {}  # id(owner) -> (owner, value)
@@ -286,11 +293,17 @@ def _intern(names: tuple[str, ...], value: object) -> tuple[str, ...]:
     5,000 names alive for the gang's lifetime (~0.4 MB each at 5,000 nodes), the list is checked
     and the set built once instead of per call, and lookups keyed by it hit by identity. A repeat
     costs one tuple hash and compare, in C."""
-    got = _node_lists[names] = _NodeList(names)
+    cost = NAME_COST * len(names) + sum(map(len, names))
+    if cost > NODE_LIST_BYTES // 2:
+        _pending.clear()
+        return names
+    got = _node_lists[names] = _NodeList(names, cost)
     _by_id[id(names)] = got
     got.tail = _tail_of(value, got)
-    while len(_node_lists) > NODE_LISTS:
+    total = sum(n.cost for n in _node_lists.values())
+    while len(_node_lists) > NODE_LISTS or total > NODE_LIST_BYTES:
         _, old = _node_lists.popitem(last=False)
+        total -= old.cost
         del _by_id[id(old.names)]
         if old.tail is not None:
             _tails.pop(old.tail, None)
@@ -340,8 +353,18 @@ def _node_name(node: Mapping[str, Any]) -> str:
     return name if isinstance(name, str) else ""
 
 
+def _shallow(value: dict[str, Any], path: str) -> dict[str, Any]:
+    """An object that nests at most `BODY_DEPTH` deep: kube-scheduler's objects are ~20 deep, and
+    parts of a request are written back in replies and records (orjson writes at most 255 levels)."""
+    try:
+        check_depth(value, BODY_DEPTH, path)
+    except UntrustedError as err:
+        raise WireError(err.path, err.message) from None
+    return value
+
+
 def parse_pod(value: object, path: str = "Pod") -> WirePod:
-    pod = _object(value, path)
+    pod = _shallow(_object(value, path), path)
     meta = _object(pod.get("metadata"), f"{path}.metadata")
     uid = _name(meta.get("uid"), f"{path}.metadata.uid")
     name = _name(meta.get("name"), f"{path}.metadata.name")
@@ -353,6 +376,23 @@ def parse_pod(value: object, path: str = "Pod") -> WirePod:
             where = f"{path}.{key}" if key == "spec" else f"{path}.metadata.{key}"
             raise WireError(where, f"expected an object, got {_kind(holder.get(key))}")
     return WirePod(uid, namespace, name, pod)
+
+
+def request_identity(doc: object) -> str:
+    """Who a request is about, for a log line, from whatever the body holds (it may be malformed):
+    `uid(namespace/name)` of its pod, or "an unidentified request"."""
+    if not isinstance(doc, dict):
+        return "an unidentified request"
+    d = {str(k).lower(): v for k, v in doc.items()}
+    if "poduid" in d:
+        parts = (d.get("poduid"), d.get("podnamespace"), d.get("podname"))
+    else:
+        pod = d.get("pod")
+        meta = pod.get("metadata") if isinstance(pod, dict) else None
+        meta = meta if isinstance(meta, dict) else {}
+        parts = (meta.get("uid"), meta.get("namespace"), meta.get("name"))
+    uid, ns, name = (p[:MAX_NAME] if isinstance(p, str) else "?" for p in parts)
+    return f"pod {uid}({ns}/{name})"
 
 
 def parse_extender_args(doc: object) -> ExtenderArgs:
@@ -375,7 +415,7 @@ def parse_extender_args(doc: object) -> ExtenderArgs:
         raise WireError("Nodes.items", f"expected an array of node objects, got {_kind(items)}")
     nodes: list[Mapping[str, Any]] = []
     for i, item in enumerate(items):
-        node = _object(item, f"Nodes.items[{i}]")
+        node = _shallow(_object(item, f"Nodes.items[{i}]"), f"Nodes.items[{i}]")
         meta = _object(node.get("metadata"), f"Nodes.items[{i}].metadata")
         _name(meta.get("name"), f"Nodes.items[{i}].metadata.name")
         nodes.append(node)

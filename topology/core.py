@@ -91,13 +91,18 @@ class Core:
         return total
 
     # ------------------------------------------------------------------ validation
+    @property
+    def gpu_count(self) -> int:
+        """Leaf cells in the whole cluster: no gang of more pods (or leaf cells) can ever run."""
+        return len(self.topo.leaves)
+
     def validate(self, req: GangRequest, leaf_number: int | None = None) -> None:
         """Raise `UserError` naming the field when `req` can never be scheduled as written."""
         key = _shape_key(req)
         if leaf_number is None and req.name and key in self._valid_shapes:
             return
         self._validate(req, leaf_number)
-        if len(self._valid_shapes) < _MAX_SHAPES:
+        if len(self._valid_shapes) < _MAX_SHAPES and len(req.members) <= _MAX_SHAPE_MEMBERS:
             self._valid_shapes[key] = tuple(self._chains(req))
 
     def _validate(self, req: GangRequest, leaf_number: int | None) -> None:
@@ -120,6 +125,12 @@ class Core:
                 raise UserError(
                     f"affinityGroup.members[{i}].leafCellNumber", f"{m.leaf_number} is not positive"
                 )
+        if req.leaf_total > len(self.topo.leaves):  # before anything is built per pod or per leaf
+            raise UserError(
+                "affinityGroup.members",
+                f"the gang needs {req.leaf_total} leaf cells, more than the whole cluster's "
+                f"{len(self.topo.leaves)}: it can never run",
+            )
         if leaf_number is not None:
             if leaf_number <= 0:
                 raise UserError("leafCellNumber", f"{leaf_number} is not positive")
@@ -426,7 +437,7 @@ class Core:
             if s.leaf_number != leaf_number or s.finished:
                 continue
             if slot_key is not None and s.key is not None:
-                if s.key == slot_key:
+                if s.key == slot_key and s.pod_uid is None:
                     return [PodPlacement(s.index, topo.node_names[s.node], self._gpus(s), s.key)]
                 continue
             if s.pod_uid is None:
@@ -448,7 +459,9 @@ class Core:
         pod_name: str | None = None,
     ) -> Bind:
         """Give `pod_uid` a slot of the gang (on `node` when given). Idempotent for the same pod; a
-        pod with the slot key of an earlier pod (a retry) takes that slot back.
+        pod with the slot key of an earlier pod (a retry) takes that slot back once the earlier pod
+        is gone (`release_pod`): while it lives, the slot and its GPUs are that pod's, and a second
+        pod with the same identity is refused rather than put on the same GPUs.
 
         Refused while the gang waits for preempted pods to go (`GangPhase.PREEMPTING`): their GPUs
         are still in use. Filter answers Wait then, but a bind can come without it (kube-scheduler
@@ -480,8 +493,8 @@ class Core:
                 "node" if node is not None else "leafCellNumber",
                 f"gang {gang_name} has no unclaimed slot of {leaf_number} leaf cells{where}",
             )
-        if slot.pod_uid is not None:  # a retried pod takes back its own slot
-            self.ledger.pod_gang.pop(slot.pod_uid, None)
+        if slot.pod_uid is not None:
+            raise UserError("slotKey", held_by(gang_name, slot))
         slot.pod_uid = pod_uid
         slot.pod_name = pod_name
         self.ledger.pod_gang[pod_uid] = gang.id
@@ -1058,6 +1071,17 @@ class Core:
             gang.deadline = deadline if deadline is not None else now + gang.request.ttl_seconds
 
     # ------------------------------------------------------------------ views
+    def gang_of_pod(self, pod_uid: str) -> Gang | None:
+        """The gang in which `pod_uid` holds a slot (it is bound, or being bound), if any."""
+        return self.ledger.by_id.get(self.ledger.pod_gang.get(pod_uid, -1))
+
+    def slot_holder(self, gang_name: str, slot_key: str) -> str | None:
+        """The pod holding the named slot of a gang, while it lives."""
+        gang = self.ledger.by_name.get(gang_name)
+        if gang is None:
+            return None
+        return next((s.pod_uid for s in gang.slots if s.key == slot_key and not s.finished), None)
+
     def gang(self, name: str) -> Gang | None:
         return self.ledger.by_name.get(name)
 
@@ -1066,6 +1090,14 @@ class Core:
 
 
 _MAX_SHAPES = 4096
+_MAX_SHAPE_MEMBERS = 16  # bounds the shape cache in bytes: a key holds the members (merged, ≤ 1 per size)
+
+
+def held_by(gang_name: str, slot: Slot) -> str:
+    return (
+        f"slot {slot.key} of gang {gang_name} is held by pod {slot.pod_uid}, which is still alive; a "
+        "pod with the same task identity waits until it is gone"
+    )
 
 
 def _shape_key(req: GangRequest) -> tuple[object, ...]:

@@ -9,10 +9,10 @@ the task-groups annotation (YuniKorn needs it only on the originator)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from config.untrusted import ANNOTATION_LIMITS, UntrustedError, read_json
 from extender.conventions.common import (
     Claim,
     annotations_of,
@@ -45,9 +45,9 @@ def app_id(pod: Mapping[str, Any]) -> str | None:
 def task_groups(raw: str) -> list[tuple[str, int, int | None]]:
     """(name, minMember, GPUs per member or None) per task group."""
     try:
-        doc = json.loads(raw)
-    except ValueError as err:
-        raise UserError(TASK_GROUPS, f"not JSON: {err}") from None
+        doc = read_json(raw, ANNOTATION_LIMITS)
+    except UntrustedError as err:
+        raise UserError(f"{TASK_GROUPS}{'.' + err.path if err.path else ''}", err.message) from None
     if not isinstance(doc, list) or not doc:
         raise UserError(TASK_GROUPS, "expected a non-empty JSON list of {name, minMember, minResource}")
     out: list[tuple[str, int, int | None]] = []

@@ -58,19 +58,15 @@ def ui_routes(scheduler: Scheduler) -> list[BaseRoute]:
 
     async def state(request: Request) -> Response:
         q = request.query_params
-        try:
-            async with scheduler.lock:
-                doc = view.document(
-                    scheduler.core,
-                    views.waiting_gangs(scheduler),
-                    scheduler.clock(),
-                    token=q.get("token"),
-                    layout_token=q.get("layout"),
-                    phases=ledger_phases(scheduler),
-                )
-        except Exception as exc:
-            log.exception("GET /v1/ui/state failed")
-            return _JSON({"Error": f"topogang: Platform Error: {type(exc).__name__}: {exc}"}, status_code=503)
+        async with scheduler.lock:  # an exception here is the app's to answer (`extender.app.Guard`)
+            doc = view.document(
+                scheduler.core,
+                views.waiting_gangs(scheduler),
+                scheduler.clock(),
+                token=q.get("token"),
+                layout_token=q.get("layout"),
+                phases=ledger_phases(scheduler),
+            )
         body = wire.dumps(doc)
         headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
         if len(body) > GZIP_OVER and "gzip" in request.headers.get("accept-encoding", ""):

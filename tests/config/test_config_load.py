@@ -159,11 +159,22 @@ physicalCluster:
     assert loaded.spec.cell_type("M") is not None and loaded.spec.cell_type("M").child_number == 8  # type: ignore[union-attr]
 
 
-def test_recursive_alias_does_not_hang() -> None:
+def test_recursive_alias_is_an_error_not_a_hang() -> None:
     raw, errs = parse_yaml("a: &x [*x]\n")
-    assert errs == [] and raw["a"][0] is raw["a"]
-    with pytest.raises(ConfigError):
+    assert raw is None and errs == [("a[0]", "alias *x refers to itself")]
+    with pytest.raises(ConfigError, match="refers to itself"):
         load_config_text("physicalCluster: &x {physicalCells: [*x]}\n")
+
+
+def test_alias_bombs_and_deep_nesting_are_errors() -> None:
+    """A config comes from a ConfigMap: a billion laughs or a 50,000-deep document is an error that
+    says so, not a stall or a crash."""
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    raw, errs = parse_yaml("\n".join(lines) + "\n")
+    assert raw is None and errs and "expands to more than" in errs[0][1]
+    raw, errs = parse_yaml("a: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    assert raw is None and errs == [("a" + "[0]" * 63, "is nested more than 64 levels deep")]
 
 
 def test_multiple_documents_are_an_error() -> None:

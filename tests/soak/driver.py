@@ -69,7 +69,7 @@ from topology.invariants import snapshot
 Obj = dict[str, Any]
 BINDING = r"/pods/[^/]+/binding$"
 MAX_ACTIVE_JOBS = 24
-BOUNDED_CACHES = (podspec._parse_cached, bindinfo._group_yaml)
+BOUNDED_CACHES = (podspec._specs.clear, bindinfo._group_yaml.cache_clear)
 MAX_VIOLATIONS_KEPT = 40
 
 
@@ -831,8 +831,8 @@ class Soak:
         self.server.compact()  # the fake's own memory (change log, Events, decoded bind info) aside
         self.server.events.clear()
         checks.forget_decoded()
-        for cache in BOUNDED_CACHES:  # bounded by design (LRU): full of this run's specs, not leaks
-            cache.cache_clear()
+        for clear in BOUNDED_CACHES:  # bounded by design (LRU): full of this run's specs, not leaks
+            clear()
         gc.collect()
         self.report.rss_kib["end"] = rss_kib()
         self.report.objects["end"] = len(gc.get_objects())
