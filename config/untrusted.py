@@ -165,7 +165,7 @@ class _Builder:
                     value = self._alias(ev, stack)
                 else:
                     self._node(ev, stack)
-                    value = None if ev.style is None and ev.value in _NULLS else ev.value
+                    value = None if not ev.style and ev.value in _NULLS else ev.value
                     if value is not None:
                         value = valid_text(value, _path(stack))
                     if ev.anchor is not None:
@@ -225,7 +225,7 @@ class _Builder:
             if not isinstance(value, str):
                 what = "null" if value is None else "a collection"
                 raise UntrustedError(frame[1], f"mapping keys must be plain text, not {what}")
-            if value == "<<" and type(ev) is yaml.ScalarEvent and ev.style is None and not self.limits.extras:
+            if value == "<<" and type(ev) is yaml.ScalarEvent and not ev.style and not self.limits.extras:
                 raise UntrustedError(frame[1], "YAML merge keys (<<) are not accepted")
             lines = frame[5]
             line = ev.start_mark.line + 1 if ev.start_mark is not None else 0

@@ -1,0 +1,108 @@
+"""Identities a hostile tenant can forge or reuse: a second live pod with a bound task's identity, a
+reused UID with another spec, a bind that fails half-way. None of them may take GPUs, corrupt the gang
+ledger, or leave GPUs claimed."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from extender import verbs
+from tests.extender.helpers import args, bind_args, fc_annotations, pod, run, scheduler, spec
+from tests.extender.test_verbs import place
+from topology.invariants import violations
+
+FC_SPEC = json.dumps(
+    {
+        "virtualCluster": "vision",
+        "leafCellNumber": 8,
+        "affinityGroup": {
+            "name": "x",
+            "members": [{"podNumber": 2, "leafCellNumber": 8, "taskRole": "worker"}],
+        },
+    }
+)
+
+
+def fc_pod(uid: str, index: int, name: str | None = None) -> dict[str, Any]:
+    return pod(
+        uid,
+        name or f"fw-worker-{index}",
+        "vision",
+        FC_SPEC,
+        annotations=fc_annotations("vision", "fw", "0_a", "worker", index),
+    )
+
+
+def test_a_second_live_pod_with_a_bound_tasks_identity_waits_and_cannot_bind() -> None:
+    async def go() -> None:
+        s = scheduler()
+        _, n0 = await place(s, fc_pod("u0", 0))
+        await place(s, fc_pod("u1", 1))
+        forged = fc_pod("forged", 0, "fw-worker-0-copy")
+        r = await s.filter(args(forged))
+        assert r["NodeNames"] == []
+        reasons = set(r["FailedAndUnresolvableNodes"].values())
+        assert any("held by pod u0, which is still alive" in t for t in reasons), reasons
+        b = await s.bind(bind_args(forged, n0 or ""))
+        assert "held by pod u0" in b["Error"]
+        gang = s.core.gang("vision/fw/0_a")
+        assert gang is not None and {sl.key: sl.pod_uid for sl in gang.slots} == {
+            "worker/0": "u0",
+            "worker/1": "u1",
+        }
+        assert violations(s.core) == []
+        # once the holder is gone, the retried task takes its slot back, on the same node
+        await s.pod_gone("u0")
+        _, node = await place(s, forged)
+        assert node == n0
+        assert violations(s.core) == []
+
+    run(go())
+
+
+def test_a_reused_uid_with_another_spec_changes_nothing() -> None:
+    async def go() -> None:
+        s = scheduler()
+        p = pod("u-a", "a", "vision", spec("vision", 8, 1, "vision/one"))
+        _, node = await place(s, p)
+        assert node is not None
+        s.gang_ledger.set_ip("u-a", "10.0.0.1")
+        s.gang_ledger.touch(s.core, "vision/one", s.waiting_of)
+        before = s.gang_ledger.records["vision/one"].phase
+        assert before.value == "Ready"
+        other = pod("u-a", "a", "vision", spec("vision", 4, 1, "vision/other"))
+        r = await s.filter(args(other))
+        assert "pod UID u-a is bound in gang vision/one" in r["Error"]
+        assert s.gang_ledger.records["vision/one"].phase is before
+        assert s.gang_ledger.pods["u-a"].ip == "10.0.0.1"
+        cached = s.cached("u-a")
+        assert cached is not None and cached.gang == "vision/one"
+        assert s.core.gang("vision/other") is None
+
+    run(go())
+
+
+def test_a_bind_that_fails_before_the_binding_is_written_leaves_nothing_claimed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*_: Any) -> dict[str, str]:
+        raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+
+    monkeypatch.setattr(verbs, "bind_annotations", broken)
+
+    async def go() -> None:
+        s = scheduler()
+        p = pod("u-b", "b", "vision", spec("vision", 8, 2, "vision/two"))
+        r = await s.filter(args(p))
+        node = r["NodeNames"][0]
+        b = await s.bind(bind_args(p, node))
+        assert "UnicodeEncodeError" in b["Error"] and "Platform Error" not in b["Error"]
+        gang = s.core.gang("vision/two")
+        assert gang is not None and all(sl.pod_uid is None for sl in gang.slots)
+        assert s.core.gang_of_pod("u-b") is None
+        assert violations(s.core) == []
+
+    run(go())
