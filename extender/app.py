@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from extender import views, wire
 from extender.explain_api import explain_route
+from extender.httpproto import BodyTooLargeError, read_body
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.ui import ui_routes
 from extender.verbs import Scheduler, VerbError
@@ -53,10 +54,6 @@ class JSON(Response):
         return wire.dumps(content)
 
 
-class _BodyTooLargeError(Exception):
-    pass
-
-
 @dataclass
 class Service:
     """What an app serves: the scheduler, tasks to run while it is up, and extra routes."""
@@ -67,20 +64,6 @@ class Service:
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     routes: list[BaseRoute] = field(default_factory=list)
     description: str = ""
-
-
-async def _body(request: Request) -> bytes:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > MAX_BODY:
-        raise _BodyTooLargeError
-    chunks = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise _BodyTooLargeError
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _filter_error(msg: str) -> Response:
@@ -112,7 +95,7 @@ def build_app(service: Service) -> Starlette:
             t0 = time.perf_counter()
             doc: object = None
             try:
-                doc = wire.loads(await _body(request))
+                doc = wire.loads(await read_body(request, MAX_BODY))
                 return JSON(await handle(doc))
             except wire.WireError as err:
                 metrics.decisions.labels(name, "malformed").inc()
@@ -121,9 +104,9 @@ def build_app(service: Service) -> Starlette:
                 return fail(err.message, err.status)
             except ClientDisconnect:
                 return fail(f"topogang: the {name} request was cut off by the client", 400)
-            except _BodyTooLargeError:
+            except BodyTooLargeError as err:
                 metrics.decisions.labels(name, "malformed").inc()
-                return fail(f"topogang: {name} request body is larger than {MAX_BODY} bytes", 413)
+                return fail(f"topogang: {name}: {err}", 413)
             except Exception as exc:
                 who = wire.request_identity(doc)
                 log.exception("%s of %s failed", name, who)

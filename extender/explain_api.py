@@ -14,6 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from extender import wire
+from extender.httpproto import BodyTooLargeError, read_body
 from extender.podspec import pod_request
 from extender.verbs import Scheduler
 from topology.decisions import UserError
@@ -24,11 +25,8 @@ MAX_BODY = 1 << 20
 
 def explain_route(scheduler: Scheduler) -> Route:
     async def endpoint(request: Request) -> Response:
-        body = await request.body()
-        if len(body) > MAX_BODY:
-            return JSONResponse({"error": f"body larger than {MAX_BODY} bytes"}, status_code=413)
         try:
-            doc = wire.loads(body)
+            doc = wire.loads(await read_body(request, MAX_BODY))
             pod = wire.parse_pod(doc.get("Pod", doc) if isinstance(doc, dict) else doc)
             pr = pod_request(
                 pod.raw,
@@ -41,6 +39,8 @@ def explain_route(scheduler: Scheduler) -> Route:
             )
             async with scheduler.lock:
                 answer = explain(scheduler.core, pr.request, scheduler.clock())
+        except BodyTooLargeError as err:
+            return JSONResponse({"error": str(err)}, status_code=413)
         except wire.WireError as err:
             return JSONResponse({"error": str(err)}, status_code=400)
         except UserError as err:

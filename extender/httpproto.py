@@ -1,4 +1,8 @@
-"""uvicorn's HTTP protocol, answering malformed HTTP in JSON.
+"""HTTP-level defences: request bodies read within a limit, and malformed HTTP answered in JSON.
+
+A body is read chunk by chunk and refused as soon as it passes its route's limit (a declared
+`Content-Length` over it is refused before any byte is read), so a caller cannot make the server
+hold more than the limit for one request.
 
 uvicorn answers a request its parser rejects (an unknown method such as `FOO`, a broken request line or
 header) with a bare `text/plain` 400 before any route sees it. Everything the extender says is JSON
@@ -9,7 +13,28 @@ requires after a message that could not be framed.
 from __future__ import annotations
 
 import orjson
+from starlette.requests import Request
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+
+class BodyTooLargeError(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body is larger than {limit} bytes")
+        self.limit = limit
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise BodyTooLargeError(limit)
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLargeError(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _bad_request(msg: str) -> bytes:
