@@ -13,7 +13,7 @@ Every answer is JSON. A verb never answers 5xx: bad input gets the protocol's `E
 preempt, a 4xx), and an unexpected exception is logged with the request's identity, counted in
 `topogang_internal_errors_total` and answered as an error in the verb's own shape (preempt: no
 victims, which is always safe). Other routes answer JSON 404/405 for unknown paths and methods, and
-a JSON 500 only for a fault of the server itself; malformed HTTP gets a JSON 400 (`extender.http`).
+a JSON 500 only for a fault of the server itself; malformed HTTP gets a JSON 400 (`extender.httpproto`).
 """
 
 from __future__ import annotations
