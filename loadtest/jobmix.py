@@ -1,7 +1,7 @@
 """Job sizes as the Microsoft Philly trace has them (Jeon et al., USENIX ATC '19).
 
-Counts per GPU size from the week of 2017-10-23 in `shared/traces`; jobs of more than 8 GPUs become
-gangs of ⌈g/8⌉ pods × 8 GPUs, as they would run on 8-GPU servers.
+Counts per GPU size from the week of 2017-10-23 (`loadtest/simulate/data/`); jobs of more than 8 GPUs
+become gangs of ⌈g/8⌉ pods × 8 GPUs, as they would run on 8-GPU servers.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
     topogang simulate [--trace FILE] [--days N] [--limit N] [--policies P ...] [--out DIR]
 
-Defaults: the Philly week shipped in `shared/traces` (found next to the repository), every policy,
-output in `results/simulate/` under the current directory. Progress goes to stderr; the goals and
+Defaults: the Philly week shipped with the package (`loadtest/simulate/data/`, provenance and the
+paper to cite in its README.md), every policy, output in `results/simulate/` under the current
+directory. Progress goes to stderr; the goals and
 the paths of the files written go to stdout. Exit status 0 when the report was written (whatever
 the goals say), 2 on bad arguments or an unreadable trace.
 """
@@ -27,8 +28,8 @@ from loadtest.simulate.report import RunInfo, write_report
 from loadtest.simulate.trace import TraceError, load_trace
 
 POLICIES = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "private")
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_TRACE = REPO / ".." / "shared" / "traces" / "philly_jobs_week_2017-10-23.csv"
+# package data (pyproject.toml), so a clone and an installed wheel both have it
+DEFAULT_TRACE = Path(__file__).resolve().parent / "data" / "philly_jobs_week_2017-10-23.csv"
 DEFAULT_OUT = Path("results") / "simulate"
 
 
@@ -75,6 +76,14 @@ def core_fingerprint() -> str:
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()
+
+
+def trace_label(path: Path) -> str:
+    """How the report names the trace: the shipped one by its file name (no path of this machine in
+    a report that may be shared), any other as the user gave it."""
+    if path.resolve() == DEFAULT_TRACE:
+        return f"{DEFAULT_TRACE.name} (the Philly week shipped with topogang)"
+    return str(path)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -151,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     metrics: dict[str, PolicyMetrics] = {name: policy_metrics(r) for name, r in results.items()}
     goals = evaluate_goals(metrics)
     info = RunInfo(
-        trace=str(args.trace.resolve()) if args.trace.exists() else str(args.trace),
+        trace=trace_label(args.trace),
         jobs=len(jobs),
         skipped=trace.skipped,
         window_hours=(window[1] - window[0]) / 3600,

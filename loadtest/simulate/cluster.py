@@ -1,12 +1,13 @@
 """The simulated clusters: the shared 640-GPU cluster of the trace goals, and each VC's private one.
 
-Shared cluster (`reference/perf-anchors.md` §e): 80 nodes × 8 GPUs in racks of 8 nodes; a node splits
-into 2 halves (NVLink/PCIe groups, GPUs 0–3 and 4–7) of 2 switches of 2 GPUs. VC quotas are whole
-nodes, proportional to the Philly VC sizes the Helios authors used (352 nodes in all), scaled to the
-80 nodes and rounded by the largest-remainder method, so they sum to exactly the cluster: each VC
-gets ⌊share⌋ nodes, then the VCs with the largest fractional parts get one more (ties: the larger
-table size, then the name). Quotas are node cells (`RACK.NODE`), not racks: HiveD's guarantee is
-then "this many whole nodes", which buddy allocation keeps satisfiable for every VC at all times.
+Shared cluster (the one the goals G3–G5 are stated for, `report.GOALS_NOTE`): 80 nodes × 8 GPUs in
+racks of 8 nodes; a node splits into 2 halves (NVLink/PCIe groups, GPUs 0–3 and 4–7) of 2 switches
+of 2 GPUs. VC quotas are whole nodes, proportional to the Philly VC sizes the Helios authors used
+(352 nodes in all), scaled to the 80 nodes and rounded by the largest-remainder method, so they sum
+to exactly the cluster: each VC gets ⌊share⌋ nodes, then the VCs with the largest fractional parts
+get one more (ties: the larger table size, then the name). Quotas are node cells (`RACK.NODE`),
+not racks: HiveD's guarantee is then "this many whole nodes", which buddy allocation keeps
+satisfiable for every VC at all times.
 
 Private cluster of a VC: exactly its quota's nodes, same node shape, one top cell holding all of
 them (no rack level), so a private gang may use any of its nodes: the most favourable baseline for
@@ -25,7 +26,7 @@ HALF_GPUS = 4
 DEFAULT_NODES = 80
 DEFAULT_RACK_SIZE = 8
 
-# VC sizes in 8-GPU nodes (HeliosArtifact `philly_vc.csv`, restated in shared/traces/README.md).
+# VC sizes in 8-GPU nodes (HeliosArtifact `philly_vc.csv`, see loadtest/simulate/data/README.md).
 PHILLY_VC_NODES: dict[str, int] = {
     "6214e9": 64,
     "b436b2": 64,

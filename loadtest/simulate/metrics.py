@@ -1,4 +1,5 @@
-"""Placement-quality metrics of a run, the sharing anomaly, and the goals (perf-anchors §e, G3–G5).
+"""Placement-quality metrics of a run, the sharing anomaly, and the goals G3–G5 (where their targets
+come from: `report.GOALS_NOTE`).
 
 Definitions (all times in seconds):
 - queueing delay = start − submit, where start is the start of the run that completed (a preempted

@@ -1,4 +1,4 @@
-"""Job traces: the Philly CSV (`shared/traces/README.md`) read into jobs in submit order.
+"""Job traces: the Philly CSV (`loadtest/simulate/data/README.md`) read into jobs in submit order.
 
 Columns used: `timestamp` (submit, cluster-local wall clock), `duration` (run time in seconds),
 `num_gpus`, `cluster` (the VC). Rows are sorted by submit time, ties by VC and then by row number,

@@ -2,35 +2,51 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import io
 import json
-import random
+import tomllib
 from pathlib import Path
 
 import pytest
 
+from loadtest.simulate import cli
 from loadtest.simulate.cli import DEFAULT_TRACE, Progress, main
 from topogang_cli import main as topogang_main
 
-VCS = ["6214e9", "b436b2", "ee9e8c", "7f04ca", "6c71a0", "0e4a51", "11cb48", "e13805"]
-
 
 def slice_csv(tmp_path: Path, n: int = 50) -> Path:
-    """The first `n` rows of the shipped week when it is there, else a synthetic slice like it."""
+    """The first `n` rows of the shipped week."""
     p = tmp_path / "slice.csv"
-    if DEFAULT_TRACE.exists():
-        lines = DEFAULT_TRACE.read_text().splitlines()[: n + 1]
-        p.write_text("\n".join(lines) + "\n")
-        return p
-    rng = random.Random(1)
-    rows = ["timestamp,duration,num_gpus,gpu_time,cluster"]
-    for i in range(n):
-        g = rng.choice([1, 1, 1, 2, 4, 8, 16])
-        d = rng.randint(60, 20000)
-        rows.append(f"2017-10-23 {i // 60:02d}:{i % 60:02d}:00,{d}.0,{g},{d * g}.0,{rng.choice(VCS)}")
-    p.write_text("\n".join(rows) + "\n")
+    lines = DEFAULT_TRACE.read_text().splitlines()[: n + 1]
+    p.write_text("\n".join(lines) + "\n")
     return p
+
+
+def test_the_default_trace_ships_inside_the_package_with_its_provenance() -> None:
+    """`topogang simulate` needs nothing beside the repository or the installed wheel."""
+    assert DEFAULT_TRACE.is_relative_to(Path(cli.__file__).resolve().parent)
+    data = DEFAULT_TRACE.read_bytes()
+    readme = (DEFAULT_TRACE.parent / "README.md").read_text()
+    assert hashlib.sha256(data).hexdigest() in readme  # the README describes exactly this file
+    assert len(data) == 332_028 and data.count(b"\n") == 7_748 + 1
+    assert "USENIX ATC '19" in readme and "CC BY 4.0" in readme
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["loadtest.simulate"]
+    assert any(DEFAULT_TRACE.match(f"*/loadtest/simulate/{g}") for g in globs)
+
+
+def test_simulate_without_arguments_reads_the_shipped_trace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No --trace and no --out, run from an empty directory: the shipped week, results/ under it."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["--days", "0.25", "--policies", "topogang", "--no-progress"]) == 0
+    data = json.loads((tmp_path / "results" / "simulate" / "metrics.json").read_text())
+    assert data["trace"].startswith(DEFAULT_TRACE.name) and str(tmp_path) not in data["trace"]
+    assert 0 < data["jobs"] < 7_748
+    assert "G3a" in capsys.readouterr().out
 
 
 def test_simulate_writes_the_report_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -46,6 +62,7 @@ def test_simulate_writes_the_report_files(tmp_path: Path, capsys: pytest.Capture
     for policy in ("topogang", "hived-like", "first-fit", "first-fit-elastic", "private"):
         assert policy in report
     assert "| G3a |" in report and "## Sharing anomaly per VC" in report
+    assert "Zhao et al., OSDI '20" in report  # the goals say where their targets come from, in the report
     data = json.loads((out / "metrics.json").read_text())
     assert data["jobs"] == 50
     assert set(data["policies"]) == {"topogang", "hived-like", "first-fit", "first-fit-elastic", "private"}
