@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build the e2e control-plane binaries from Go modules into ~/.cache/topogang-e2e/<versions>/bin
-# (outside the repo; nothing here is ever committed). Recipe: /work/shared/reference/e2e-cluster.md §1, §2, §6.1;
+# (outside the repo; nothing here is ever committed). Recipe §1, §2, §6.1 (see scripts/e2e/README.md);
 # deviations are marked "Changed vs recipe".
 #
 # usage: scripts/e2e/build-bins.sh [--print-bin-dir] [TARGET...]

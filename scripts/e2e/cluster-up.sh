@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bring up a throw-away control plane on 127.0.0.1: etcd -> kube-apiserver -> kwok (fake GPU nodes, pods become
 # Running with pod IPs) -> kube-scheduler (the project's scheduler config, extender URL templated in).
-# Recipe: /work/shared/reference/e2e-cluster.md §3, §4, §5, §6.2; deviations are marked "Changed vs recipe".
+# Recipe §3, §4, §5, §6.2 (see scripts/e2e/README.md); deviations are marked "Changed vs recipe".
 #
 # usage: scripts/e2e/cluster-up.sh WORKDIR [EXTENDER_URL]
 #   EXTENDER_URL: the extender's urlPrefix, e.g. http://127.0.0.1:18080/v1/extender. Without it a free port is

@@ -3,7 +3,7 @@
 One Node per node-level physical cell: name = the cell's address (the Kubernetes node name),
 `nvidia.com/gpu` capacity = the GPUs under that cell. KWOK (`--manage-all-nodes`) then marks them Ready
 and runs pods bound to them. Used by scripts/e2e/cluster-up.sh (which puts the repo on PYTHONPATH);
-recipe: /work/shared/reference/e2e-cluster.md §2.4.
+recipe §2.4 (see scripts/e2e/README.md).
 
     python scripts/e2e/fake_nodes.py --config config/examples/example-cluster.yaml \
         --kubeconfig WORKDIR/admin.kubeconfig --out WORKDIR/nodes.json [--wait 60]

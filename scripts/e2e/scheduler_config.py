@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 DEPLOY_CONFIG = REPO / "deploy" / "kube-scheduler-config.yaml"
 
 # ---- FALLBACK: used only while deploy/kube-scheduler-config.yaml does not exist ---------------------------
-# Equivalent of the deployment described in /work/shared/DESIGN.md §3 and extender-protocol.md §7.1: a second
+# Equivalent of deploy/kube-scheduler-config.yaml (kube-scheduler's `extenders` field, see Kubernetes'
+# "kube-scheduler Configuration (v1)" reference, type Extender): a second
 # scheduler `topogang-scheduler` whose only extender is topogang (filter/prioritize/preempt/bind under
 # /v1/extender), nodeCacheCapable, not ignorable, managing the virtual opt-in resources (topogang's and
 # HiveD's) that the stock NodeResourcesFit must ignore. Delete this block once deploy/ has the real file.

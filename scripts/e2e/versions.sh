@@ -2,7 +2,7 @@
 # Pinned versions of the e2e control plane and where its binaries live. Sourced by build-bins.sh,
 # cluster-up.sh and cluster-down.sh; tests/e2e/conftest.py runs those scripts and never duplicates this.
 #
-# Changed vs /work/shared/reference/e2e-cluster.md (which picks v1.35.7): the Go module proxy reachable from
+# Changed vs recipe (which picks v1.35.7; see scripts/e2e/README.md): the Go module proxy reachable from
 # the dev/CI machines is a filtered mirror. It answers 403 "This module version is not available" for
 # k8s.io/kubernetes@v1.35.7 (@v/v1.35.7.info); its list holds v1.34.4, v1.35.4, v1.36.1, v1.36.3, v1.37.2
 # (`go list -m -versions k8s.io/kubernetes`). v1.35.4 keeps the recipe's minor (go 1.25.0, godebug default=go1.25,
