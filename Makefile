@@ -2,25 +2,36 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# Two installs into one venv: what serving needs (`make run`), and that plus the dev tools (`make test`).
+RUN_STAMP := $(VENV)/.installed-run
+STAMP := $(VENV)/.installed-dev
+# `make run PORT=9097` serves elsewhere (the host stays the config's, 127.0.0.1 for the example)
+PORT ?= 9096
 
 .PHONY: setup run test lint typecheck bench-core bench clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(RUN_STAMP) $(STAMP)
 
 setup: $(STAMP)
 
-## run: check the bundled example cluster, then serve the extender on it (standalone, 127.0.0.1:9096);
-##      in another terminal: .venv/bin/topogang replay  (drives it like kube-scheduler)
-run: $(STAMP)
+## run: install only what serving needs, check the bundled example cluster, then serve the extender on
+##      it (standalone, 127.0.0.1:$(PORT)); in another terminal: .venv/bin/topogang replay  (drives it
+##      like kube-scheduler)
+run: $(RUN_STAMP)
 	$(BIN)/topogang validate config/examples/example-cluster.yaml
-	$(BIN)/topogang serve --config config/examples/example-cluster.yaml
+	$(BIN)/topogang serve --config config/examples/example-cluster.yaml --port $(PORT)
 
-## test: lint, type-check and run the whole test suite
+## test: install the dev tools, then lint, type-check and run the whole test suite
 test: $(STAMP) lint typecheck
 	$(BIN)/pytest
 
