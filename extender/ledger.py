@@ -506,12 +506,7 @@ class GangLedger:
             text = f"[{w.reason.code.value}] {w.reason.message}"
             quota = core.vc_quota_leaves.get(rec.vc, 0)
             too_big = not rec.opportunistic and rec.leaf_total > quota
-            never = w.reason.code is WaitCode.INSUFFICIENT_QUOTA and too_big
-            if never:
-                text += (
-                    f" (the gang needs {rec.leaf_total} GPUs, more than VC {rec.vc}'s whole quota of "
-                    f"{quota}: it can never run)"
-                )
+            never = w.reason.code is WaitCode.INSUFFICIENT_QUOTA and too_big  # the reason says so too
             return Phase.PENDING, counts, text, never
         counts = Counts(expected=len(g.slots))
         if g.phase is GangPhase.PREEMPTING:

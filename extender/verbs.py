@@ -400,13 +400,7 @@ class Scheduler:
 
     def _note_wait(self, pr: PodRequest, w: Wait, now: float) -> str:
         """Remember why the gang waits (for inspect and metrics) and tell the pod's watchers."""
-        text = wait_text(pr.gang, w)
-        quota = self.core.vc_quota_leaves.get(pr.request.vc, 0)
-        if not pr.request.opportunistic and pr.request.leaf_total > quota:
-            text += (
-                f" (the gang needs {pr.request.leaf_total} GPUs, more than VC {pr.request.vc}'s whole "
-                f"quota of {quota}: it can never run)"
-            )
+        text = wait_text(pr.gang, w)  # the core's reason says when the gang can never run
         old = self._waiting.get(pr.gang)
         since = old.since if old is not None else now
         self._waiting[pr.gang] = Waiting(

@@ -59,6 +59,10 @@ class Core:
                 lvl = topo.types[vcell.cell_type].level
                 per_chain.setdefault(ch, [0] * (chain.top_level + 1))[lvl] += vcell.number
             quota[idx] = per_chain
+        # the VC's quota cells per chain and level as configured (what a wait reason names)
+        self.vc_quota_cells: dict[str, dict[int, tuple[int, ...]]] = {
+            vc: {ch: tuple(levels) for ch, levels in quota[idx].items()} for vc, idx in self.vc_owner.items()
+        }
         for vc in sorted(spec.virtual_clusters, key=lambda v: v.name):
             for pid in sorted(vc.pinned_cell_ids):
                 idx = len(owners)
@@ -336,12 +340,22 @@ class Core:
         chain = topo.chains[ch]
         lvl_type = chain.level_types[sf.level] if sf.level <= chain.top_level else chain.name
         where = f"chain {chain.name} level {sf.level} ({lvl_type})"
+        level = sf.level
         if sf.quota_bound:
             code = WaitCode.INSUFFICIENT_QUOTA
+            level = self._quota_level(req.vc, ch, sf.level)  # the VC's own cells, not the gang's
+            lvl_type = chain.level_types[level]
             msg = (
-                f"VC {req.vc} has {sf.available} of its quota's leaf cells free on {where}; "
-                f"gang {req.name} needs {sf.needed}"
+                f"VC {req.vc} has {sf.available} of its quota's leaf cells free on chain {chain.name} "
+                f"(its quota there: {self._quota_text(req.vc, ch)}); gang {req.name} needs {sf.needed}"
+                f"{'' if sf.level in (1, level) else f' within one {chain.level_types[sf.level]}'}"
             )
+            whole = self.vc_quota_leaves.get(req.vc, 0)
+            if req.leaf_total > whole:
+                msg += (
+                    f" (the gang needs {req.leaf_total} GPUs, more than VC {req.vc}'s whole quota of "
+                    f"{whole}: it can never run)"
+                )
         elif (bad := self._doomed_for(req, ch)) is not None:
             code = WaitCode.BAD_HARDWARE
             lvl_type = bad.cell_type
@@ -364,7 +378,24 @@ class Core:
                 f"insufficient capacity when scheduling in {scope}: gang {req.name} needs {sf.needed} "
                 f"leaf cells within one {lvl_type} on {where}; {sf.available} are free but not in one place"
             )
-        return WaitReason(code, req.vc, msg, chain.name, sf.level, lvl_type, sf.needed, sf.available)
+        return WaitReason(code, req.vc, msg, chain.name, level, lvl_type, sf.needed, sf.available)
+
+    def _quota_level(self, vc: str, chain: int, needed: int) -> int:
+        """The level of the VC's quota that came up short for a gang needing a level-`needed` cell:
+        its smallest quota cells that could hold such a cell, else (the gang is bigger than any of
+        them) its largest; `needed` itself when the VC has no quota cells on the chain."""
+        levels = self.vc_quota_cells.get(vc, {}).get(chain, ())
+        held = [lvl for lvl, k in enumerate(levels) if k]
+        if not held:
+            return needed
+        return min((lvl for lvl in held if lvl >= needed), default=max(held))
+
+    def _quota_text(self, vc: str, chain: int) -> str:
+        """The VC's quota cells on a chain as configured, largest first: "1 RACK + 2 NODE cells"."""
+        types = self.topo.chains[chain].level_types
+        levels = self.vc_quota_cells.get(vc, {}).get(chain, ())
+        parts = [f"{k} {types[lvl]}" for lvl, k in reversed(list(enumerate(levels))) if k]
+        return f"{' + '.join(parts)} {'cell' if sum(levels) == 1 else 'cells'}" if parts else "no cells"
 
     def _doomed_for(self, req: GangRequest, chain: int) -> Doomed | None:
         """The doomed level (bad hardware) that the gang's VC still has unbound quota at or above."""

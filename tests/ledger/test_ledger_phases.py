@@ -13,7 +13,7 @@ from extender.views import Waiting
 from tests.extender.helpers import Clock, example
 from tests.ledger.fc import fc_pod, members
 from topology.core import Core
-from topology.decisions import Released, Wait, WaitCode, WaitReason
+from topology.decisions import Released, Wait, WaitCode
 
 
 def ph(rec: Record) -> Phase:
@@ -204,10 +204,9 @@ def test_pending_says_why_and_whether_it_can_ever_fit() -> None:
     w = World()
     pod = fc_pod("ml", "big", "ps", 0, vc="research", gpus=8, roles={"ps": 1, "worker": 2})
     pr = w.seen(pod)
-    reason = WaitReason(
-        WaitCode.INSUFFICIENT_QUOTA, "research", "VC research has 16 of its quota's leaf cells"
-    )
-    w.waiting[pr.gang] = Waiting(pr.gang, "research", 0, 3, reason, 0.0, 0.0)
+    wait = w.core.reserve(pr.request, w.clock())  # 24 GPUs, research's whole quota is 16
+    assert isinstance(wait, Wait) and wait.reason.code is WaitCode.INSUFFICIENT_QUOTA
+    w.waiting[pr.gang] = Waiting(pr.gang, "research", 0, 3, wait.reason, 0.0, 0.0)
     w.ledger.touch(w.core, pr.gang, w.wait_of)
     doc = w.doc(pr)
     assert doc["phase"] == "Pending" and doc["neverFits"] and "can never run" in doc["reason"]

@@ -68,15 +68,36 @@ def test_multi_node_gang_stays_inside_one_rack() -> None:
 
 
 def test_gang_larger_than_quota_waits_with_reason_naming_vc_and_level() -> None:
+    """The reason names the VC's own quota cells (b holds NODE and HALF cells, no RACK), the cell the
+    gang needs, and that it can never run."""
     core = Core(rack_cluster())
     d = core.schedule(gang("huge", "b", (4, 8)), "p0", 8, 0.0)
     assert isinstance(d, Wait)
     r = d.reason
     assert r.code is WaitCode.INSUFFICIENT_QUOTA
-    assert r.vc == "b" and r.level is not None and r.cell_type == "RACK"
+    assert r.vc == "b" and r.level == 4 and r.cell_type == "NODE"  # b's largest quota cell
     assert r.needed == 32 and r.available == 24
-    assert "VC b" in r.message and "level 5" in r.message
+    assert "VC b" in r.message and "its quota there: 2 NODE + 2 HALF cells" in r.message
+    assert "needs 32 within one RACK" in r.message
+    assert "more than VC b's whole quota of 24: it can never run" in r.message
     assert core.gangs() == []
+
+
+def test_a_quota_wait_names_the_smallest_quota_cell_that_could_hold_the_gang() -> None:
+    """A gang that fits the VC's quota but not its free part: the level is that of the quota cells it
+    would come from, and nothing says it can never run."""
+    core = Core(rack_cluster(vcs={"a": [("NODE", 1)], "b": [("", 1), ("NODE", 1)]}))
+    bind(core, gang("a1", "a", (1, 8)), "w", 8)
+    d = core.schedule(gang("more", "a", (1, 4)), "p0", 4, 0.0)
+    assert isinstance(d, Wait) and d.reason.code is WaitCode.INSUFFICIENT_QUOTA
+    assert (d.reason.level, d.reason.cell_type) == (4, "NODE")
+    assert "its quota there: 1 NODE cell)" in d.reason.message and "never run" not in d.reason.message
+    bind(core, gang("b1", "b", (4, 8)), "x", 8)
+    bind(core, gang("b2", "b", (1, 8)), "y", 8)  # b's 40 GPUs are all in use
+    d = core.schedule(gang("b3", "b", (4, 8)), "p1", 8, 0.0)
+    assert isinstance(d, Wait) and d.reason.code is WaitCode.INSUFFICIENT_QUOTA
+    assert (d.reason.level, d.reason.cell_type) == (5, "RACK")
+    assert "1 RACK + 1 NODE cells" in d.reason.message and "never run" not in d.reason.message
 
 
 def test_members_in_any_order_get_the_same_placement() -> None:

@@ -17,6 +17,7 @@ from extender.standalone import build_standalone
 from extender.ui.state import STATES, ranges
 from extender.verbs import Scheduler
 from extender.views import Waiting
+from tests.extender import helpers
 from topology.decisions import GangRequest, Member, WaitCode, WaitReason
 
 if TYPE_CHECKING:
@@ -185,6 +186,24 @@ def test_waiting_gangs_and_quota_cells_on_the_example_cluster() -> None:
             assert client.get(f"/ui/static/{asset}").status_code == 200
         assert client.get("/ui/", follow_redirects=False).headers["location"] == "/ui"
         assert "/ui" in client.get("/").json()["paths"]
+
+
+def test_a_gang_that_can_never_run_is_told_so_in_the_filter_the_ui_and_the_inspect_api() -> None:
+    """A gang bigger than its VC's whole quota: every view of its wait says it can never run, and names
+    the VC's own quota cells (research holds A100-HALF cells), not the rack the gang would need."""
+    service = build_standalone(load_config(EXAMPLE))
+    p = helpers.pod("u1", "big", "research", helpers.spec("research", 8, 3, "research/big"))
+    with asgi_client(build_app(service)) as client:
+        body = {"Pod": p, "Nodes": None, "NodeNames": helpers.nodes()}
+        reply = client.post("/v1/extender/filter", json=body).json()
+        filter_text = next(iter(reply["FailedAndUnresolvableNodes"].values()))
+        (row,) = client.get("/v1/ui/state").json()["waiting"]
+        group = client.get("/v1/inspect/affinitygroups/research/big").json()["status"]["waitReason"]
+        (listed,) = client.get("/v1/inspect/affinitygroups/").json()["items"]
+    never = "more than VC research's whole quota of 16: it can never run"
+    for text in (filter_text, row[6], group["message"], listed["status"]["waitReason"]["message"]):
+        assert never in text and "its quota there: 4 A100-HALF cells" in text
+    assert (group["level"], group["cellType"]) == (3, "A100-HALF")
 
 
 def test_ranges() -> None:
