@@ -25,8 +25,8 @@ $(STAMP): pyproject.toml | $(BIN)/python
 setup: $(STAMP)
 
 ## run: install only what serving needs, check the bundled example cluster, then serve the extender on
-##      it (standalone, 127.0.0.1:$(PORT)); in another terminal: .venv/bin/topogang replay  (drives it
-##      like kube-scheduler)
+##      it (standalone, 127.0.0.1:$(PORT)); in another terminal: .venv/bin/topogang replay --keep
+##      (drives it like kube-scheduler; see the README's "Try it")
 run: $(RUN_STAMP)
 	$(BIN)/topogang validate config/examples/example-cluster.yaml
 	$(BIN)/topogang serve --config config/examples/example-cluster.yaml --port $(PORT)

@@ -357,6 +357,12 @@ class GangLedger:
         rec = self.records.get(facts.gang)
         if rec is not None:
             rec.pods.discard(uid)
+            if not rec.pods and rec.tombstone is None and core.gang(rec.gang) is None:
+                # every pod of a gang that holds nothing is gone: the job was deleted, so is its gang
+                del self.records[rec.gang]
+                self._bump(rec)
+                self._wake(rec, phase=True)
+                return
             self.touch(core, facts.gang, waiting)
 
     def placed(self, core: Core, gang: str, waiting: WaitingOf) -> None:

@@ -8,11 +8,14 @@ standalone server's pod-deletion route, as kube-scheduler would through the API)
 
 The mix is built from the config's VCs (largest quota first): a 4-pod x 8-GPU gang of
 FrameworkController tasks submitted in random order, single-GPU pods, a 2-pod gang, an
-opportunistic gang, a gang larger than its VC's quota (it waits, with the reason), and a
-high-priority pod that needs GPUs held by a low-priority batch gang (preemption).
+opportunistic gang, a gang larger than its VC's quota (it waits, with the reason), a low-priority
+batch gang, and a high-priority pod that needs a whole node while lower-priority pods hold its VC's
+quota (preemption: the replay names the pods it evicts).
 
-It prints every decision and a summary, then the server's decision counters from /metrics, and
-finally deletes the pods it created (unless --keep), so it can be run again and again.
+It prints every decision and a summary, then the server's decision counters from /metrics. At the
+end it deletes every pod it created, bound or still waiting, so the server is left as it was and
+the replay can be run again and again; with --keep it leaves them all in place, so that
+/v1/inspect, /v1/gangs, the affinity groups and the UI have its gangs to show.
 """
 
 from __future__ import annotations
@@ -140,7 +143,13 @@ def job_mix(core: Core, run: str) -> list[Job]:
         Job(f"{small}/scavenger-{run}", small, -1, [4, 4], note="opportunistic"),
         Job(f"{small}/too-big-{run}", small, 0, [node] * too_big, note="larger than the VC's quota"),
         Job(f"{mid}/batch-low-{run}", mid, 10, [node] * batch, note="low priority"),
-        Job(f"{mid}/urgent-{run}", mid, 500, [node], note="needs the batch gang's GPUs"),
+        Job(
+            f"{mid}/urgent-{run}",
+            mid,
+            500,
+            [node],
+            note="high priority, a whole node: lower-priority pods hold its VC's quota, so it preempts",
+        ),
     ]
 
 
@@ -186,6 +195,7 @@ class Replay:
         self.out = out
         self.rng = random.Random(seed)
         self.bound: dict[str, Bound] = {}
+        self.created: dict[str, str] = {}  # every pod sent to the server, uid -> namespace/name
         self.stats = Stats()
 
     def say(self, text: str) -> None:
@@ -194,6 +204,7 @@ class Replay:
     def schedule(self, pod: dict[str, Any], priority: int, gang: str, *, retry: bool = True) -> str:
         """One kube-scheduler cycle for a pod: the outcome as text (`bound ...`, `waits ...`, ...)."""
         meta = pod["metadata"]
+        self.created[meta["uid"]] = f"{meta['namespace']}/{meta['name']}"
         r = self.c.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": self.nodes})
         if r.get("Error"):
             return f"rejected: {r['Error']}"
@@ -244,7 +255,10 @@ class Replay:
             return f"waits (preempt named no victims): {reason}"
         node = min(victims, key=lambda n: (len(victims[n]["Pods"]), n))
         uids = [p["UID"] for p in victims[node]["Pods"]]
-        self.say(f"    preempt: victims on {len(victims)} node(s); deleting {len(uids)} pod(s) on {node}")
+        names = ", ".join(self.created.get(u, u) for u in uids)
+        self.say(
+            f"    preempt: victims on {len(victims)} node(s); deleting {len(uids)} pod(s) on {node}: {names}"
+        )
         for uid in uids:
             self.delete(uid)
             self.stats.victims += 1
@@ -264,6 +278,13 @@ class Replay:
     def delete(self, uid: str) -> None:
         self.bound.pop(uid, None)
         self.c.call("DELETE", f"/v1/standalone/pods/{quote(uid, safe='')}")
+
+    def clean_up(self) -> int:
+        """Delete every pod this replay created: bound ones free their GPUs, waiting ones end their
+        gang's wait (a preemption victim already deleted is simply gone). Returns how many."""
+        for uid in self.created:
+            self.delete(uid)
+        return len(self.created)
 
     def describe(self, gang: str) -> str:
         status, doc = self.c.call("GET", f"/v1/inspect/affinitygroups/{gang}")
@@ -309,7 +330,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--url", default="http://127.0.0.1:9096", help="the extender (default: %(default)s)")
     ap.add_argument("--config", default=str(EXAMPLE_CONFIG), help="the cluster config the server runs")
     ap.add_argument("--seed", type=int, default=1, help="order of the FrameworkController tasks")
-    ap.add_argument("--keep", action="store_true", help="leave the pods bound at the end")
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="leave every pod in place at the end (bound and waiting), to look at them afterwards; "
+        "without it the replay deletes all the pods it created",
+    )
     try:
         args = ap.parse_args(argv)
     except SystemExit as exc:
@@ -351,8 +377,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"topogang replay: {err}", file=sys.stderr)
         return 1
     finally:
-        if not args.keep:  # leave the server as it was, even after a failure
-            replay.sync()
-            for uid in list(replay.bound):
-                replay.delete(uid)
+        if args.keep:
+            replay.say("kept every pod (--keep); restart the server to start afresh")
+        else:  # leave the server as it was, even after a failure
+            try:
+                replay.say(f"deleted the {replay.clean_up()} pods this replay created (--keep keeps them)")
+            except ReplayError as err:
+                print(f"topogang replay: cleaning up: {err}", file=sys.stderr)
     return 0

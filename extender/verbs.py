@@ -648,6 +648,8 @@ class Scheduler:
             if released is None and cached is not None and not finished:
                 released = self._abandoned(cached.gang, uid)
             self._released(released)
+            if cached is not None and not self._gang_pods.get(cached.gang, set()) - {uid}:
+                self._waiting.pop(cached.gang, None)  # its last pod is gone: nothing waits any more
             self.gang_ledger.pod_gone(self.core, uid, self.waiting_of)
         self.forget_pod(uid)
         return released

@@ -228,6 +228,22 @@ def test_a_gang_too_big_for_its_quota_waits_with_its_reason_on_every_node() -> N
     run(go())
 
 
+def test_a_waiting_gang_whose_pods_are_all_deleted_waits_no_more() -> None:
+    async def go() -> None:
+        s = scheduler()
+        a, b = (pod(u, u, "research", spec("research", 8, 3, "research/big")) for u in ("u1", "u2"))
+        for p in (a, b):
+            await s.filter(args(p))
+        await s.pod_gone("u1")
+        assert [g["metadata"]["name"] for g in s.affinity_groups()] == ["research/big"]  # u2 still waits
+        assert s.gang_ledger.records.keys() == {"research/big"}
+        await s.pod_gone("u2")
+        assert s.affinity_groups() == [] and s.snapshot().gangs_by_phase["Waiting"] == 0
+        assert s.gang_ledger.records == {}
+
+    run(go())
+
+
 def test_a_waiting_guaranteed_gang_lists_nodes_where_preemption_may_help() -> None:
     async def go() -> None:
         s = scheduler()

@@ -8,7 +8,7 @@ import sys
 
 import httpx
 
-from tests.integration.conftest import ROOT, Server, state
+from tests.integration.conftest import ROOT, Server, running_server, state
 
 
 def decisions(client: httpx.Client) -> dict[tuple[str, str], float]:
@@ -25,14 +25,8 @@ def decisions(client: httpx.Client) -> dict[tuple[str, str], float]:
 def test_replay_drives_the_server_and_metrics_count_its_decisions(
     server: Server, client: httpx.Client
 ) -> None:
-    before, counts = state(client), decisions(client)
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "topogang_cli.py"), "replay", "--url", server.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    before, counts, everything = state(client), decisions(client), everything_shown(client)
+    done = replay(server.url)
     out = done.stdout
     assert done.returncode == 0, done.stderr + out
     summary = re.search(r"summary: (\d+)/(\d+) pods bound; gangs placed (\d+), waiting (\d+)", out)
@@ -46,3 +40,51 @@ def test_replay_drives_the_server_and_metrics_count_its_decisions(
     assert after[("filter", "wait")] - counts.get(("filter", "wait"), 0) >= 3
     assert after[("preempt", "victims")] - counts.get(("preempt", "victims"), 0) >= 1
     assert state(client) == before  # the replay deletes what it created
+    assert everything_shown(client) == everything  # waiting pods included: nothing is left waiting
+    assert "deleted the 16 pods this replay created" in out
+    # the urgent pod's label says what happens: it evicts lower-priority pods, named
+    victims = re.search(
+        r"preempt: victims on \d+ node\(s\); deleting (\d+) pod\(s\) on \S+: (.+)$", out, re.M
+    )
+    assert victims is not None and len(victims.group(2).split(", ")) == int(victims.group(1))
+    assert "lower-priority pods hold its VC's quota, so it preempts" in out
+
+
+def replay(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "topogang_cli.py"), "replay", "--url", url, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def everything_shown(client: httpx.Client) -> tuple[object, ...]:
+    """Every gang any view shows, waiting ones included, and the UI's waits (clocks and change tokens
+    aside: other tests' waiting gangs may be there, and their waiting time grows)."""
+    ui = client.get("/v1/ui/state").json()
+    groups = client.get("/v1/inspect/affinitygroups/").json()["items"]
+    return (
+        client.get("/v1/inspect").json(),
+        [(g["metadata"]["name"], g["status"]["state"], g["status"].get("waitReason")) for g in groups],
+        [g["gang"] for g in client.get("/v1/gangs").json()["items"]],
+        ui["waiting"],
+        ui["gangs"],
+    )
+
+
+def test_replay_keep_leaves_its_gangs_for_the_next_commands_to_show() -> None:
+    """What the README's curls after `topogang replay --keep` look at: gangs placed, one waiting with
+    its reason, and gangs Ready in the ledger."""
+    with running_server() as server, httpx.Client(base_url=server.url, timeout=10) as client:
+        done = replay(server.url, "--keep")
+        assert done.returncode == 0, done.stderr + done.stdout
+        assert "kept every pod (--keep)" in done.stdout
+        summary = client.get("/v1/inspect").json()
+        assert summary["gangs"]["Bound"] >= 5 and summary["gangs"]["Waiting"] == 1
+        assert summary["gpus"]["free"] < summary["gpus"]["total"]
+        groups = client.get("/v1/inspect/affinitygroups/").json()["items"]
+        (waiting,) = [g for g in groups if g["status"]["state"] == "Waiting"]
+        assert "it can never run" in waiting["status"]["waitReason"]["message"]
+        assert any(g["phase"] == "Ready" for g in client.get("/v1/gangs").json()["items"])
