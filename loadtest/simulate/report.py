@@ -332,25 +332,38 @@ def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
 
 
 # ---------------------------------------------------------------------- plots
-def plot(out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics]) -> list[str]:
-    """Write the PNGs; return their file names (empty when matplotlib is missing)."""
-    try:
-        import matplotlib
+# One look per policy in every plot. Lines that coincide (hived-like often matches private, or
+# topogang) stay visible: different dashes and markers, and the thinner, dashed lines drawn on top.
+STYLES: dict[str, dict[str, Any]] = {
+    "topogang": {"color": "tab:blue", "linestyle": "-", "linewidth": 2.4, "zorder": 2},
+    "hived-like": {"color": "tab:orange", "linestyle": "--", "linewidth": 1.6, "marker": "o", "zorder": 5},
+    "first-fit": {"color": "tab:green", "linestyle": "-.", "linewidth": 1.4, "marker": "s", "zorder": 4},
+    "first-fit-elastic": {"color": "tab:red", "linestyle": ":", "linewidth": 1.8, "marker": "^", "zorder": 4},
+    "private": {"color": "tab:purple", "linestyle": "-", "linewidth": 3.4, "alpha": 0.45, "zorder": 1},
+}
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    names = _ordered(m)
+
+def _style(name: str, markers: bool = True) -> dict[str, Any]:
+    style = dict(STYLES.get(name, {"linestyle": "-", "zorder": 3}))
+    if markers and "marker" in style:
+        style.update(markersize=4, markevery=0.1)
+    else:
+        style.pop("marker", None)
+    return style
+
+
+def queueing_cdf_figure(m: Mapping[str, PolicyMetrics]) -> Any:
+    """The queueing-delay CDFs, all jobs and multi-GPU jobs."""
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, group, title in zip(axes, ("all", "multi"), ("all jobs", "multi-GPU jobs"), strict=True):
-        for n in names:
+        for n in _ordered(m):
             v = sorted(x / 3600 for x in m[n].queueing_values.get(group, []))
             if not v:
                 continue
             ys = [(i + 1) / len(v) for i in range(len(v))]
-            ax.step(v, ys, where="post", label=n)
+            ax.step(v, ys, where="post", label=n, **_style(n))
         ax.set_xscale("symlog", linthresh=0.1)
         ax.set_xlabel("queueing delay (hours, symlog)")
         ax.set_ylabel("share of jobs")
@@ -358,9 +371,14 @@ def plot(out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics]) -> list[str]:
         ax.grid(True, alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(out / PLOTS[0], dpi=110)
-    plt.close(fig)
+    return fig
 
+
+def vc_p95_figure(info: RunInfo, m: Mapping[str, PolicyMetrics]) -> Any:
+    """Per-VC p95 queueing, one bar per policy; a bar of height 0 is labelled "0" so it is seen."""
+    import matplotlib.pyplot as plt
+
+    names = _ordered(m)
     vcs = sorted({vc for x in m.values() for vc in x.per_vc})
     fig, ax = plt.subplots(figsize=(12, 4.5))
     width = 0.8 / max(1, len(names))
@@ -370,35 +388,67 @@ def plot(out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics]) -> list[str]:
             d = m[n].per_vc.get(vc, {}).get("all")
             vals.append(0.0 if d is None else d.p95 / 3600)
         xs = [k + (i - (len(names) - 1) / 2) * width for k in range(len(vcs))]
-        ax.bar(xs, vals, width, label=n)
+        color = STYLES.get(n, {}).get("color")
+        ax.bar(xs, vals, width, label=n, color=color, edgecolor=color)
+        for x, v in zip(xs, vals, strict=True):
+            if v == 0:
+                ax.annotate(
+                    "0",
+                    (x, 0),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    fontsize=7,
+                    color=color,
+                )
     ax.set_xticks(range(len(vcs)))
     ax.set_xticklabels([f"{vc}\n({info.cluster.quotas.get(vc, 0)} nodes)" for vc in vcs], fontsize=8)
-    ax.set_ylabel("p95 queueing (hours)")
+    ax.set_ylabel("p95 queueing (hours; 0 marked)")
     ax.set_title("Per-VC p95 queueing: shared policies vs each VC's private cluster")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(out / PLOTS[1], dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def gpus_over_time_figure(info: RunInfo, m: Mapping[str, PolicyMetrics]) -> Any:
+    """Allocated and stranded GPUs over time, with the cluster's capacity as a labelled line."""
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
-    for n in names:
+    total = info.cluster.total_gpus
+    axes[0].axhline(total, color="black", linewidth=0.8, label=f"capacity ({total} GPUs)")
+    for n in _ordered(m):
         s = m[n].series
         days = [h / 24 for h in s.get("hours", [])]
-        axes[0].plot(days, s.get("allocated", []), label=n, linewidth=1)
-        axes[1].plot(days, s.get("stranded", []), label=n, linewidth=1)
+        style = {**_style(n, markers=False), "linewidth": 1}
+        axes[0].plot(days, s.get("allocated", []), label=n, **style)
+        axes[1].plot(days, s.get("stranded", []), label=n, **style)
     end = info.window_hours / 24
     for ax, label in zip(axes, ("allocated GPUs", "stranded GPUs"), strict=True):
-        ax.axvline(end, color="grey", linestyle=":", linewidth=1)
+        ax.axvline(end, color="grey", linestyle=":", linewidth=1, label="last submit")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper right")
-    axes[0].axhline(info.cluster.total_gpus, color="black", linewidth=0.8)
-    axes[0].set_title("GPUs over time (bin averages; dotted line: last submit)")
+    axes[0].set_title("GPUs over time (bin averages)")
     axes[1].set_xlabel("days since the first submit")
     fig.tight_layout()
-    fig.savefig(out / PLOTS[2], dpi=110)
-    plt.close(fig)
+    return fig
+
+
+def plot(out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics]) -> list[str]:
+    """Write the PNGs; return their file names (empty when matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    figures = (queueing_cdf_figure(m), vc_p95_figure(info, m), gpus_over_time_figure(info, m))
+    for name, fig in zip(PLOTS, figures, strict=True):
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
     return list(PLOTS)
 
 
