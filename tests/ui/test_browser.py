@@ -208,6 +208,44 @@ def test_a_waiting_gang_shows_its_reason(
     assert opened.errors == []
 
 
+def test_the_gang_table_fits_its_panel_at_1400_px(
+    browser: Browser, server: Server, client: httpx.Client, pods: Pods, shots: Path
+) -> None:
+    """No sideways scrolling at 1400 px, even with a classic (space-taking) scrollbar in the panel, a
+    waiting gang with a long reason, a multi-node placement and a four-digit priority."""
+    names = drive.node_names(client)
+    drive.schedule_gang(client, pods, names, f"vision/a-rather-long-job-name-{pods.run}", "vision", 4, 8)
+    big = pods.make(
+        f"big-{pods.run}", "research", drive.gang_spec(f"research/big-{pods.run}", "research", 3, 8)
+    )
+    assert drive.schedule(client, big, names) is None
+    urgent = pods.make(
+        f"urgent-{pods.run}", "nlp", drive.gang_spec(f"nlp/urgent-{pods.run}", "nlp", 1, 8, 1000)
+    )
+    assert drive.schedule(client, urgent, names) is not None
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(f"{server.url}/ui")
+        page.locator(f'#gangs tr.reason[data-gang="research/big-{pods.run}"]').wait_for()
+        overflow = """(shrink) => {
+            const aside = document.querySelector('aside');
+            aside.style.width = shrink ? (aside.clientWidth - shrink) + 'px' : '';
+            return [aside.scrollWidth, aside.clientWidth, document.documentElement.scrollWidth, innerWidth];
+        }"""
+        for shrink in (0, 17):  # 17 px: what a classic scrollbar takes
+            aside_scroll, aside_width, page_scroll, page_width = page.evaluate(overflow, shrink)
+            assert aside_scroll <= aside_width and page_scroll <= page_width, (
+                shrink,
+                aside_scroll,
+                aside_width,
+            )
+        page.screenshot(path=str(shots / "gangs-1400px.png"))
+    finally:
+        ctx.close()
+
+
 def test_thousand_nodes_render_and_update(browser: Browser, tmp_path: Path, shots: Path) -> None:
     """1,000 nodes × 8 GPUs, ~30% full: the page builds, updates and highlights; timings are
     measured and written to results/ui/perf-1000-nodes.json (tests never assert timings)."""
