@@ -773,10 +773,6 @@ def _narrow(pr: PodRequest, nodes: frozenset[str] | None) -> frozenset[str] | No
     return own if nodes is None else nodes & own
 
 
-def _has(s: Scheduler, node: str) -> bool:
-    return views.has_node(s.core, node)
-
-
 def _annotation(pod: Mapping[str, Any]) -> str:
     return spec_text(pod)[0]
 

@@ -98,7 +98,7 @@ class Core:
     @property
     def gpu_count(self) -> int:
         """Leaf cells in the whole cluster: no gang of more pods (or leaf cells) can ever run."""
-        return len(self.topo.leaves)
+        return self.topo.total_leaves()
 
     def validate(self, req: GangRequest, leaf_number: int | None = None) -> None:
         """Raise `UserError` naming the field when `req` can never be scheduled as written."""
@@ -129,11 +129,11 @@ class Core:
                 raise UserError(
                     f"affinityGroup.members[{i}].leafCellNumber", f"{m.leaf_number} is not positive"
                 )
-        if req.leaf_total > len(self.topo.leaves):  # before anything is built per pod or per leaf
+        if req.leaf_total > self.gpu_count:  # before anything is built per pod or per leaf
             raise UserError(
                 "affinityGroup.members",
                 f"the gang needs {req.leaf_total} leaf cells, more than the whole cluster's "
-                f"{len(self.topo.leaves)}: it can never run",
+                f"{self.gpu_count}: it can never run",
             )
         if leaf_number is not None:
             if leaf_number <= 0:

@@ -261,10 +261,6 @@ class Topology:
                 return leaf
         return None
 
-    def node_of_cell(self, c: int) -> str | None:
-        ni = self.cell_node[c]
-        return self.node_names[ni] if ni >= 0 else None
-
     def chain_of(self, c: int) -> Chain:
         return self.chains[self.cell_chain[c]]
 
