@@ -11,44 +11,68 @@ from __future__ import annotations
 import base64
 import copy
 import gzip
+import zlib
 from typing import Any
 
 import orjson
 
 Framework = dict[str, Any]
-INJECTOR_PATH = "./injector.sh"  # the path FrameworkBarrier prints in the script's echo lines
+INJECTOR_PATH = "./injector.sh"
+# FrameworkController compresses statuses past ~1 MB; a 10,000-task attempt's are a few MB plain
+MAX_STATUSES_BYTES = 64 * 1024 * 1024  # the path FrameworkBarrier prints in the script's echo lines
 
 
 class FrameworkError(ValueError):
     """The object is not a Framework this code can read (e.g. corrupt compressed statuses)."""
 
 
+def _number(value: object, where: str, default: int = 0) -> int:
+    """A count or index as FrameworkController writes it; `FrameworkError` for anything else (a
+    Framework is its owner's object: a role's taskNumber written as a list must not raise TypeError
+    out of a barrier request)."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise FrameworkError(f"{where}: expected an integer, got {type(value).__name__}")
+    if isinstance(value, str) and not (value.isascii() and value.isdigit() and len(value) <= 9):
+        raise FrameworkError(f"{where}: expected an integer, got {value[:40]!r}")
+    return int(value)
+
+
+def _dict(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
 def task_role_specs(f: Framework) -> list[dict[str, Any]]:
-    roles = (f.get("spec") or {}).get("taskRoles") or []
+    roles = _list(_dict(f.get("spec")).get("taskRoles"))
     return [r for r in roles if isinstance(r, dict)]
 
 
 def total_tasks(f: Framework) -> int:
     """Gang size as FrameworkController defines it: Σ spec.taskRoles[].taskNumber."""
-    return sum(int(r.get("taskNumber") or 0) for r in task_role_specs(f))
+    return sum(_number(r.get("taskNumber"), "spec.taskRoles[].taskNumber") for r in task_role_specs(f))
 
 
 def task_role_statuses(f: Framework) -> list[dict[str, Any]] | None:
     """Status per task role, in status order, decompressing `taskRoleStatusesCompressed` (gzip of
     the JSON list, base64 in JSON) when the plain list is absent. None when there is no status."""
-    attempt = ((f.get("status") or {}).get("attemptStatus")) or None
-    if attempt is None:
+    attempt = _dict(f.get("status")).get("attemptStatus")
+    if not isinstance(attempt, dict) or not attempt:
         return None
     plain = attempt.get("taskRoleStatuses")
     if plain is not None:
-        return [r for r in plain if isinstance(r, dict)]
+        return [r for r in _list(plain) if isinstance(r, dict)]
     packed = attempt.get("taskRoleStatusesCompressed")
     if not packed:
         return None
     try:
-        raw = gzip.decompress(base64.b64decode(packed))
+        raw = _gunzip(base64.b64decode(packed))
         out = orjson.loads(raw)
-    except (ValueError, OSError, orjson.JSONDecodeError) as err:
+    except (ValueError, TypeError, OSError, zlib.error) as err:
         raise FrameworkError(
             f"status.attemptStatus.taskRoleStatusesCompressed: cannot decompress: {err}"
         ) from err
@@ -59,11 +83,21 @@ def task_role_statuses(f: Framework) -> list[dict[str, Any]] | None:
     return [r for r in out if isinstance(r, dict)]
 
 
+def _gunzip(data: bytes) -> bytes:
+    """gzip, stopping at MAX_STATUSES_BYTES: a few kilobytes of a hand-made stream can expand to
+    gigabytes, and the object is its owner's to write."""
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    out = inflate.decompress(data, MAX_STATUSES_BYTES)
+    if inflate.unconsumed_tail:
+        raise ValueError(f"expands to more than {MAX_STATUSES_BYTES} bytes")
+    return out
+
+
 def decompressed(f: Framework) -> Framework:
     """A copy with plain `taskRoleStatuses` (what FrameworkBarrier dumps to framework.json)."""
     out = copy.deepcopy(f)
     statuses = task_role_statuses(f)
-    attempt = (out.get("status") or {}).get("attemptStatus")
+    attempt = _dict(out.get("status")).get("attemptStatus")
     if isinstance(attempt, dict) and statuses is not None:
         attempt["taskRoleStatuses"] = statuses
         attempt.pop("taskRoleStatusesCompressed", None)
@@ -80,13 +114,15 @@ def _ready(task: dict[str, Any]) -> bool:
 
 def _counted(f: Framework) -> list[tuple[str, list[dict[str, Any]]]]:
     """(role, the tasks FrameworkBarrier counts: the first min(status, spec) of them), status order."""
-    specs = {r.get("name"): int(r.get("taskNumber") or 0) for r in task_role_specs(f)}
+    specs = {
+        r.get("name"): _number(r.get("taskNumber"), "spec.taskRoles[].taskNumber") for r in task_role_specs(f)
+    }
     out = []
     for role in task_role_statuses(f) or []:
         name = role.get("name")
         if name not in specs:
             continue
-        tasks = [t for t in role.get("taskStatuses") or [] if isinstance(t, dict)]
+        tasks = [t for t in _list(role.get("taskStatuses")) if isinstance(t, dict)]
         out.append((str(name), tasks[: specs[name]]))
     return out
 
@@ -134,10 +170,10 @@ def with_pod_ips(f: Framework, ips: dict[tuple[str, int], str]) -> Framework:
     if statuses is None:
         return out
     for role in statuses:
-        for i, t in enumerate(role.get("taskStatuses") or []):
+        for i, t in enumerate(_list(role.get("taskStatuses"))):
             if not isinstance(t, dict):
                 continue
-            ip = ips.get((str(role.get("name")), int(t.get("index", i))))
+            ip = ips.get((str(role.get("name")), _number(t.get("index"), "taskStatuses[].index", i)))
             if ip:
                 att = t.get("attemptStatus")
                 if not isinstance(att, dict):
@@ -167,8 +203,8 @@ def with_ips_hidden(f: Framework, keep: set[tuple[str, int]] | None) -> Framewor
     if statuses is None:
         return out
     for role in statuses:
-        for i, t in enumerate(role.get("taskStatuses") or []):
-            idx = int(t.get("index", i)) if isinstance(t, dict) else i
+        for i, t in enumerate(_list(role.get("taskStatuses"))):
+            idx = _number(t.get("index"), "taskStatuses[].index", i) if isinstance(t, dict) else i
             if isinstance(t, dict) and (str(role.get("name")), idx) not in keep:
                 att = t.get("attemptStatus")
                 if isinstance(att, dict) and att.get("podIP"):

@@ -145,7 +145,7 @@ def framework_task(pod: Mapping[str, Any]) -> FrameworkTask | None:
     if not all(isinstance(v, str) and v for v in values):
         return None
     ns, fw, attempt, role, index = (str(v) for v in values)
-    if not index.isdigit():
+    if not (index.isascii() and index.isdigit()) or len(index) > 9:  # int() refuses "²" and 5,000 digits
         return None
     return FrameworkTask(ns, fw, attempt, role, int(index))
 

@@ -106,7 +106,10 @@ def collect(
     ttl_seconds: float = 300.0,
     report: RecoveryReport | None = None,
 ) -> dict[str, list[_Found]]:
-    """Bound, live, opted-in pods grouped by gang name (sorted, so recovery is deterministic)."""
+    """Bound, live, opted-in pods grouped by gang name (sorted, so recovery is deterministic). A pod
+    whose annotations cannot be read is skipped, with the reason in the report: its annotations are
+    its owner's to write, and one such pod must not keep every other gang from being recovered (nor
+    the extender from becoming ready)."""
     report = report if report is not None else RecoveryReport()
     groups: dict[str, list[_Found]] = {}
     for pod in pods:
@@ -115,40 +118,56 @@ def collect(
             continue
         key = f"{kpods.uid(pod)}({kpods.namespace(pod)}/{kpods.name(pod)})"
         try:
-            info = pod_bind_info(kpods.pod_annotations(pod))
-        except ValueError as err:
-            report.notes.append(
-                f"pod {key}: unreadable pod-bind-info ({err}); using its isolation annotation"
-            )
-            info = None
-        try:
-            gpus = _gpus(pod, info)
-        except ValueError as err:
-            report.skipped.append((key, str(err)))
+            found = _found(pod, node, key, namespace_vcs, ttl_seconds, report)
+        except Exception as err:  # whatever else the pod's content provokes: this pod only
+            report.skipped.append((key, f"cannot read it: {err!r}"))
             continue
-        try:
-            pr: PodRequest | None = pod_request(
-                pod,
-                kpods.uid(pod),
-                kpods.namespace(pod),
-                kpods.name(pod),
-                namespace_vcs=namespace_vcs,
-                ttl_seconds=ttl_seconds,
-            )
-        except UserError as err:
-            pr = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
-            if pr is None:
-                report.skipped.append((key, f"bad scheduling spec ({err}) and no topogang bind info"))
-                continue
-        assert pr is not None
-        if info is not None and info.gang is not None and info.gang != pr.gang:
-            # the spec alone does not name the gang (a FrameworkController task shaped by its
-            # Framework object, which recovery does not read): the bind info recorded the gang
-            # the pod was placed in, and its whole placement
-            pr = _from_bind_info(pod, info, ttl_seconds) or pr
-        deleting = kpods.meta(pod).get("deletionTimestamp") is not None
-        groups.setdefault(pr.gang, []).append(_Found(pr, node, tuple(sorted(gpus)), info, deleting))
+        if found is not None:
+            groups.setdefault(found.request.gang, []).append(found)
     return dict(sorted(groups.items()))
+
+
+def _found(
+    pod: Mapping[str, Any],
+    node: str,
+    key: str,
+    namespace_vcs: Mapping[str, str] | None,
+    ttl_seconds: float,
+    report: RecoveryReport,
+) -> _Found | None:
+    """One bound pod's request and GPUs, or None (skipped, the reason in the report)."""
+    try:
+        info = pod_bind_info(kpods.pod_annotations(pod))
+    except ValueError as err:
+        report.notes.append(f"pod {key}: unreadable pod-bind-info ({err}); using its isolation annotation")
+        info = None
+    try:
+        gpus = _gpus(pod, info)
+    except ValueError as err:
+        report.skipped.append((key, str(err)))
+        return None
+    try:
+        pr: PodRequest | None = pod_request(
+            pod,
+            kpods.uid(pod),
+            kpods.namespace(pod),
+            kpods.name(pod),
+            namespace_vcs=namespace_vcs,
+            ttl_seconds=ttl_seconds,
+        )
+    except UserError as err:
+        pr = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
+        if pr is None:
+            report.skipped.append((key, f"bad scheduling spec ({err}) and no topogang bind info"))
+            return None
+    assert pr is not None
+    if info is not None and info.gang is not None and info.gang != pr.gang:
+        # the spec alone does not name the gang (a FrameworkController task shaped by its
+        # Framework object, which recovery does not read): the bind info recorded the gang
+        # the pod was placed in, and its whole placement
+        pr = _from_bind_info(pod, info, ttl_seconds) or pr
+    deleting = kpods.meta(pod).get("deletionTimestamp") is not None
+    return _Found(pr, node, tuple(sorted(gpus)), info, deleting)
 
 
 def _by_placement(found: list[_Found]) -> list[list[_Found]]:

@@ -10,6 +10,11 @@ annotations (`recovery`). Then watch both from the lists' resourceVersions, list
   gangReleaseEnable); pod Failed -> its slot opens for the retry;
 - a bound pod the core does not hold (bound elsewhere, or missed) -> adopted.
 
+Pod content is untrusted (`extender.kube.invalid`): a pod whose annotations cannot be used is
+skipped with a Warning Event saying why, and one pod's event that still fails to be handled is
+logged and skipped, never a reason for start-up or a watch to stop (a watch that died on a pod would
+list again and die on the same pod, forever, with every pod after it never seen).
+
 The scheduler's helpers come from here too: the binder, the pod and Framework lookups, the evictor
 (preemption victims and expired members are deleted, with the UID as precondition), and Events
 telling a pod why its gang waits and what happened to it.
@@ -39,6 +44,7 @@ from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, GoneError, KubeApi, load_api_client, pod_path
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef
+from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.nodes import node_health, node_name
 from extender.kube.recovery import recover
@@ -74,6 +80,8 @@ class ClusterSync:
         self.live: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of opted-in pods
         self.done: set[str] = set()  # uids already released as finished
         self.foreign: set[str] = set()  # bound pods without a readable decision (logged once)
+        self.checked: dict[str, int] = {}  # uid -> `invalid.fingerprint` of what was last judged
+        self.on_invalid: Callable[[Mapping[str, Any], Invalid], None] = lambda pod, bad: None
         self.synced = False
         self.synced_event = asyncio.Event()
         self.hold_reason: Callable[[], str] = lambda: ""  # why not to serve although synced
@@ -102,10 +110,13 @@ class ClusterSync:
             )
             for pod in pods:  # pod IPs and FrameworkController identities for the gang ledger
                 if is_enabled(pod) and not kpods.finished(pod):
-                    self.s.gang_ledger.observe(self.s.core, pod, self.s.waiting_of)
+                    self._guarded(
+                        "observing", pod, self.s.gang_ledger.observe, self.s.core, pod, self.s.waiting_of
+                    )
         for pod in pods:
             if is_enabled(pod) and not kpods.finished(pod):
                 self.live[kpods.uid(pod)] = (kpods.namespace(pod), kpods.name(pod))
+                self._guarded("checking", pod, self.check, pod)
         for line in report.lines():
             log.info("%s", line)
         self.synced = True
@@ -189,23 +200,69 @@ class ClusterSync:
         await self.apply_nodes(nodes, full=True)
 
     # ------------------------------------------------------------------------------ pods
+    def check(self, pod: Mapping[str, Any]) -> None:
+        """Tell a pod whose annotations cannot be used why (once per content: a pod's status
+        changes far more often than its annotations)."""
+        uid, seen = kpods.uid(pod), fingerprint(pod)
+        if self.checked.get(uid) == seen:
+            return
+        self.checked[uid] = seen
+        bad = invalid(pod, namespace_vcs=self.s.namespace_vcs, max_pods=self.s.core.gpu_count)
+        if bad is not None:
+            log.warning(
+                "pod %s/%s (%s) skipped: %s", kpods.namespace(pod), kpods.name(pod), uid, bad.message()
+            )
+            self.on_invalid(pod, bad)
+
+    def _guarded(self, doing: str, pod: Mapping[str, Any], fn: Callable[..., object], *args: Any) -> None:
+        """`fn(*args)`, with anything a pod's content provokes logged and the pod skipped."""
+        try:
+            fn(*args)
+        except Exception:
+            log.exception(
+                "%s pod %s/%s (%s) failed; skipped",
+                doing,
+                kpods.namespace(pod),
+                kpods.name(pod),
+                kpods.uid(pod),
+            )
+
     async def on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        """One pod event. A failure to reach the API server is the watch's to handle (it lists
+        again); anything else is this pod's content, and must not stop the watch."""
+        try:
+            await self._on_pod(kind, pod)
+        except (ApiError, OSError, TimeoutError):
+            raise
+        except Exception:
+            log.exception(
+                "pod %s/%s (%s): %s event skipped",
+                kpods.namespace(pod),
+                kpods.name(pod),
+                kpods.uid(pod),
+                kind,
+            )
+
+    async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         if not is_enabled(pod):
             return
         uid = kpods.uid(pod)
         if kind == "DELETED":
             self.live.pop(uid, None)
             self.foreign.discard(uid)
+            self.checked.pop(uid, None)
             # even when released as finished already: a late filter may have remembered it since
             await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
             self.done.discard(uid)
             return
         self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
         if kpods.finished(pod):
+            self.checked.pop(uid, None)
             if uid not in self.done:
                 self.done.add(uid)
                 await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
             return
+        self.check(pod)
         if kpods.node_name(pod) is not None and uid not in self.foreign and not self._held(uid):
             async with self.s.lock:
                 report = recover(
@@ -232,6 +289,7 @@ class ClusterSync:
             del self.live[uid]
             self.foreign.discard(uid)
             self.done.discard(uid)
+            self.checked.pop(uid, None)
             await self.s.pod_gone(uid)
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them
@@ -312,6 +370,10 @@ def kube_service(
     def on_wait(pr: PodRequest, text: str) -> None:
         recorder.record(ObjectRef("Pod", pr.namespace, pr.name, pr.uid), "GangWaiting", text, warning=True)
 
+    def on_invalid(pod: Mapping[str, Any], bad: Invalid) -> None:
+        ref = ObjectRef("Pod", kpods.namespace(pod), kpods.name(pod), kpods.uid(pod))
+        recorder.record(ref, bad.reason, bad.message(), warning=True)
+
     scheduler = Scheduler(
         Core(loaded.spec),
         KubeBinder(kube),
@@ -326,6 +388,7 @@ def kube_service(
     )
     scheduler.not_ready_reason = "connecting to the API server"
     sync = ClusterSync(scheduler, kube)
+    sync.on_invalid = on_invalid
     scheduler.evictor = sync.evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)
     gangs = conventions.attach(
