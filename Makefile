@@ -69,3 +69,12 @@ SOAK_SEEDS ?= 1 2 3
 .PHONY: soak
 soak: $(STAMP)
 	$(BIN)/python -m tests.soak.driver --ops $(SOAK_OPS) $(foreach s,$(SOAK_SEEDS),--seed $(s))
+
+## fuzz: hostile requests across every route of a fresh standalone extender (FUZZ_REQUESTS of them, from
+##       FUZZ_SEED); prints violations by kind, the server's RSS before and after, and whether the
+##       placed gangs and the ledger stayed unchanged; fails on any violation or RSS growth over 50 MB
+FUZZ_REQUESTS ?= 10000
+FUZZ_SEED ?= 1
+.PHONY: fuzz
+fuzz: $(STAMP)
+	$(BIN)/python -m tests.fuzz --requests $(FUZZ_REQUESTS) --seed $(FUZZ_SEED)

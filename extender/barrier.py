@@ -165,7 +165,7 @@ def get_framework(s: Settings) -> Framework | None:
 def framework_from_gang(gang: Mapping[str, Any]) -> Framework:
     """A Framework-shaped view of a gang, for clusters where the barrier cannot read the Framework:
     task roles in rank order of their first member, tasks in index order, pod IPs from the ledger."""
-    members = sorted(gang.get("members") or [], key=lambda m: (m.get("rank", 0), m.get("taskIndex", 0)))
+    members = sorted(gang.get("members") or [], key=lambda m: (m.get("rank") or 0, _index(m, 0)))
     roles: dict[str, list[Mapping[str, Any]]] = {}
     for m in members:
         roles.setdefault(str(m.get("taskRole") or "default"), []).append(m)
@@ -180,8 +180,8 @@ def framework_from_gang(gang: Mapping[str, Any]) -> Framework:
                     {
                         "name": r,
                         "taskStatuses": [
-                            {"index": int(m.get("taskIndex", i)), "attemptStatus": {"podIP": m.get("podIP")}}
-                            for i, m in enumerate(sorted(ms, key=lambda m: int(m.get("taskIndex", 0))))
+                            {"index": _index(m, i), "attemptStatus": {"podIP": m.get("podIP")}}
+                            for i, m in enumerate(sorted(ms, key=lambda m: _index(m, 0)))
                         ],
                     }
                     for r, ms in roles.items()
@@ -189,6 +189,13 @@ def framework_from_gang(gang: Mapping[str, Any]) -> Framework:
             }
         },
     }
+
+
+def _index(member: Mapping[str, Any], default: int) -> int:
+    """A member's task index; a gang that is no FrameworkController framework (a plain affinity group
+    asked for through the Framework proxy) has members with `taskIndex: null`."""
+    index = member.get("taskIndex")
+    return int(index) if index is not None else default
 
 
 # ---------------------------------------------------------------------------------------------- outputs

@@ -229,6 +229,7 @@ def run(
             app,
             loop="uvloop",
             http=JSONErrorsHttpTools,
+            ws="none",  # no WebSocket routes: an Upgrade is a plain request (else a text/plain 400)
             access_log=False,
             log_level=log_level,
             lifespan="on" if not require_client_cert else "off",

@@ -34,8 +34,10 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
             out["fitsNow"] = True
             out["placement"] = _placement(got)
             gang = core.gang(req.name)
-            if gang is not None and existing is None:
+            if gang is not None and gang is not existing:  # the what-if's gang: the rollback keeps it
                 core.ledger.remove(gang)
+                if existing is not None:  # it took the name of the gang that really holds the cells
+                    core.ledger.add(existing)
         else:
             out["fitsNow"] = False
             out["reason"] = got.reason.to_dict()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import httpx
 
-from tests.integration.conftest import ROOT, Pods, state
+from tests.fuzz import hostile
+from tests.integration.conftest import ROOT, Pods, running_server, state
 
 
 def test_explain_answers_fit_wait_and_errors_without_changing_state(client: httpx.Client, pods: Pods) -> None:
@@ -48,3 +49,19 @@ def test_the_shipped_example_pod_is_explained_as_the_readme_says(client: httpx.C
     assert [len(p["gpus"]) for p in body["placement"]["pods"]] == [8, 8]
     assert len(body["placement"]["nodes"]) == 2
     assert state(client) == before
+
+
+def test_explaining_a_placed_gang_changes_nothing() -> None:
+    """`/v1/explain` of a pod naming a gang that is already bound: the what-if placed a second gang
+    of that name, which the rollback left behind (a Reserved twin on other GPUs, the real gang
+    orphaned and Broken in the ledger). Found by `make fuzz`."""
+    ctx = hostile.Context()
+    with running_server() as server, httpx.Client(base_url=server.url, timeout=10.0) as client:
+        hostile.place_baseline(client, ctx)
+        before = hostile.placed_state(client)
+        for pod in (hostile.plain_pod(), hostile.fc_pod(0)):
+            pod["metadata"]["uid"] = "someone-else"
+            r = client.post("/v1/explain", json={"Pod": pod})
+            assert r.status_code == 200, r.text
+            assert r.json()["existing"]["phase"] == "Bound"
+        assert hostile.placed_state(client) == before

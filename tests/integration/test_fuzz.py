@@ -1,16 +1,22 @@
 """Malformed requests at every endpoint: an error that names the problem, never a 500 or a hang, and
-nothing in the cluster's state changes."""
+nothing in the cluster's state changes. The verbs with semantic checks of each answer, then every
+route with hostile content (`tests.fuzz.hostile`; `make fuzz` runs it longer)."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.conftest import ENABLE, SPEC, state
+from tests.fuzz import hostile
+from tests.integration.conftest import ENABLE, SPEC, running_server, state
+
+T = TypeVar("T")
+FUZZ_EXAMPLES = 250  # a few seconds; `make fuzz` sends 10,000
 
 VERBS = ("filter", "prioritize", "preempt", "bind")
 JSON_VALUES = st.recursive(
@@ -156,3 +162,55 @@ def test_every_get_endpoint_with_odd_paths(client: httpx.Client) -> None:
     for verb in VERBS:
         r = client.get(f"/v1/extender/{verb}")
         assert r.status_code == 405
+
+
+class _Draws:
+    """hypothesis' draws as a `tests.fuzz.hostile.Source`: a failure shrinks to its smallest choices."""
+
+    def __init__(self, data: st.DataObject) -> None:
+        self.data = data
+
+    def pick(self, options: Sequence[T]) -> T:
+        return self.data.draw(st.sampled_from(options))
+
+    def number(self, low: int, high: int) -> int:
+        return self.data.draw(st.integers(low, high))
+
+
+def test_hostile_requests_on_every_route_get_answers_and_leave_placed_gangs_alone() -> None:
+    """Every route, hostile content (`tests.fuzz.hostile`): no 5xx, JSON, no hang, the process
+    lives, and the gangs placed before (the highest priority: nothing may move them) stay as they were,
+    in the cluster and in the ledger. Its own server: the baseline and the fuzzing's leftovers are
+    nobody else's business."""
+    ctx = hostile.Context()
+    with (
+        running_server() as server,
+        httpx.Client(base_url=server.url, timeout=hostile.HANG_SECONDS) as client,
+    ):
+        hostile.place_baseline(client, ctx)
+        before = hostile.placed_state(client)
+        assert all(before), before  # a baseline that is not there would make the last check vacuous
+        routes: set[str] = set()
+
+        @settings(
+            max_examples=FUZZ_EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        )
+        @given(st.data())
+        def check(data: st.DataObject) -> None:
+            p = hostile.probe(_Draws(data), ctx)
+            r = hostile.send(client, server.url, p)
+            ctx.heard(p, r)
+            routes.add(p.route)
+            assert server.process.poll() is None, f"the server died on {p.describe()}\n" + "".join(
+                server.log[-40:]
+            )
+            assert not hostile.violations(p, r), (p.describe(), r)
+
+        check()
+        hostile.forget_fuzz_pods(client, ctx)
+        assert hostile.placed_state(client) == before
+    assert server.process.returncode in (0, -15), server.process.returncode
+    assert len(routes) >= 15, sorted(routes)  # the draws did reach (nearly) every route
