@@ -44,7 +44,7 @@ from typing import Any
 
 import orjson
 
-from loadtest.kubesched import Cluster, Fleet, JobMix, cluster_from, run_job
+from loadtest.fleet import Cluster, Fleet, JobMix, cluster_from, run_job
 
 HOST = "127.0.0.1"
 VERBS = ("filter", "prioritize", "bind", "preempt")
