@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from loadtest.bench import CpuSampler, Run, VerbStats, format_table, goals, median_run, rack_size_for
+from loadtest.goals import format_table, goals
+from loadtest.measure import CpuSampler, Run, VerbStats, median_run
+from loadtest.scaling import rack_size_for
 
 
 def run(filter_p99: float, rps: float, cpu: float = 0.5) -> Run:
