@@ -6,8 +6,9 @@ against `FakeApiServer`, on a virtual-time event loop (`vclock`), so TTLs elapse
 Around it, the driver plays everyone else:
 
 - **kube-scheduler** (`extender.kubesched`'s cycle, over `InProcess`): takes pending pods by
-  priority (sometimes out of order), calls filter -> prioritize -> bind (bind in the background, as its binding cycle does), backs a pod off after an
-  error, calls preempt when filter names nodes where preemption helps, and deletes the victims;
+  priority (sometimes out of order), calls filter -> prioritize -> bind (bind in the background,
+  as its binding cycle does), backs a pod off after an error, calls preempt when filter names
+  nodes where preemption helps, and deletes the victims;
 - **users and controllers**: submit jobs from `jobs.new_job`, delete them, let them finish, fail
   or delete single members; controllers re-create deleted members (same name, new UID) and start
   new FrameworkController attempts; late gang members arrive after their reservation expired;
@@ -60,8 +61,8 @@ from extender.kube.service import ClusterSync, kube_service
 from extender.ledger import FORGET_PENDING_SECONDS, TOMBSTONE_SECONDS
 from extender.standalone import EXAMPLE_CONFIG, expiry_interval
 from extender.verbs import Scheduler
+from tests.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
 from tests.soak import checks, vclock
-from tests.soak.fakekube import ConnectionClosedError, FakeApiServer, FakeKube, Fault
 from tests.soak.jobs import Job, new_job
 from topology.core import Core
 from topology.invariants import snapshot
