@@ -1,4 +1,5 @@
-"""`loadtest.bench`'s arithmetic and table, on made-up runs (no servers, no timing)."""
+"""The bench's arithmetic and table (`loadtest.measure`, `loadtest.goals`, `loadtest.scaling`), on
+made-up runs (no servers, no timing)."""
 
 from __future__ import annotations
 
