@@ -179,38 +179,31 @@ class Server:
     runs: dict[int, list[Run]] = field(default_factory=dict)
 
 
-def locust(s: Setup, server: Server, users: int, prefix: Path) -> Run:
-    """One headless locust run; per-verb stats from its exact latencies over its own window."""
-    lat = prefix.with_suffix(".latency.json")
-    argv = [
-        *s.load_pin,
+def locust_argv(host: str, users: int, seconds: int, prefix: Path) -> list[str]:
+    """A bounded headless locust run of `loadtest/locustfile.py` against `host`: locust's CSVs and
+    the exact latencies under `prefix` (the locustfile's own options go after)."""
+    return [
         sys.executable,
         "-m",
         "locust",
         "-f",
         str(ROOT / "loadtest" / "locustfile.py"),
         "--host",
-        f"http://{HOST}:{server.port}",
+        host,
         "--headless",
-        "-u",
-        str(users),
-        "-r",
-        str(users),
-        "-t",
-        f"{s.seconds}s",
-        "--stop-timeout",
-        "2",
-        "--only-summary",
-        "--csv",
-        str(prefix),
-        "--mix",
-        "gang4x8",
-        "--fill",
-        str(s.fill),
-        "--urgent-every",
-        "0",
-        "--latency-file",
-        str(lat),
+        *("-u", str(users), "-r", str(users), "-t", f"{seconds}s"),
+        *("--stop-timeout", "2", "--only-summary", "--csv", str(prefix)),
+        *("--latency-file", str(prefix.with_suffix(".latency.json"))),
+    ]
+
+
+def locust(s: Setup, server: Server, users: int, prefix: Path) -> Run:
+    """One headless locust run; per-verb stats from its exact latencies over its own window."""
+    lat = prefix.with_suffix(".latency.json")
+    argv = [
+        *s.load_pin,
+        *locust_argv(f"http://{HOST}:{server.port}", users, s.seconds, prefix),
+        *("--mix", "gang4x8", "--fill", str(s.fill), "--urgent-every", "0"),
     ]
     lat.unlink(missing_ok=True)
     p = s.kids.start(argv, prefix.with_suffix(".log"))
