@@ -5,6 +5,7 @@ one node survives, and bind on the best score; when filter says preemption may h
 and the pod outranks pods already bound there, it calls preempt with those pods as the dry run's
 victims and, when the extender names victims, deletes the chosen node's victims (through the
 standalone server's pod-deletion route, as kube-scheduler would through the API) and tries again.
+That cycle is `extender.kubesched`'s, the one the load tests and the soak run too.
 
 The mix is built from the config's VCs (largest quota first): a 4-pod x 8-GPU gang of
 FrameworkController tasks submitted in random order, single-GPU pods, a 2-pod gang, an
@@ -27,12 +28,13 @@ import sys
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from config.load import ConfigError, load_config
+from extender import kubesched
 from extender.standalone import EXAMPLE_CONFIG
 from topology.core import Core
 
@@ -73,7 +75,7 @@ class Client:
         status, doc = self.call("POST", f"/v1/extender/{verb}", body)
         if status != 200 and verb != "preempt":
             raise ReplayError(f"{verb} answered HTTP {status}: {doc}")
-        return doc if status == 200 else {"status": status, "body": doc}
+        return doc if status == 200 else kubesched.Refused(status, doc)
 
 
 @dataclass
@@ -201,69 +203,57 @@ class Replay:
     def say(self, text: str) -> None:
         print(text, file=self.out, flush=True)
 
-    def schedule(self, pod: dict[str, Any], priority: int, gang: str, *, retry: bool = True) -> str:
-        """One kube-scheduler cycle for a pod: the outcome as text (`bound ...`, `waits ...`, ...)."""
-        meta = pod["metadata"]
-        self.created[meta["uid"]] = f"{meta['namespace']}/{meta['name']}"
-        r = self.c.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": self.nodes})
-        if r.get("Error"):
-            return f"rejected: {r['Error']}"
-        names = r.get("NodeNames") or []
-        if names:
-            node = names[0]
-            if len(names) > 1:
-                scores = self.c.post("prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names})
-                best = max(s["Score"] for s in scores)
-                node = next(s["Host"] for s in scores if s["Score"] == best)
-            b = self.c.post(
-                "bind",
-                {
-                    "PodName": meta["name"],
-                    "PodNamespace": meta["namespace"],
-                    "PodUID": meta["uid"],
-                    "Node": node,
-                },
-            )
-            if b.get("Error"):
-                return f"bind failed: {b['Error']}"
-            self.bound[meta["uid"]] = Bound(meta["uid"], node, priority, gang)
-            return f"bound to {node}"
-        failed: dict[str, str] = r.get("FailedNodes") or {}
-        unresolvable: dict[str, str] = r.get("FailedAndUnresolvableNodes") or {}
-        reason = next(iter(failed.values()), None) or next(iter(unresolvable.values()), "no node")
-        if failed and retry:
-            return self.preempt(pod, priority, gang, failed, reason)
-        return f"waits: {reason}"
+    # the transport (HTTP) and kube-scheduler's view of the pods, for `kubesched`
+    def filter(self, pod: kubesched.Pod, names: Sequence[str]) -> Any:
+        return self.c.post("filter", {"Pod": pod, "Nodes": None, "NodeNames": list(names)})
 
-    def preempt(
-        self, pod: dict[str, Any], priority: int, gang: str, failed: dict[str, str], reason: str
-    ) -> str:
-        """kube-scheduler's dry run: on each candidate node, every lower-priority pod is a victim."""
-        meta: dict[str, Any] = {}
-        for node in failed:
-            uids = [b.uid for b in self.bound.values() if b.node == node and b.priority < priority]
-            if uids:
-                meta[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
-        if not meta:
-            return f"waits (no lower-priority pod to preempt): {reason}"
+    def prioritize(self, pod: kubesched.Pod, names: Sequence[str]) -> Any:
+        return self.c.post("prioritize", {"Pod": pod, "Nodes": None, "NodeNames": list(names)})
+
+    def bind(self, pod: kubesched.Pod, node: str) -> Any:
+        meta = pod["metadata"]
+        body = {
+            "PodName": meta["name"],
+            "PodNamespace": meta["namespace"],
+            "PodUID": meta["uid"],
+            "Node": node,
+        }
+        return self.c.post("bind", body)
+
+    def preempt(self, pod: kubesched.Pod, victims: Mapping[str, Any]) -> Any:
         self.stats.preempt_calls += 1
-        r = self.c.post("preempt", {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": meta})
-        if "status" in r:
-            return f"preempt failed (HTTP {r['status']}): {r['body']}"
-        victims: dict[str, Any] = r.get("NodeNameToMetaVictims") or {}
-        if not victims:
-            return f"waits (preempt named no victims): {reason}"
-        node = min(victims, key=lambda n: (len(victims[n]["Pods"]), n))
-        uids = [p["UID"] for p in victims[node]["Pods"]]
+        return self.c.post(
+            "preempt", {"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": victims}
+        )
+
+    def dry_run(self, nodes: Sequence[str], priority: int) -> dict[str, Any]:
+        """kube-scheduler's dry run: on each candidate node, every lower-priority pod is a victim."""
+        return kubesched.meta_victims(
+            (node, [b.uid for b in self.bound.values() if b.node == node and b.priority < priority])
+            for node in nodes
+        )
+
+    def evict(self, chosen: Mapping[str, Any]) -> None:
+        """Delete the victims on the node kube-scheduler picks, as it would through the API."""
+        node = kubesched.fewest_victims(chosen)
+        uids = [p["UID"] for p in chosen[node]["Pods"]]
         names = ", ".join(self.created.get(u, u) for u in uids)
         self.say(
-            f"    preempt: victims on {len(victims)} node(s); deleting {len(uids)} pod(s) on {node}: {names}"
+            f"    preempt: victims on {len(chosen)} node(s); deleting {len(uids)} pod(s) on {node}: {names}"
         )
         for uid in uids:
             self.delete(uid)
             self.stats.victims += 1
         self.sync()  # the extender evicts the rest of each victim gang itself
-        return self.schedule(pod, priority, gang, retry=False)
+
+    def schedule(self, pod: dict[str, Any], priority: int, gang: str) -> str:
+        """One kube-scheduler cycle for a pod: the outcome as text (`bound ...`, `waits ...`, ...)."""
+        meta = pod["metadata"]
+        self.created[meta["uid"]] = f"{meta['namespace']}/{meta['name']}"
+        outcome = kubesched.drive(kubesched.schedule(pod, self.nodes, self), self)
+        if outcome.node is not None:
+            self.bound[meta["uid"]] = Bound(meta["uid"], outcome.node, priority, gang)
+        return outcome.text
 
     def sync(self) -> None:
         """Forget pods the server no longer has bound."""

@@ -35,7 +35,7 @@ import orjson
 from locust import FastHttpUser, events, task
 from locust.env import Environment
 
-from loadtest.kubesched import (
+from loadtest.fleet import (
     FINISH_PATH,
     MIXES,
     Cluster,

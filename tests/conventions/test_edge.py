@@ -13,27 +13,38 @@ from extender.conventions import edge
 from extender.conventions.common import ObjRef
 from tests.conventions.manifests import coscheduling_podgroup, pod, volcano_podgroup
 from tests.extender.helpers import Clock, scheduler
+from tests.kubefake import FakeApiServer, FakeKube, Fault
 from topology.decisions import Member, UserError
+
+COSCHEDULING = "/apis/scheduling.x-k8s.io/v1alpha1"
+VOLCANO = "/apis/scheduling.volcano.sh/v1beta1"
+
+
+def api(objects: Mapping[str, Mapping[str, Any]]) -> FakeKube:
+    """The in-memory API server holding these objects by path; every request recorded."""
+    kube = FakeKube(FakeApiServer(clock=lambda: 0.0), record=True)
+    for path, obj in objects.items():
+        kube.server.put(path, obj)
+    return kube
 
 
 def test_podgroups_are_read_from_their_api_paths_and_cached() -> None:
-    objects = {
-        "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/vision/podgroups/llm": coscheduling_podgroup(
-            "llm", "vision", 2
-        ),
-        "/apis/scheduling.volcano.sh/v1beta1/namespaces/nlp/podgroups/vj": volcano_podgroup("vj", "nlp", 3),
-    }
-    asked: list[str] = []
+    kube = api(
+        {
+            f"{COSCHEDULING}/namespaces/vision/podgroups/llm": coscheduling_podgroup("llm", "vision", 2),
+            "/apis/scheduling.volcano.sh/v1beta1/namespaces/nlp/podgroups/vj": volcano_podgroup(
+                "vj", "nlp", 3
+            ),
+        }
+    )
+    kube.inject(Fault("GET", "/podgroups/missing$", "error", status=500))
 
-    async def request(method: str, path: str) -> dict[str, Any] | None:
-        asked.append(path)
-        if path not in objects:
-            raise RuntimeError("404 not found")
-        return objects[path]
+    def asked() -> list[str]:
+        return [path for method, path, _ in kube.calls if method == "GET"]
 
     clock = Clock()
     s = scheduler(clock=clock)
-    edge.attach(s, edge.Conventions(edge.kube_fetch(request), clock=clock))
+    edge.attach(s, edge.Conventions(edge.kube_fetch(kube.request), clock=clock))
 
     def req(p: Mapping[str, Any]) -> Any:
         return asyncio.run(s.request_of(wire.parse_pod(dict(p))))
@@ -41,7 +52,7 @@ def test_podgroups_are_read_from_their_api_paths_and_cached() -> None:
     a = req(pod("w0", gpus=8, labels={"scheduling.x-k8s.io/pod-group": "llm"}))
     assert (a.gang, a.request.members) == ("vision/llm", (Member(2, 8),))
     req(pod("w1", gpus=8, labels={"scheduling.x-k8s.io/pod-group": "llm"}))
-    assert len(asked) == 1  # cached
+    assert len(asked()) == 1  # cached
     b = req(pod("v0", "nlp", gpus=4, annotations={"scheduling.k8s.io/group-name": "vj"}))
     assert b.request.members == (Member(3, 4),)
     with pytest.raises(UserError, match="cannot be read"):
@@ -53,15 +64,13 @@ def test_what_the_conventions_remember_is_forgotten_once_it_no_longer_matters() 
     """PodGroup reads past their TTL and the timeouts of gangs no longer placed are dropped, so the
     memory and each tick's work follow the gangs placed now, not every gang ever seen; a gang whose
     member was filtered since the last sweep keeps its timeout even if it is not placed (yet)."""
-    path = "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/vision/podgroups/"
-
-    async def request(method: str, p: str) -> dict[str, Any] | None:
-        return coscheduling_podgroup(p.removeprefix(path), "vision", 1)
+    path = f"{COSCHEDULING}/namespaces/vision/podgroups/"
+    kube = api({path + name: coscheduling_podgroup(name, "vision", 1) for name in ("old", "kept", "new")})
 
     async def go() -> None:
         clock = Clock()
         s = scheduler(clock=clock)
-        conv = edge.attach(s, edge.Conventions(edge.kube_fetch(request), clock=clock))
+        conv = edge.attach(s, edge.Conventions(edge.kube_fetch(kube.request), clock=clock))
 
         async def filter_(name: str) -> None:
             p = pod(f"{name}-0", gpus=1, labels={"scheduling.x-k8s.io/pod-group": name}, uid=f"u-{name}")

@@ -18,10 +18,10 @@ from extender.kube.recovery import recover
 from extender.kube.reservations import ReservationStore
 from extender.standalone import MemoryBinder
 from extender.verbs import Scheduler
-from tests.extender.apifake import ApiFake
 from tests.extender.helpers import args, bind_args, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_kube_edge import bound_pods
 from tests.extender.test_verbs import place
+from tests.kubefake import FakeKube
 from topology.invariants import violations
 from topology.state import NO_OWNER
 
@@ -143,14 +143,14 @@ def test_a_pending_reservation_downgraded_is_rewritten_and_restored_opportunisti
     take the half its preemptor holds (or be refused, as its preemptor would be)."""
 
     async def go() -> None:
-        kube = ApiFake()
+        kube = FakeKube()
         s = extender()
         store = ReservationStore(s, kube, NS, wall=lambda: WALL)
         low = spec("research", 4, 4, "research/low", priority=10, lazyPreemptionEnable=True)
         members = [pod(f"l{i}", f"low-{i}", "research", low) for i in range(4)]
         assert (await s.filter(args(members[0])))["NodeNames"]
         await store.flush_new()  # what the extender's routes do after every filter
-        (written,) = kube.under(rsv.collection_path(NS))
+        (written,) = kube.server.list(rsv.collection_path(NS))[0]
         assert {t for sl in written["spec"]["slots"] for t in sl["cellTypes"]} == {"A100-HALF"}
 
         high = pod("h0", "hi", "research", spec("research", 4, priority=100))
@@ -158,7 +158,7 @@ def test_a_pending_reservation_downgraded_is_rewritten_and_restored_opportunisti
         await store.flush_new()
         g = s.core.gang("research/low")
         assert g is not None and g.priority == -1 and g.downgraded_by == HIGH
-        objects = {o["spec"]["gang"]: o for o in kube.under(rsv.collection_path(NS))}
+        objects = {o["spec"]["gang"]: o for o in kube.server.list(rsv.collection_path(NS))[0]}
         assert sorted(objects) == [HIGH, "research/low"]
         assert objects["research/low"]["spec"]["priority"] == 10
         assert all(sl["cellTypes"] == ["", "", "", ""] for sl in objects["research/low"]["spec"]["slots"])

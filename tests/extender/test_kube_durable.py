@@ -13,12 +13,13 @@ import pytest
 
 from extender import reservations as rsv
 from extender.app import Service, build_app
+from extender.kube.client import pod_path
 from extender.kube.events import EventRecorder, ObjectRef
 from extender.kube.leader import LeaderElector, LeaseSettings, lease_path
 from extender.kube.service import kube_service
 from extender.metrics import Metrics
-from tests.extender.apifake import ApiFake
 from tests.extender.helpers import Clock, example, nodes, pod, run, spec
+from tests.kubefake import FakeKube, parse_path
 from topology.core import Core
 from topology.invariants import violations
 from topology.ledger import GangPhase
@@ -27,10 +28,10 @@ NS = "topogang-system"
 COLLECTION = rsv.collection_path(NS)
 
 
-def cluster() -> ApiFake:
-    kube = ApiFake()
+def cluster() -> FakeKube:
+    kube = FakeKube()
     for n in nodes():
-        kube.store(
+        kube.server.put(
             f"/api/v1/nodes/{n}",
             {
                 "metadata": {"name": n},
@@ -44,8 +45,8 @@ def cluster() -> ApiFake:
     return kube
 
 
-def submit(kube: ApiFake, uid: str, name: str, ns: str, text: str) -> dict[str, Any]:
-    return kube.store(ApiFake.pod_path(ns, name), pod(uid, name, ns, text))
+def submit(kube: FakeKube, uid: str, name: str, ns: str, text: str) -> dict[str, Any]:
+    return kube.server.put(pod_path(ns, name), pod(uid, name, ns, text))
 
 
 async def until(what: str, ok: Callable[[], bool], seconds: float = 5.0) -> None:
@@ -93,7 +94,7 @@ class Running:
         await self.http.aclose()
 
 
-async def start(kube: ApiFake, clock: Clock, **kw: Any) -> Running:
+async def start(kube: FakeKube, clock: Clock, **kw: Any) -> Running:
     r = Running(kube_service(example(), kube, clock=clock, namespace=NS, **kw))
     await until("ready", lambda: r.s.ready)
     return r
@@ -141,7 +142,7 @@ def test_a_reservation_nobody_has_bound_yet_survives_a_restart() -> None:
         r = await a.verb("filter", p0)
         assert r["NodeNames"], r
         before = where(a.s.core, "vision/pair")
-        objects = kube.under(COLLECTION)
+        objects = kube.server.list(COLLECTION)[0]
         assert [o["spec"]["gang"] for o in objects] == ["vision/pair"]  # written before filter answered
         await a.stop()
 
@@ -153,9 +154,9 @@ def test_a_reservation_nobody_has_bound_yet_survives_a_restart() -> None:
         assert g.deadline == pytest.approx(clock.t + 300.0, abs=1.5)  # the wall-clock deadline kept
         # both members now bind where the reservation is, and the object goes once one is bound
         p1 = submit(kube, "p1", "pair-1", "vision", text)
-        got = {await b.place(kube.objects[ApiFake.pod_path("vision", n)]) for n in ("pair-0", "pair-1")}
+        got = {await b.place(kube.server.at(pod_path("vision", n))) for n in ("pair-0", "pair-1")}
         assert got == {n for n, _ in before}
-        await until("the object deleted", lambda: kube.under(COLLECTION) == [])
+        await until("the object deleted", lambda: kube.server.list(COLLECTION)[0] == [])
         assert p1["metadata"]["uid"] == "p1" and violations(b.s.core) == []
         await b.stop()
 
@@ -180,9 +181,9 @@ def test_a_preemption_in_flight_survives_a_restart_with_its_victims() -> None:
         before = where(a.s.core, "vision/high")
         await until(  # low's object went at the sync after its first bind; high's was written at once
             "only the preemptor's object",
-            lambda: [o["spec"]["gang"] for o in kube.under(COLLECTION)] == ["vision/high"],
+            lambda: [o["spec"]["gang"] for o in kube.server.list(COLLECTION)[0]] == ["vision/high"],
         )
-        obj = kube.under(COLLECTION)[0]
+        obj = kube.server.list(COLLECTION)[0][0]
         assert obj["status"]["phase"] == "Preempting"
         await a.stop()
 
@@ -205,7 +206,7 @@ def test_a_preemption_in_flight_survives_a_restart_with_its_victims() -> None:
 def test_an_unreadable_or_expired_object_is_dropped_and_nothing_breaks() -> None:
     async def go() -> None:
         kube, clock = cluster(), Clock()
-        kube.store(f"{COLLECTION}/junk", {"metadata": {"name": "junk"}, "spec": {"gang": 3}})
+        kube.server.put(f"{COLLECTION}/junk", {"metadata": {"name": "junk"}, "spec": {"gang": 3}})
         core = Core(example().spec)
         from topology.decisions import GangRequest, Member
 
@@ -213,10 +214,10 @@ def test_an_unreadable_or_expired_object_is_dropped_and_nothing_breaks() -> None
         g = core.gang("vision/old")
         assert g is not None
         body = rsv.encode(core, g, clock_now=0.0, wall_now=datetime.now(UTC) - timedelta(hours=1))
-        kube.store(f"{COLLECTION}/{body['metadata']['name']}", body)
+        kube.server.put(f"{COLLECTION}/{body['metadata']['name']}", body)
         b = await start(kube, clock)
         assert b.s.core.gangs() == []
-        await until("both objects deleted", lambda: kube.under(COLLECTION) == [])
+        await until("both objects deleted", lambda: kube.server.list(COLLECTION)[0] == [])
         await b.stop()
 
     run(go())
@@ -225,7 +226,7 @@ def test_an_unreadable_or_expired_object_is_dropped_and_nothing_breaks() -> None
 def test_without_the_crd_the_service_still_starts() -> None:
     async def go() -> None:
         kube, clock = cluster(), Clock()
-        kube.missing_collections.add(COLLECTION)
+        kube.server.absent.add(parse_path(COLLECTION).kind_key)
         b = await start(kube, clock)
         assert b.s.ready
         await b.stop()
@@ -248,13 +249,13 @@ class FakeTime:
 
 def test_lease_one_leader_takeover_after_expiry_and_at_once_after_release() -> None:
     async def go() -> None:
-        kube, t = ApiFake(), FakeTime()
+        kube, t = FakeKube(), FakeTime()
         cfg = LeaseSettings(NS, "lead", lease_seconds=15, renew_deadline=10, retry_seconds=2)
         a = LeaderElector(kube, cfg, "a", clock=t, sleep=t.sleep)
         b = LeaderElector(kube, cfg, "b", clock=t, sleep=t.sleep)
         assert await a.try_acquire_or_renew()
         assert not await b.try_acquire_or_renew() and b.holder == "a"
-        lease = kube.objects[lease_path(NS, "lead")]
+        lease = kube.server.at(lease_path(NS, "lead"))
         assert lease["spec"]["holderIdentity"] == "a" and lease["spec"]["leaseDurationSeconds"] == 15
         t.t += 14  # a renews in time: b keeps waiting
         assert await a.try_acquire_or_renew()
@@ -262,7 +263,7 @@ def test_lease_one_leader_takeover_after_expiry_and_at_once_after_release() -> N
         assert not await b.try_acquire_or_renew()
         t.t += 16  # a went silent for longer than the lease: b takes it
         assert await b.try_acquire_or_renew()
-        assert kube.objects[lease_path(NS, "lead")]["spec"]["leaseTransitions"] == 1
+        assert kube.server.at(lease_path(NS, "lead"))["spec"]["leaseTransitions"] == 1
         # a notices at its next renewal and stops leading
         a.leading = True
         await asyncio.wait_for(a.hold(), 1)
@@ -293,7 +294,7 @@ def test_a_standby_is_not_ready_and_takes_over_with_the_reservations() -> None:
         await a.stop()  # the leader dies without releasing: b waits out the lease, then leads
         await until("b leads", lambda: b.s.ready, 10)
         assert where(b.s.core, "vision/pair") == before
-        assert kube.objects[lease_path(NS, "lead")]["spec"]["holderIdentity"] == "b"
+        assert kube.server.at(lease_path(NS, "lead"))["spec"]["holderIdentity"] == "b"
         await b.stop()
 
     run(go())
@@ -302,7 +303,7 @@ def test_a_standby_is_not_ready_and_takes_over_with_the_reservations() -> None:
 # ---------------------------------------------------------------------------------- events
 def test_events_are_deduplicated_and_rate_limited() -> None:
     async def go() -> None:
-        kube, t = ApiFake(), FakeTime()
+        kube, t = FakeKube(), FakeTime()
         metrics = Metrics()
         rec = EventRecorder(kube, metrics, clock=t, instance="x", repeat_seconds=60, rate=1, burst=3)
         ref = ObjectRef("Pod", "ml", "w-0", "u0")
@@ -313,8 +314,8 @@ def test_events_are_deduplicated_and_rate_limited() -> None:
         assert not rec.record(ObjectRef("Pod", "ml", "w-2"), "GangWaiting", "no room")  # bucket empty
         t.t += 61
         assert rec.record(ref, "GangWaiting", "no room")  # once a minute is fine
-        await until("written", lambda: len(kube.events) == 4)
-        e = kube.events[0]
+        await until("written", lambda: len(kube.server.events) == 4)
+        e = kube.server.events[0]
         assert (e["reason"], e["type"], e["involvedObject"]["uid"]) == ("GangWaiting", "Warning", "u0")
         rec.forget()
         t.t += 61
@@ -334,10 +335,12 @@ def test_gang_transitions_and_waits_become_events_on_member_pods() -> None:
             await a.place(x)
         huge = submit(kube, "h", "huge", "nlp", spec("nlp", 8, 9, "nlp/huge"))
         await a.verb("filter", huge)
-        await until("events", lambda: {"GangBound", "GangWaiting"} <= {e["reason"] for e in kube.events})
-        bound = [e for e in kube.events if e["reason"] == "GangBound"]
+        await until(
+            "events", lambda: {"GangBound", "GangWaiting"} <= {e["reason"] for e in kube.server.events}
+        )
+        bound = [e for e in kube.server.events if e["reason"] == "GangBound"]
         assert {e["involvedObject"]["name"] for e in bound} == {"pair-0", "pair-1"}
-        waiting = [e for e in kube.events if e["reason"] == "GangWaiting"]
+        waiting = [e for e in kube.server.events if e["reason"] == "GangWaiting"]
         assert waiting[0]["involvedObject"]["name"] == "huge" and "nlp" in waiting[0]["message"]
         await a.stop()
 

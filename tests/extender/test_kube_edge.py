@@ -19,7 +19,7 @@ from extender.bindinfo import (
 )
 from extender.kube import service as kube_service_module
 from extender.kube.binder import KubeBinder, binding_body
-from extender.kube.client import ApiError, AsyncKube, KubeApi
+from extender.kube.client import pod_path
 from extender.kube.nodes import node_health
 from extender.kube.recovery import recover
 from extender.kube.service import ClusterSync, kube_service
@@ -27,6 +27,7 @@ from extender.standalone import MemoryBinder
 from extender.verbs import BindError, BindTarget
 from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_verbs import place
+from tests.kubefake import FakeKube, Fault
 from topology.core import Core
 from topology.decisions import GangPlacement, PodPlacement
 from topology.invariants import violations
@@ -185,55 +186,22 @@ def test_recovery_skips_pods_it_cannot_read_and_says_why() -> None:
     assert report.pods == 1 and fresh.gang("nlp/p") is not None
 
 
-class FakeKube(AsyncKube):
-    """Answers from dicts; records every request."""
+BINDING = r"/pods/[^/]+/binding$"
 
-    def __init__(
-        self,
-        pods: dict[tuple[str, str], dict[str, Any]] | None = None,
-        nodes: list[dict[str, Any]] | None = None,
-    ) -> None:
-        super().__init__(KubeApi(None))
-        self.pods = pods or {}
-        self.nodes = nodes or []
-        self.calls: list[tuple[str, str, Any]] = []
-        self.bind_status = 201
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        query: Sequence[tuple[str, str]] = (),
-        body: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
-        self.calls.append((method, path, body))
-        parts = path.split("/")
-        if method == "POST" and path.endswith("/binding"):
-            if self.bind_status == 409:
-                raise ApiError(409, "already assigned", "Conflict")
-            if self.bind_status >= 400:
-                raise ApiError(self.bind_status, "nope")
-            return {"kind": "Status", "status": "Success"}
-        if method == "GET" and "pods" in parts:
-            return self.pods.get((parts[4], parts[6]))
-        return {}
-
-    async def list(
-        self, path: str, query: Sequence[tuple[str, str]] = ()
-    ) -> tuple[list[dict[str, Any]], str]:
-        return (list(self.pods.values()) if "pods" in path else self.nodes), "7"
+def apiserver(pods: Sequence[dict[str, Any]] = (), nodes: Sequence[dict[str, Any]] = ()) -> FakeKube:
+    """The in-memory API server holding these pods and nodes; every request recorded."""
+    kube = FakeKube(record=True)
+    for n in nodes:
+        kube.server.put(f"/api/v1/nodes/{n['metadata']['name']}", n)
+    for p in pods:
+        kube.server.put(pod_path(p["metadata"]["namespace"], p["metadata"]["name"]), p)
+    return kube
 
 
 def test_kube_binder_posts_the_binding_and_accepts_a_conflict_on_the_same_node() -> None:
     async def go() -> None:
-        kube = FakeKube(
-            {
-                ("ml", "p"): {
-                    "metadata": {"uid": "u", "name": "p", "namespace": "ml"},
-                    "spec": {"nodeName": "n1"},
-                }
-            }
-        )
+        kube = apiserver([{"metadata": {"uid": "u", "name": "p", "namespace": "ml"}, "spec": {}}])
         binder = KubeBinder(kube)
         target = BindTarget("ml", "p", "u")
         await binder.bind(target, "n1", {"a": "b"})
@@ -245,11 +213,10 @@ def test_kube_binder_posts_the_binding_and_accepts_a_conflict_on_the_same_node()
             "kind": "Node",
             "name": "n1",
         }
-        kube.bind_status = 409
-        await binder.bind(target, "n1", {})  # already there: success
+        await binder.bind(target, "n1", {})  # a 409, already there: success
         with pytest.raises(BindError):
             await binder.bind(target, "n2", {})
-        kube.bind_status = 500
+        kube.inject(Fault("POST", BINDING, "error", status=500))
         with pytest.raises(BindError, match="refused"):
             await binder.bind(target, "n1", {})
 
@@ -265,10 +232,7 @@ def test_cluster_sync_start_recovers_then_follows_pod_and_node_events() -> None:
             await place(s, p)
         api = bound_pods(s, binder, pods)
         names = list(s.core.topo.node_names)
-        kube = FakeKube(
-            {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in api},
-            [node(n) for n in names[1:]],
-        )
+        kube = apiserver(api, [node(n) for n in names[1:]])
         service = kube_service(example(), kube)
         k = service.scheduler
         assert not k.ready
@@ -296,7 +260,7 @@ def test_cluster_sync_start_recovers_then_follows_pod_and_node_events() -> None:
 def test_kube_mode_bind_falls_back_to_reading_the_pod() -> None:
     async def go() -> None:
         p = pod("u1", "solo", "nlp", spec("nlp", 2))
-        kube = FakeKube({("nlp", "solo"): p})
+        kube = apiserver([p])
         service = kube_service(example(), kube)
         s = service.scheduler
         s.ready = True
@@ -305,7 +269,8 @@ def test_kube_mode_bind_falls_back_to_reading_the_pod() -> None:
         assert await s.bind(bind_args(p, r["NodeNames"][0])) == {"Error": ""}
         post = [c for c in kube.calls if c[0] == "POST"]
         assert post and post[-1][1].endswith("/pods/solo/binding")
-        assert ISOLATION_ANNOTATIONS[0] in post[-1][2]["metadata"]["annotations"]
+        body = post[-1][2]
+        assert body is not None and ISOLATION_ANNOTATIONS[0] in body["metadata"]["annotations"]
 
     run(go())
 
@@ -313,7 +278,7 @@ def test_kube_mode_bind_falls_back_to_reading_the_pod() -> None:
 def test_evict_deletes_with_a_uid_precondition() -> None:
     async def go() -> None:
         s = scheduler()
-        kube = FakeKube()
+        kube = apiserver()
         sync = ClusterSync(s, kube)
         sync.live["u9"] = ("ml", "w-9")
         await sync.evict(["u9", "unknown"], "test")
@@ -391,29 +356,6 @@ def test_recovery_puts_a_framework_shaped_gang_back_under_its_own_name() -> None
     run(go())
 
 
-class LostReplyKube(FakeKube):
-    """Every Binding times out; the API server applied it (the reply was lost) when `apply`."""
-
-    apply = True
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        query: Sequence[tuple[str, str]] = (),
-        body: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
-        if method == "POST" and path.endswith("/binding") and body is not None:
-            parts = path.split("/")
-            p = self.pods[(parts[4], parts[6])]
-            if self.apply:
-                p["spec"]["nodeName"] = body["target"]["name"]
-                p["metadata"]["annotations"].update(body["metadata"]["annotations"])
-            self.calls.append((method, path, body))
-            raise TimeoutError("read timed out")
-        return await super().request(method, path, query, body)
-
-
 def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -> None:
     """A timed-out Binding may have been applied: if the slot went back, the next member could be
     given the same GPUs while this pod already runs on them. The binder reads the pod back."""
@@ -421,7 +363,8 @@ def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -
     async def go() -> None:
         pods = [pod(f"u{i}", f"w-{i}", "nlp", spec("nlp", 4, 2, "nlp/pair")) for i in range(2)]
         pods.append(pod("u2", "solo", "nlp", spec("nlp", 1)))
-        kube = LostReplyKube({("nlp", p["metadata"]["name"]): p for p in pods})
+        kube = apiserver(pods)
+        kube.inject(Fault("POST", BINDING, "lost-reply", count=2))  # applied, but no reply
         s = kube_service(example(), kube).scheduler
         s.ready = True
         r = await s.filter(args(pods[0]))
@@ -431,13 +374,15 @@ def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -
         assert gang is not None and gang.slot_of("u0") is not None
         r = await s.filter(args(pods[1]))
         assert await s.bind(bind_args(pods[1], r["NodeNames"][0])) == {"Error": ""}
-        gpus = [pods[i]["metadata"]["annotations"][ISOLATION_ANNOTATIONS[0]] for i in range(2)]
+        bound = [kube.server.at(pod_path("nlp", f"w-{i}")) for i in range(2)]
+        gpus = [p["metadata"]["annotations"][ISOLATION_ANNOTATIONS[0]] for p in bound]
         assert gpus[0] != gpus[1] and violations(s.core) == []
-        kube.apply = False  # the Binding never arrived: the bind fails, its slot goes back (unclaimed)
+        kube.inject(Fault("POST", BINDING, "timeout"))  # never arrived: the bind fails, its slot goes back
         r = await s.filter(args(pods[2]))
         b = await s.bind(bind_args(pods[2], r["NodeNames"][0]))
         solo = s.core.gang("nlp/solo")
-        assert "no answer: read timed out" in b["Error"] and solo is not None and solo.slot_of("u2") is None
+        assert "got no answer" in b["Error"] and "timed out" in b["Error"]
+        assert solo is not None and solo.slot_of("u2") is None
 
     run(go())
 
@@ -449,7 +394,7 @@ def test_framework_reads_are_forgotten_once_stale(monkeypatch: pytest.MonkeyPatc
 
     async def go() -> None:
         clock = Clock()
-        service = kube_service(example(), FakeKube(), clock=clock)
+        service = kube_service(example(), apiserver(), clock=clock)
         lookup = service.scheduler.framework_lookup
         assert lookup is not None and lookup.__closure__ is not None
         cache = lookup.__closure__[lookup.__code__.co_freevars.index("frameworks")].cell_contents
@@ -474,14 +419,14 @@ def test_a_relist_releases_pods_bound_and_deleted_while_the_watch_was_down() -> 
     list must release its GPUs (and forget it), not only those of pods the watch had seen."""
 
     async def go() -> None:
-        kube = FakeKube(nodes=[node(n) for n in Core(example().spec).topo.node_names])
+        kube = apiserver(nodes=[node(n) for n in Core(example().spec).topo.node_names])
         service = kube_service(example(), kube)
         s = service.scheduler
         sync = ClusterSync(s, kube)
         await sync.start()
         gone, alive, waiting = (pod(f"u{i}", f"p-{i}", "nlp", spec("nlp", 2)) for i in range(3))
         for p in (gone, alive):
-            kube.pods[("nlp", p["metadata"]["name"])] = p
+            kube.server.put(pod_path("nlp", p["metadata"]["name"]), p)
             r = await s.filter(args(p))
             assert await s.bind(bind_args(p, r["NodeNames"][0])) == {"Error": ""}
             p["spec"]["nodeName"] = r["NodeNames"][0]
@@ -489,7 +434,7 @@ def test_a_relist_releases_pods_bound_and_deleted_while_the_watch_was_down() -> 
         finished = {**gone, "metadata": {**gone["metadata"], "uid": "u9"}, "status": {"phase": "Succeeded"}}
         await sync.on_pod("MODIFIED", finished)  # a pod the watch saw finish
         assert "u9" in sync.done and not sync.live.keys() - {"u9"}
-        del kube.pods[("nlp", "p-0")]  # deleted during the outage; p-1 was created after the list
+        kube.server.forget(pod_path("nlp", "p-0"))  # deleted in the outage; p-1 came after the list
         await sync.relist_pods([])
         assert s.core.gang("nlp/p-0") is None and s.cached("u0") is None
         assert s.core.gang("nlp/p-1") is not None and s.cached("u1") is not None
@@ -508,8 +453,7 @@ def test_a_conflict_on_the_same_node_with_other_gpus_is_not_success() -> None:
         annotations = {ISOLATION_ANNOTATIONS[0]: "3"}
         meta = {"uid": "u", "name": "p", "namespace": "ml", "annotations": annotations}
         there: dict[str, Any] = {"metadata": meta, "spec": {"nodeName": "n1"}}
-        kube = FakeKube({("ml", "p"): there})
-        kube.bind_status = 409
+        kube = apiserver([there])  # a Binding of a bound pod: 409
         binder, target = KubeBinder(kube), BindTarget("ml", "p", "u")
         await binder.bind(target, "n1", {ISOLATION_ANNOTATIONS[0]: "3"})  # the same decision again
         with pytest.raises(BindError, match="refused"):
@@ -560,7 +504,7 @@ def test_a_finished_pod_is_not_bound_and_its_deletion_clears_what_a_late_call_le
         done = pod("u1", "job-0", "nlp", spec("nlp", 2))
         done["spec"]["nodeName"] = "a100-r1-n1"
         done["status"] = {"phase": "Succeeded"}
-        kube = FakeKube({("nlp", "job-0"): done}, [node(n) for n in Core(example().spec).topo.node_names])
+        kube = apiserver([done], [node(n) for n in Core(example().spec).topo.node_names])
         s = kube_service(example(), kube).scheduler
         sync = ClusterSync(s, kube)
         await sync.start()

@@ -2,8 +2,8 @@
 annotations are built to crash, stall or confuse a reader is skipped with a Warning Event saying
 why, at start-up (listed, recovered) and in the watch, and every other pod is still scheduled.
 
-Driven in-process against the in-memory API servers: `ApiFake` for start-up (a restart is a new
-service over the same objects), the soak suite's `FakeApiServer` for the watch (it streams changes).
+Driven in-process against the in-memory API server (`tests.kubefake`): at start-up (a restart is a
+new service over the same objects), and through the watch (it streams changes).
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import pytest
 
 from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, encode_bind_info
 from extender.framework import FrameworkError, barrier_passed, task_role_statuses, with_ips_hidden
+from extender.kube.client import pod_path
 from extender.kube.invalid import INVALID_BIND_INFO, INVALID_SPEC, invalid, printable
 from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from extender.podspec import framework_task
-from tests.extender.apifake import ApiFake
 from tests.extender.helpers import SPEC, Clock, example, fc_annotations, nodes, pod, run, spec
 from tests.extender.test_kube_durable import NS, Running, cluster, start, until
-from tests.soak.fakekube import FakeApiServer, FakeKube
 from topology.core import Core
 from topology.decisions import GangPlacement, PodPlacement
 from topology.invariants import violations
@@ -197,51 +196,40 @@ def test_hostile_pods_listed_at_start_are_told_why_and_the_extender_becomes_read
         kube, clock = cluster(), Clock()
         names = nodes()
         good = placed_elsewhere("good", "g", "nlp", names[1], (0, 1))
-        kube.store(ApiFake.pod_path("nlp", "good"), good)
+        kube.server.put(pod_path("nlp", "good"), good)
         for kind, text in HOSTILE.items():
-            kube.store(ApiFake.pod_path("nlp", f"bad-{kind}"), pod(f"h-{kind}", f"bad-{kind}", "nlp", text))
-        kube.store(ApiFake.pod_path("nlp", "bad-bound"), hostile_bound("hb", "bad-bound"))
+            kube.server.put(pod_path("nlp", f"bad-{kind}"), pod(f"h-{kind}", f"bad-{kind}", "nlp", text))
+        kube.server.put(pod_path("nlp", "bad-bound"), hostile_bound("hb", "bad-bound"))
         r = await asyncio.wait_for(start(kube, clock), 30)
         assert r.s.ready and r.s.core.gang("nlp/good") is not None  # the rest was recovered
-        await until("every Event written", lambda: len(kube.events) >= len(HOSTILE) + 1)
+        events = kube.server.events
+        await until("every Event written", lambda: len(events) >= len(HOSTILE) + 1)
         for kind in HOSTILE:
-            assert_told(kube.events, f"bad-{kind}", INVALID_SPEC, SPEC, WHY[kind])
-        assert_told(kube.events, "bad-bound", INVALID_BIND_INFO, BIND_INFO_ANNOTATIONS[0], "32 levels deep")
-        assert warnings(kube.events, "good") == []
+            assert_told(events, f"bad-{kind}", INVALID_SPEC, SPEC, WHY[kind])
+        assert_told(events, "bad-bound", INVALID_BIND_INFO, BIND_INFO_ANNOTATIONS[0], "32 levels deep")
+        assert warnings(events, "good") == []
         # the filter refuses them with the same reason, and every other pod is still scheduled
         for kind in HOSTILE:
-            got = await r.verb("filter", kube.objects[ApiFake.pod_path("nlp", f"bad-{kind}")])
+            got = await r.verb("filter", kube.server.at(pod_path("nlp", f"bad-{kind}")))
             assert WHY[kind] in got["Error"], got
-        fresh = kube.store(ApiFake.pod_path("nlp", "fresh"), pod("f", "fresh", "nlp", spec("nlp", 8)))
+        fresh = kube.server.put(pod_path("nlp", "fresh"), pod("f", "fresh", "nlp", spec("nlp", 8)))
         await r.place(fresh)
         assert r.s.core.gang("nlp/fresh") is not None and violations(r.s.core) == []
-        before = len(kube.events)
+        before = len(events)
         await r.stop()
         # told once per content: a restart tells again, but the same pod is not told twice by one run
-        assert len([e for e in kube.events[:before] if e["involvedObject"]["name"] == "bad-deep"]) == 1
+        assert len([e for e in list(events)[:before] if e["involvedObject"]["name"] == "bad-deep"]) == 1
 
     run(go())
 
 
 # ---------------------------------------------------------------------------------- the watch
 class Watched:
-    """A service over the soak suite's in-memory API server, whose watches stream every change."""
+    """A service over the in-memory API server, whose watches stream every change."""
 
     def __init__(self) -> None:
-        self.server = FakeApiServer()
-        for n in nodes():
-            self.server.create(
-                "/api/v1/nodes",
-                {
-                    "metadata": {"name": n},
-                    "spec": {},
-                    "status": {
-                        "conditions": [{"type": "Ready", "status": "True"}],
-                        "allocatable": {"nvidia.com/gpu": "8"},
-                    },
-                },
-            )
-        self.kube = FakeKube(self.server)
+        self.kube = cluster()
+        self.server = self.kube.server
 
     def create(self, p: dict[str, Any]) -> dict[str, Any]:
         m = p["metadata"]

@@ -23,6 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
+from extender import kubesched
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config" / "examples" / "example-cluster.yaml"
 ENABLE = "topogang.io/pod-scheduling-enable"
@@ -122,18 +124,7 @@ def client(server: Server) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="session")
 def node_names(client: httpx.Client) -> list[str]:
-    cells = client.get("/v1/inspect/clusterstatus/physicalcluster").json()
-    out: list[str] = []
-
-    def walk(c: dict[str, Any]) -> None:
-        if c.get("isNodeLevel"):
-            out.append(c["nodeName"])
-        for k in c.get("cellChildren", []):
-            walk(k)
-
-    for c in cells:
-        walk(c)
-    return out
+    return kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
 
 
 class Pods:

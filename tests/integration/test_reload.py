@@ -9,6 +9,7 @@ from typing import Any
 
 import httpx
 
+from extender import kubesched
 from tests.integration.conftest import CONFIG, Pods, running_server
 from tests.integration.test_server import schedule
 
@@ -62,14 +63,4 @@ def test_valid_edit_applies_without_restart_and_invalid_one_is_rejected(tmp_path
 
 
 def _nodes(client: httpx.Client) -> list[str]:
-    out: list[str] = []
-
-    def walk(c: dict[str, Any]) -> None:
-        if c.get("isNodeLevel"):
-            out.append(c["nodeName"])
-        for k in c.get("cellChildren", []):
-            walk(k)
-
-    for c in client.get("/v1/inspect/clusterstatus/physicalcluster").json():
-        walk(c)
-    return out
+    return kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())

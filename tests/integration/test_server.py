@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
 import pytest
 
+from extender import kubesched
 from tests.integration.conftest import Pods, state
 
 
@@ -30,23 +32,42 @@ def bind(client: httpx.Client, pod: dict[str, Any], node: str) -> str:
     return error
 
 
+class Checked:
+    """`extender.kubesched`'s transport over the test's client, checking every reply's shape; no
+    pod here is bound where it could preempt, so its dry run names no victims."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+
+    def filter(self, pod: kubesched.Pod, names: Sequence[str]) -> dict[str, Any]:
+        return filter_(self.client, dict(pod), list(names))
+
+    def prioritize(self, pod: kubesched.Pod, names: Sequence[str]) -> list[dict[str, Any]]:
+        r = self.client.post("/v1/extender/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": names})
+        assert r.status_code == 200
+        ranked: list[dict[str, Any]] = r.json()
+        assert [h["Host"] for h in ranked] == names and all(0 <= h["Score"] <= 10 for h in ranked)
+        return ranked
+
+    def bind(self, pod: kubesched.Pod, node: str) -> dict[str, Any]:
+        return {"Error": bind(self.client, dict(pod), node)}
+
+    def preempt(self, pod: kubesched.Pod, victims: Mapping[str, Any]) -> Any:
+        raise AssertionError("the dry run named no victims")
+
+    def dry_run(self, nodes: Sequence[str], priority: int) -> dict[str, Any]:
+        return {}
+
+    def evict(self, chosen: Mapping[str, Any]) -> None:
+        raise AssertionError("nothing to evict")
+
+
 def schedule(client: httpx.Client, pod: dict[str, Any], names: list[str]) -> str | None:
-    """One kube-scheduler cycle: the node bound, or None."""
-    r = filter_(client, pod, names)
-    survivors = r["NodeNames"]
-    if not survivors:
-        return None
-    node: str = survivors[0]
-    if len(survivors) > 1:
-        scores = client.post(
-            "/v1/extender/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": survivors}
-        )
-        assert scores.status_code == 200
-        ranked = scores.json()
-        assert [h["Host"] for h in ranked] == survivors and all(0 <= h["Score"] <= 10 for h in ranked)
-        node = max(ranked, key=lambda h: h["Score"])["Host"]
-    assert bind(client, pod, node) == ""
-    return node
+    """One kube-scheduler cycle (`extender.kubesched`'s): the node bound, or None."""
+    checked = Checked(client)
+    outcome = kubesched.drive(kubesched.schedule(pod, names, checked), checked)
+    assert outcome.node is not None or not outcome.text.startswith("bind failed"), outcome
+    return outcome.node
 
 
 def group(client: httpx.Client, name: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from extender import kubesched
 from tests.integration.conftest import CONFIG, Server, running_server
 from tests.integration.test_server import schedule
 from tests.ledger.fc import fc_pod, members
@@ -84,17 +85,7 @@ def nodes(api: httpx.Client) -> list[str]:
 
 
 def node_names(api: httpx.Client) -> list[str]:
-    out: list[str] = []
-
-    def walk(c: dict[str, Any]) -> None:
-        if c.get("isNodeLevel"):
-            out.append(c["nodeName"])
-        for k in c.get("cellChildren", []):
-            walk(k)
-
-    for c in api.get("/v1/inspect/clusterstatus/physicalcluster").json():
-        walk(c)
-    return out
+    return kubesched.node_names(api.get(kubesched.PHYSICAL_CLUSTER).json())
 
 
 @pytest.fixture

@@ -1,8 +1,11 @@
-"""`loadtest.bench`'s arithmetic and table, on made-up runs (no servers, no timing)."""
+"""The bench's arithmetic and table (`loadtest.measure`, `loadtest.goals`, `loadtest.scaling`), on
+made-up runs (no servers, no timing)."""
 
 from __future__ import annotations
 
-from loadtest.bench import CpuSampler, Run, VerbStats, format_table, goals, median_run, rack_size_for
+from loadtest.goals import format_table, goals
+from loadtest.measure import CpuSampler, Run, VerbStats, median_run
+from loadtest.scaling import rack_size_for
 
 
 def run(filter_p99: float, rps: float, cpu: float = 0.5) -> Run:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 
+from loadtest.servers import locust_argv
 from tests.integration.conftest import ROOT, running_server
 
 VERBS = ("filter", "prioritize", "bind", "preempt", "finish")
@@ -33,30 +33,7 @@ SESSIONS = 4
 
 def session(url: str, prefix: Path, mix: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """One bounded headless run; (requests, failures) per request name from locust's CSV."""
-    argv = [
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(ROOT / "loadtest" / "locustfile.py"),
-        "--host",
-        url,
-        "--headless",
-        "-u",
-        "4",
-        "-r",
-        "4",
-        "-t",
-        "4s",
-        "--stop-timeout",
-        "2",
-        "--only-summary",
-        "--csv",
-        str(prefix),
-        *mix,
-        "--latency-file",
-        str(prefix.with_suffix(".latency.json")),
-    ]
+    argv = [*locust_argv(url, 4, 4, prefix), *mix]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, f"locust failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     with open(f"{prefix}_stats.csv", newline="") as f:

@@ -5,9 +5,10 @@ timeouts and event rate limit, started and stopped by the app's own lifespan) ru
 against `FakeApiServer`, on a virtual-time event loop (`vclock`), so TTLs elapse without sleeping.
 Around it, the driver plays everyone else:
 
-- **kube-scheduler**: takes pending pods by priority (sometimes out of order), calls filter ->
-  prioritize -> bind (bind in the background, as its binding cycle does), backs a pod off after an
-  error, calls preempt when filter names nodes where preemption helps, and deletes the victims;
+- **kube-scheduler** (`extender.kubesched`'s cycle, over `InProcess`): takes pending pods by
+  priority (sometimes out of order), calls filter -> prioritize -> bind (bind in the background,
+  as its binding cycle does), backs a pod off after an error, calls preempt when filter names
+  nodes where preemption helps, and deletes the victims;
 - **users and controllers**: submit jobs from `jobs.new_job`, delete them, let them finish, fail
   or delete single members; controllers re-create deleted members (same name, new UID) and start
   new FrameworkController attempts; late gang members arrive after their reservation expired;
@@ -42,7 +43,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -50,7 +51,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from config.load import LoadedConfig, load_config
-from extender import bindinfo, podspec, wire
+from extender import bindinfo, kubesched, podspec, wire
 from extender.app import Service, build_app
 from extender.conventions import edge as conventions
 from extender.kube import pods as kpods
@@ -60,8 +61,8 @@ from extender.kube.service import ClusterSync, kube_service
 from extender.ledger import FORGET_PENDING_SECONDS, TOMBSTONE_SECONDS
 from extender.standalone import EXAMPLE_CONFIG, expiry_interval
 from extender.verbs import Scheduler
+from tests.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
 from tests.soak import checks, vclock
-from tests.soak.fakekube import ConnectionClosedError, FakeApiServer, FakeKube, Fault
 from tests.soak.jobs import Job, new_job
 from topology.core import Core
 from topology.invariants import snapshot
@@ -71,6 +72,8 @@ BINDING = r"/pods/[^/]+/binding$"
 MAX_ACTIVE_JOBS = 24
 BOUNDED_CACHES = (podspec._specs.clear, bindinfo._group_yaml.cache_clear)
 MAX_VIOLATIONS_KEPT = 40
+# the soak always prioritizes (a one-node answer too) and backs a pod off after preempting for it
+SOAK_RULES = kubesched.Rules(prioritize_one=True, refilter=False)
 
 
 @dataclass
@@ -199,6 +202,69 @@ class LogTally(logging.Handler):
             self.errors.append(f"extender logged {record.levelname}: {record.getMessage()} ({exc!r})")
 
 
+class InProcess:
+    """kube-scheduler's transport and preemption for `extender.kubesched`, in the soak: the verbs
+    called in-process on the running service (what kube-scheduler saw and got is tallied and
+    remembered), the dry run's victims read from the API server, and every victim the extender
+    keeps deleted."""
+
+    def __init__(self, soak: Soak) -> None:
+        self.soak = soak
+
+    async def filter(self, pod: kubesched.Pod, names: Sequence[str]) -> dict[str, Any]:
+        soak = self.soak
+        copied = copy.deepcopy(dict(pod))
+        uid = kpods.uid(copied)
+        soak.seen_as[uid] = copied
+        r = await soak.s.filter(soak.filter_args(copied, list(names)))
+        if r["Error"]:
+            soak.report.outcomes["filter error"] += 1
+        elif passed := r["NodeNames"] or []:
+            soak.answers[uid] = passed
+            soak.report.outcomes["filter passed"] += 1
+        else:
+            soak.report.outcomes["filter unschedulable"] += 1
+        return r
+
+    async def prioritize(self, pod: kubesched.Pod, names: Sequence[str]) -> list[dict[str, Any]]:
+        return await self.soak.s.prioritize(self.soak.filter_args(copy.deepcopy(dict(pod)), list(names)))
+
+    async def bind(self, pod: kubesched.Pod, node: str) -> dict[str, Any]:
+        return await self.soak.bind(pod, node, kpods.uid(pod))
+
+    async def preempt(self, pod: kubesched.Pod, victims: Mapping[str, Any]) -> Any:
+        doc = {"Pod": copy.deepcopy(dict(pod)), "NodeNameToMetaVictims": victims}
+        try:
+            return await self.soak.s.preempt(wire.parse_preemption_args(doc))
+        except Exception as exc:  # VerbError: an HTTP error status
+            self.soak.report.outcomes[f"preempt refused ({type(exc).__name__})"] += 1
+            return None
+
+    def dry_run(self, nodes: Sequence[str], priority: int) -> dict[str, Any]:
+        """On each candidate node, the lower-priority pods the API server has bound there."""
+        on: dict[str, list[str]] = {}
+        for p in self.soak.pods():
+            n = kpods.node_name(p)
+            if (
+                n is not None
+                and n in nodes
+                and int(p["spec"].get("priority", 0)) < priority
+                and not kpods.finished(p)
+            ):
+                on.setdefault(n, []).append(kpods.uid(p))
+        return kubesched.meta_victims(sorted(on.items()))
+
+    def evict(self, chosen: Mapping[str, Any]) -> None:
+        """Every victim the extender named, on every node (more than kube-scheduler deletes)."""
+        by_uid = {kpods.uid(p): p for p in self.soak.pods()}
+        for v in chosen.values():
+            for m in v.get("Pods") or []:
+                victim = by_uid.get(m.get("UID", ""))
+                if victim is not None:
+                    self.soak.report.outcomes["victims deleted by kube-scheduler"] += 1
+                    self.soak.delete_pod(victim)
+
+
 class Soak:
     """One run: the fake API server, the extender built on it (again at each restart), and the
     actors around them, all on one virtual-time loop."""
@@ -222,9 +288,10 @@ class Soak:
         self.injected_before: Counter[str] = Counter()
         # kube-scheduler
         self.backoff: dict[str, float] = {}
-        self.binding: dict[str, asyncio.Task[None]] = {}
+        self.binding: dict[str, asyncio.Task[Any]] = {}
         self.answers: dict[str, list[str]] = {}  # pod uid -> nodes of its last filter answer
         self.seen_as: dict[str, Obj] = {}  # pod uid -> the pod as kube-scheduler last filtered it
+        self.verbs = InProcess(self)
         # the kubelet
         self.starts: dict[str, float] = {}  # uid -> when the bound pod starts running
         self.stops: dict[str, float] = {}  # uid -> when the terminating pod is gone
@@ -420,47 +487,33 @@ class Soak:
     def filter_args(self, pod: Obj, names: list[str]) -> wire.ExtenderArgs:
         return wire.parse_extender_args({"Pod": pod, "Nodes": None, "NodeNames": names})
 
-    async def filter(self, pod: Obj) -> list[str] | None:
-        """Filter as kube-scheduler calls it: the nodes that passed, or None (error, or none)."""
-        pod = copy.deepcopy(pod)
-        uid = kpods.uid(pod)
-        self.seen_as[uid] = pod
-        r = await self.s.filter(self.filter_args(pod, self.nodes))
-        if r["Error"]:
-            self.report.outcomes["filter error"] += 1
+    async def place(self, pod: Obj) -> str | None:
+        """kube-scheduler's scheduling cycle (`extender.kubesched`): the chosen node, or None (the
+        pod is backed off)."""
+        got = await kubesched.drive_async(
+            kubesched.place(pod, self.nodes, self.verbs, SOAK_RULES), self.verbs
+        )
+        if isinstance(got, kubesched.Outcome):
+            self.retry_later(kpods.uid(pod))
             return None
-        names = r["NodeNames"] or []
-        if names:
-            self.answers[uid] = names
-            self.report.outcomes["filter passed"] += 1
-            return list(names)
-        self.report.outcomes["filter unschedulable"] += 1
-        if r["FailedNodes"]:
-            await self.preempt(pod, sorted(r["FailedNodes"]))
-        return None
+        return got
 
     async def prioritize(self, pod: Obj, names: list[str]) -> str:
-        scores = await self.s.prioritize(self.filter_args(copy.deepcopy(pod), names))
-        best = max(scores, key=lambda h: (h["Score"], -names.index(h["Host"])))
-        return str(best["Host"])
+        return kubesched.best_node(names, await self.verbs.prioritize(pod, names))
 
     async def schedule(self, pod: Obj) -> None:
-        uid = kpods.uid(pod)
-        names = await self.filter(pod)
-        if not names:
-            self.retry_later(uid)
-            return
-        node = await self.prioritize(pod, names)
-        self.start_bind(pod, node)
+        node = await self.place(pod)
+        if node is not None:
+            self.start_bind(pod, node)
 
-    def start_bind(self, pod: Obj, node: str, uid: str | None = None) -> asyncio.Task[None]:
+    def start_bind(self, pod: Obj, node: str, uid: str | None = None) -> asyncio.Task[Any]:
         uid = uid or kpods.uid(pod)
         task = asyncio.get_running_loop().create_task(self.bind(pod, node, uid))
         self.binding[uid] = task
         task.add_done_callback(lambda t: self.binding.pop(uid, None) if self.binding.get(uid) is t else None)
         return task
 
-    async def bind(self, pod: Obj, node: str, uid: str) -> None:
+    async def bind(self, pod: kubesched.Pod, node: str, uid: str) -> dict[str, Any]:
         args = wire.parse_binding_args(
             {"PodName": kpods.name(pod), "PodNamespace": kpods.namespace(pod), "PodUID": uid, "Node": node}
         )
@@ -470,35 +523,10 @@ class Soak:
             self.retry_later(uid)
         else:
             self.report.outcomes["bind ok"] += 1
+        return r
 
     async def preempt(self, pod: Obj, nodes: list[str]) -> None:
-        """kube-scheduler's preemption with the extender: candidates with its dry run's victims
-        (lower-priority pods there); it deletes the victims the extender keeps."""
-        prio = int(pod["spec"].get("priority", 0))
-        on: dict[str, list[str]] = {}
-        for p in self.pods():
-            n = kpods.node_name(p)
-            if n in nodes and int(p["spec"].get("priority", 0)) < prio and not kpods.finished(p):
-                on.setdefault(n, []).append(kpods.uid(p))
-        if not on:
-            return
-        meta = {
-            n: {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0} for n, uids in sorted(on.items())
-        }
-        doc = {"Pod": copy.deepcopy(pod), "NodeNameToMetaVictims": meta}
-        try:
-            r = await self.s.preempt(wire.parse_preemption_args(doc))
-        except Exception as exc:  # VerbError: an HTTP error status
-            self.report.outcomes[f"preempt refused ({type(exc).__name__})"] += 1
-            return
-        victims = r.get("NodeNameToMetaVictims") or {}
-        by_uid = {kpods.uid(p): p for p in self.pods()}
-        for v in victims.values():
-            for m in v.get("Pods") or []:
-                victim = by_uid.get(m.get("UID", ""))
-                if victim is not None:
-                    self.report.outcomes["victims deleted by kube-scheduler"] += 1
-                    self.delete_pod(victim)
+        await kubesched.drive_async(kubesched.preempt(pod, nodes, self.verbs), self.verbs)
 
     # ------------------------------------------------------------------------------ operations
     async def op_schedule(self) -> None:
@@ -612,11 +640,9 @@ class Soak:
         pod = self.pick_pending()
         if pod is None:
             return
-        names = await self.filter(pod)
-        if not names:
-            self.retry_later(kpods.uid(pod))
+        node = await self.place(pod)
+        if node is None:
             return
-        node = await self.prioritize(pod, names)
         assert self.kube is not None
         self.kube.inject(
             Fault("POST", BINDING, "delay", seconds=self.rng.uniform(0.5, 5), label="binding slow")

@@ -1,16 +1,13 @@
-"""kube-scheduler's side of the extender protocol, for load generators (locust, bench's pre-fill).
+"""The load generators' jobs and fleet (locust users, bench's pre-fill), driving the extender
+through `extender.kubesched`, the one imitation of kube-scheduler.
 
-No locust here: a `Post` callable does the HTTP, so the same cycle drives the server from locust
-users, from `loadtest.bench`'s pre-fill and from tests. One scheduling cycle per pod, as
-kube-scheduler runs it with `nodeCacheCapable: true`:
-
-    filter (the pod + EVERY node name) -> prioritize (the survivors, when more than one)
-    -> bind (the best score); a filter that fails with FailedNodes -> preempt (meta victims: the
-    lower-priority pods bound on those nodes) -> delete the chosen node's victims -> filter again.
+No locust here: a `Post` callable does the HTTP, so the same code drives the server from locust
+users, from `loadtest.bench`'s pre-fill and from tests.
 
 Jobs come from the Philly week's size mix (`loadtest.jobmix`): gangs of more than 8 GPUs are pods of
 8; half the gangs are FrameworkController frameworks, half plain HiveD affinity groups. `Fleet` keeps the
-cluster near a target fill by finishing (deleting) the oldest jobs before new ones arrive.
+cluster near a target fill by finishing (deleting) the oldest jobs before new ones arrive; it is also
+kube-scheduler's view of the bound pods, for preemption's dry run.
 """
 
 from __future__ import annotations
@@ -19,12 +16,13 @@ import itertools
 import random
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from extender import kubesched
 from loadtest.jobmix import draw_sizes, pods_for
 
 SPEC = "topogang.io/pod-scheduling-spec"
@@ -53,28 +51,9 @@ class Cluster:
         self.names_json = orjson.dumps(self.nodes)
 
 
-def node_names(physical: object) -> list[str]:
-    """Every `nodeName` in a HiveD-shaped physical cluster status (cells nest in `cellChildren`)."""
-    out: list[str] = []
-    seen: set[str] = set()
-    stack: list[object] = [physical]
-    while stack:
-        cur = stack.pop()
-        if isinstance(cur, list):
-            stack.extend(reversed(cur))
-        elif isinstance(cur, dict):
-            name = cur.get("nodeName")
-            if isinstance(name, str) and name and name not in seen:
-                seen.add(name)
-                out.append(name)
-            if cur.get("isNodeLevel") is not True or name is None:
-                stack.append(cur.get("cellChildren") or [])
-    return out
-
-
 def cluster_from(summary: Mapping[str, Any], physical: object) -> Cluster:
     """`GET /v1/inspect` and `GET /v1/inspect/clusterstatus/physicalcluster` -> `Cluster`."""
-    nodes = node_names(physical)
+    nodes = kubesched.node_names(physical)
     if not nodes:
         raise ValueError("the server's physical cluster has no nodes")
     gpus = summary.get("gpus") or {}
@@ -237,14 +216,11 @@ class Fleet:
         for uid, node in job.bound.items():
             self.on_node.setdefault(node, {})[uid] = (job.priority, job)
 
-    def victims(self, nodes: list[str], priority: int) -> dict[str, Any]:
+    def victims(self, nodes: Sequence[str], priority: int) -> dict[str, Any]:
         """kube-scheduler's dry run, roughly: on each candidate node, its lower-priority pods."""
-        meta: dict[str, Any] = {}
-        for node in nodes:
-            uids = [u for u, (p, _) in self.on_node.get(node, {}).items() if p < priority]
-            if uids:
-                meta[node] = {"Pods": [{"UID": u} for u in uids], "NumPDBViolations": 0}
-        return meta
+        return kubesched.meta_victims(
+            (node, [u for u, (p, _) in self.on_node.get(node, {}).items() if p < priority]) for node in nodes
+        )
 
     def leftovers(self) -> list[Job]:
         """Every job with pods the server may still hold (running, or cut off mid-scheduling when the
@@ -267,61 +243,63 @@ def expected_refusal(verb: str, error: str) -> bool:
     return verb == "bind" and "has no reservation" in error
 
 
-def filter_body(pod: Mapping[str, Any], names_json: bytes) -> bytes:
-    return b'{"Pod":' + orjson.dumps(pod) + b',"Nodes":null,"NodeNames":' + names_json + b"}"
+class Cycle:
+    """`extender.kubesched`'s transport and preemption for one job of a fleet: the verbs go out
+    through `post` as bytes (the node list encoded once), victims are finished with their jobs."""
+
+    def __init__(self, post: Post, fleet: Fleet, delete: Delete) -> None:
+        self.post = post
+        self.fleet = fleet
+        self.delete = delete
+
+    def _args(self, pod: kubesched.Pod, names: Sequence[str]) -> bytes:
+        cluster = self.fleet.cluster
+        listed = cluster.names_json if names is cluster.nodes else orjson.dumps(list(names))
+        return b'{"Pod":' + orjson.dumps(pod) + b',"Nodes":null,"NodeNames":' + listed + b"}"
+
+    def filter(self, pod: kubesched.Pod, names: Sequence[str]) -> Any:
+        return self.post("filter", self._args(pod, names))
+
+    def prioritize(self, pod: kubesched.Pod, names: Sequence[str]) -> Any:
+        return self.post("prioritize", self._args(pod, names))
+
+    def bind(self, pod: kubesched.Pod, node: str) -> Any:
+        meta = pod["metadata"]
+        return self.post(
+            "bind",
+            orjson.dumps(
+                {
+                    "PodName": meta["name"],
+                    "PodNamespace": meta["namespace"],
+                    "PodUID": meta["uid"],
+                    "Node": node,
+                }
+            ),
+        )
+
+    def preempt(self, pod: kubesched.Pod, victims: Mapping[str, Any]) -> Any:
+        body = b'{"Pod":' + orjson.dumps(pod) + b',"NodeNameToVictims":null,"NodeNameToMetaVictims":'
+        return self.post("preempt", body + orjson.dumps(victims) + b"}")
+
+    def dry_run(self, nodes: Sequence[str], priority: int) -> dict[str, Any]:
+        return self.fleet.victims(nodes, priority)
+
+    def evict(self, chosen: Mapping[str, Any]) -> None:
+        """kube-scheduler deletes the victims on the node it picks; their whole jobs finish too."""
+        for p in chosen[kubesched.fewest_victims(chosen)].get("Pods") or []:
+            victim = self.fleet.job_of(p["UID"])
+            if victim is not None:
+                finish(self.fleet, self.fleet.take(victim), self.delete)
 
 
-def schedule_pod(
-    post: Post, fleet: Fleet, job: Job, pod: dict[str, Any], delete: Delete, *, preempt: bool = True
-) -> str | None:
+def schedule_pod(post: Post, fleet: Fleet, job: Job, pod: dict[str, Any], delete: Delete) -> str | None:
     """One kube-scheduler cycle for `pod`: the node it was bound to, or None (it waits, or a call
     failed)."""
-    meta = pod["metadata"]
-    r = post("filter", filter_body(pod, fleet.cluster.names_json))
-    if not isinstance(r, dict) or r.get("Error"):
-        return None
-    names: list[str] = r.get("NodeNames") or []
-    if not names:
-        failed = list((r.get("FailedNodes") or {}).keys())
-        if preempt and failed:
-            return _preempt(post, fleet, job, pod, failed, delete)
-        return None
-    node = names[0]
-    if len(names) > 1:  # kube-scheduler skips prioritize when one node is feasible
-        body = b'{"Pod":' + orjson.dumps(pod) + b',"Nodes":null,"NodeNames":' + orjson.dumps(names) + b"}"
-        scores = post("prioritize", body)
-        if isinstance(scores, list) and scores:
-            best = max(s.get("Score", 0) for s in scores)
-            node = next(s["Host"] for s in scores if s.get("Score", 0) == best)
-    b = post(
-        "bind",
-        orjson.dumps(
-            {"PodName": meta["name"], "PodNamespace": meta["namespace"], "PodUID": meta["uid"], "Node": node}
-        ),
-    )
-    if not isinstance(b, dict) or b.get("Error"):
-        return None
-    fleet.bound(job, meta["uid"], node)
+    cycle = Cycle(post, fleet, delete)
+    node = kubesched.drive(kubesched.schedule(pod, fleet.cluster.nodes, cycle), cycle).node
+    if node is not None:
+        fleet.bound(job, pod["metadata"]["uid"], node)
     return node
-
-
-def _preempt(
-    post: Post, fleet: Fleet, job: Job, pod: dict[str, Any], failed: list[str], delete: Delete
-) -> str | None:
-    victims = fleet.victims(failed, job.priority)
-    if not victims:
-        return None
-    body = b'{"Pod":' + orjson.dumps(pod) + b',"NodeNameToVictims":null,"NodeNameToMetaVictims":'
-    r = post("preempt", body + orjson.dumps(victims) + b"}")
-    chosen: dict[str, Any] = (r or {}).get("NodeNameToMetaVictims") or {} if isinstance(r, dict) else {}
-    if not chosen:
-        return None
-    node = min(chosen, key=lambda n: (len(chosen[n].get("Pods") or []), n))
-    for p in chosen[node].get("Pods") or []:  # kube-scheduler deletes the victims; their gangs go too
-        victim = fleet.job_of(p["UID"])
-        if victim is not None:
-            finish(fleet, fleet.take(victim), delete)
-    return schedule_pod(post, fleet, job, pod, delete, preempt=False)
 
 
 def finish(fleet: Fleet, job: Job, delete: Delete) -> None:

@@ -1,4 +1,5 @@
-"""An in-memory Kubernetes API server, and a client for it with the `AsyncKube` interface.
+"""An in-memory Kubernetes API server, and a client for it with the `AsyncKube` interface: the one
+fake of the Kubernetes API for every test (the soak's, and the Kubernetes-mode service's own).
 
 `FakeApiServer` stores any object by its path, the way the real API server's generic registry
 does, so a resource the extender starts using (a custom resource such as
@@ -18,16 +19,17 @@ changes here:
   `gracePeriodSeconds` is 0; `pods/{name}/binding` sets `spec.nodeName` and merges the Binding's
   annotations into the pod (409 when the UID differs or the pod is already bound or being
   deleted); `pods/{name}/eviction` deletes;
-- Events are accepted and counted, not stored (a soak would otherwise keep every one);
+- Events are counted, and only the latest 200 kept (a soak would otherwise keep every one);
 - watches fed from a change log: a watch from a resourceVersion older than the log's start (after
   `compact`) fails with 410 Gone; `resourceVersion` "" or "0" starts with the current objects; a
   watch ends cleanly after `watch_seconds`, as the client's `timeoutSeconds` makes the server end it.
 
-`FakeKube` is one process's connection to the server: every call goes through its fault
-injection first (`Fault`: an error status, a timeout before or after the server applied the
-request, a delay), its watches can be cut mid-stream (`cut_watches`) or ended the way the
-server's own timeout ends them (`end_watches`), and `close` drops everything, as a process dying
-would. Time is the event loop's (`asyncio.sleep` for delays and watch lag), which is virtual in
+`put`, `at` and `forget` set and read the scene directly, for tests. `FakeKube` is one process's
+connection to the server (`record` keeps every request for a test to read): every call goes
+through its fault injection first (`Fault`: an error status, a timeout before or after the server
+applied the request, a delay), its watches can be cut mid-stream (`cut_watches`) or ended the way
+the server's own timeout ends them (`end_watches`), and `close` drops everything, as a process
+dying would. Time is the event loop's (`asyncio.sleep` for delays and watch lag), which is virtual in
 the soak.
 """
 
@@ -457,6 +459,35 @@ class FakeApiServer:
         self._record(Ref(ref.group_version, ref.resource, ref.namespace, ref.name, None), "MODIFIED", pod)
         return {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201}
 
+    # -------------------------------------------------------------------- setting the scene
+    def put(self, path: str, body: Mapping[str, Any]) -> Obj:
+        """Store an object as it is given (its UID and status kept; a new resourceVersion), as if
+        written straight to etcd: how a test sets the scene. Watches see ADDED, or MODIFIED."""
+        ref = parse_path(path)
+        if ref.name is None or ref.subresource is not None:
+            raise ValueError(f"put needs an object's path, not {path}")
+        obj: Obj = copy.deepcopy(dict(body))
+        meta = obj.setdefault("metadata", {})
+        meta["name"] = ref.name
+        if ref.namespace is not None:
+            meta["namespace"] = ref.namespace
+        meta.setdefault("uid", self._new_uid())
+        meta.setdefault("creationTimestamp", self._now_text())
+        kind = "MODIFIED" if ref.key in self.objects else "ADDED"
+        self.objects[ref.key] = obj
+        self._record(ref, kind, obj)
+        return copy.deepcopy(obj)
+
+    def at(self, path: str) -> Obj:
+        """The stored object itself (read it, do not change it); KeyError when there is none."""
+        return self.objects[parse_path(path).key]
+
+    def forget(self, path: str) -> None:
+        """Remove an object at once, as a test that sets the scene needs (watches see DELETED)."""
+        ref = parse_path(path)
+        if ref.key in self.objects:
+            self._remove(ref)
+
     # -------------------------------------------------------------------- the request surface
     def handle(
         self, method: str, path: str, query: Sequence[tuple[str, str]], body: Mapping[str, Any] | None
@@ -551,9 +582,13 @@ class ConnectionClosedError(ConnectionError):
 class FakeKube(AsyncKube):
     """One process's view of a `FakeApiServer`, with fault injection; drop-in for `AsyncKube`."""
 
-    def __init__(self, server: FakeApiServer, *, watch_lag: float = 0.0) -> None:
+    def __init__(
+        self, server: FakeApiServer | None = None, *, watch_lag: float = 0.0, record: bool = False
+    ) -> None:
         super().__init__(KubeApi(None))
-        self.server = server
+        self.server = server or FakeApiServer()
+        self.record = record  # keep every request in `calls` (a test's; the soak would pile them up)
+        self.calls: list[tuple[str, str, Mapping[str, Any] | None]] = []
         self.watch_lag = watch_lag
         self.faults: list[Fault] = []
         self.streams: dict[WatchStream, None] = {}
@@ -586,6 +621,8 @@ class FakeKube(AsyncKube):
         body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         self._alive()
+        if self.record:
+            self.calls.append((method, path, copy.deepcopy(dict(body)) if body is not None else None))
         ref = parse_path(path)
         what = f"{method} {ref.resource}" + (f"/{ref.subresource}" if ref.subresource else "")
         self.requests[what] = self.requests.get(what, 0) + 1

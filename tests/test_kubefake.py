@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from extender.kube.client import ApiError, GoneError
+from tests.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault, merge_patch, parse_path
 from tests.soak import vclock
-from tests.soak.fakekube import ConnectionClosedError, FakeApiServer, FakeKube, Fault, merge_patch, parse_path
 
 RESERVATIONS = "/apis/topogang.io/v1alpha1/namespaces/topogang-system/gangreservations"
 PODS = "/api/v1/namespaces/ml/pods"
