@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from extender import views, wire
 from extender.bindinfo import bind_annotations
 from extender.bounded import ByteLRU
-from extender.conventions import edge as conventions
+from extender.conventions.edge import Conventions
 from extender.ledger import GangLedger, LedgerCollector
 from extender.metrics import Metrics, StateSnapshot
 from extender.podspec import PodRequest, is_enabled, pod_request, spec_text
@@ -139,6 +139,7 @@ class Scheduler:
         evictor: Evictor | None = None,
         on_wait: WaitNotifier | None = None,
         preempt_on_filter: bool = False,
+        conventions: Conventions | None = None,
     ) -> None:
         self.core = core
         self.binder = binder
@@ -151,6 +152,8 @@ class Scheduler:
         self.evictor = evictor
         self.on_wait = on_wait
         self.preempt_on_filter = preempt_on_filter
+        # PodGroups, elastic extras, Soft/Hard timeouts; the default reads no API objects
+        self.conventions = conventions or Conventions(clock=clock)
         # awaited after filter and preempt: makes new reservations durable before kube-scheduler acts
         self.after_change: Callable[[], Awaitable[None]] | None = None
         self.lock = asyncio.Lock()
@@ -171,7 +174,7 @@ class Scheduler:
         """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
         _, text = spec_text(pod.raw)
         if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
-            got = await conventions.request_of(self, pod)
+            got = await self.conventions.request_of(self, pod)
             if got is not None:  # not cached: an elastic member or a Soft gang's may change
                 self._remember(self._same_identity(got), None)
                 return got

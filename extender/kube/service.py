@@ -385,15 +385,14 @@ def kube_service(
         framework_lookup=framework_lookup,
         on_wait=on_wait,
         preempt_on_filter=True,
+        conventions=conventions.Conventions(conventions.kube_fetch(kube.request), clock=clock),
     )
     scheduler.not_ready_reason = "connecting to the API server"
     sync = ClusterSync(scheduler, kube)
     sync.on_invalid = on_invalid
     scheduler.evictor = sync.evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)
-    gangs = conventions.attach(
-        scheduler, conventions.Conventions(conventions.kube_fetch(kube.request), clock=clock)
-    )
+    gangs = scheduler.conventions
     store = ReservationStore(scheduler, kube, namespace)
     own_pod = ObjectRef("Pod", namespace, os.environ.get("POD_NAME", instance))
 

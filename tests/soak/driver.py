@@ -52,7 +52,6 @@ from starlette.applications import Starlette
 from config.load import LoadedConfig, load_config
 from extender import bindinfo, podspec, wire
 from extender.app import Service, build_app
-from extender.conventions import edge as conventions
 from extender.kube import pods as kpods
 from extender.kube.client import pod_path
 from extender.kube.reservations import ReservationStore
@@ -850,7 +849,7 @@ class Soak:
         """Every per-pod or per-gang collection the extender keeps."""
         s = self.s
         sync = self.sync()
-        conv = conventions.of(s)
+        conv = s.conventions
         gl = s.gang_ledger
         return {
             "scheduler.pods": len(s._pods),
