@@ -31,8 +31,9 @@ from extender.app import JSON, Service, build_app
 from extender.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
 from extender.ledger_api import ledger_routes
 from extender.metrics import Metrics
+from extender.ports import BindError, BindTarget
 from extender.reload import ConfigWatcher
-from extender.verbs import BindError, BindTarget, Scheduler
+from extender.verbs import Scheduler
 from topology.core import Core
 
 log = logging.getLogger("topogang.extender")

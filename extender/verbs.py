@@ -18,16 +18,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from extender import views, wire
+from extender.answers import some, user_error, wait_text, waiting_nodes
 from extender.bindinfo import bind_annotations
-from extender.bounded import ByteLRU
 from extender.conventions.edge import Conventions
 from extender.ledger import GangLedger, LedgerCollector
 from extender.metrics import Metrics, StateSnapshot
+from extender.podcache import PodCache
 from extender.podspec import PodRequest, is_enabled, pod_request, spec_text
+from extender.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
+from extender.promises import Promises
 from extender.views import Waiting
 from topology.core import Core
 from topology.decisions import (
@@ -43,9 +46,6 @@ from topology.ledger import Gang, GangPhase
 
 log = logging.getLogger("topogang.extender")
 
-TENTATIVE_SECONDS = 10.0  # how long a slot stays promised to the pod prioritize pointed at it
-POD_CACHE_SIZE = 200_000
-POD_CACHE_BYTES = 256 * 1024 * 1024
 MAX_SCORE = 10
 
 
@@ -56,70 +56,6 @@ class VerbError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-
-
-class BindError(Exception):
-    """The Binding could not be written; the message says why."""
-
-
-@dataclass(frozen=True, slots=True)
-class BindTarget:
-    namespace: str
-    name: str
-    uid: str
-
-
-class Binder(Protocol):
-    """Writes the Binding (node + annotations) for a pod; idempotent for the same pod and node."""
-
-    async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None: ...
-
-
-PodLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
-FrameworkLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
-Evictor = Callable[[Sequence[str], str], Awaitable[None]]
-WaitNotifier = Callable[[PodRequest, str], None]
-
-
-@dataclass(slots=True)
-class _Cached:
-    request: PodRequest
-    spec_key: tuple[int, int] | None  # the spec text it was read from, as (length, hash): not the text
-
-
-def _text_key(text: str | None) -> tuple[int, int] | None:
-    """Which spec text a cached request came from, without keeping the text (up to 64 KiB a pod)."""
-    return None if text is None else (len(text), hash(text))
-
-
-def _cost(pr: PodRequest) -> int:
-    """About what a cached request holds: the request and its names, and one key per named slot."""
-    keys = pr.request.slot_keys
-    return 1024 + len(pr.gang) + 96 * (len(keys) if keys is not None else 0)
-
-
-def user_error(pod_key: str, annotation: str, err: UserError) -> str:
-    """HiveD's user-error wording, naming the pod, the annotation and the field."""
-    return f"topogang: User Error: [{pod_key}]: {annotation}: {err.field}: {err.message}"
-
-
-def wait_text(gang: str, w: Wait) -> str:
-    return f"topogang: gang {gang} waits [{w.reason.code.value}]: {w.reason.message}"
-
-
-PREEMPTION_CODES = (WaitCode.PREEMPTIBLE, WaitCode.PREEMPTING)
-
-
-def preemption_nodes(w: Wait) -> dict[str, tuple[str, ...]]:
-    """The nodes where preemption helps a waiting gang (they go to FailedNodes), with the victims.
-
-    Only nodes that hold victims of the core's plan: the core's `reserve` already searched for a
-    preemption plan, so for any other wait no preemption can help. Listing a node without victims
-    would make kube-scheduler's dry run fail there ("expected at least one victim pod on node") and
-    log an error every cycle, so every other node goes to FailedAndUnresolvableNodes."""
-    if w.reason.code not in PREEMPTION_CODES:
-        return {}
-    return w.victims_by_node()
 
 
 class Scheduler:
@@ -159,11 +95,9 @@ class Scheduler:
         self.lock = asyncio.Lock()
         self.ready = False
         self.not_ready_reason = "starting"
-        self._pods: ByteLRU[str, _Cached] = ByteLRU(POD_CACHE_BYTES, POD_CACHE_SIZE)
-        self._uid_by_name: dict[tuple[str, str], str] = {}
-        self._gang_pods: dict[str, set[str]] = {}  # cached pods by gang: who may still claim a slot
+        self.pods = PodCache()  # what filter read, for bind (which carries only names)
         self._waiting: dict[str, Waiting] = {}
-        self._tentative: dict[tuple[str, int], tuple[str, float]] = {}
+        self.promises = Promises()  # slots held for a while for the pod sent to them
         self._inflight: dict[str, asyncio.Future[str]] = {}
         self.metrics.watch_state(self.snapshot)
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.ledger)
@@ -176,39 +110,18 @@ class Scheduler:
         if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
             got = await self.conventions.request_of(self, pod)
             if got is not None:  # not cached: an elastic member or a Soft gang's may change
-                self._remember(self._same_identity(got), None)
+                self.pods.remember(self.pods.same_identity(self.core, got), None)
                 return got
-        cached = self._pods.get(pod.uid)
-        if cached is not None and cached.spec_key == _text_key(text):
-            return cached.request
+        cached = self.pods.read_from(pod.uid, text)
+        if cached is not None:
+            return cached
         pr = self._parse(pod, None)
         if pr.task is not None and pr.request.name == f"{pod.namespace}/{pod.name}" and self.framework_lookup:
             fw = await self.framework_lookup(pr.task.namespace, pr.task.framework)
             if fw is None:  # not cached: the Framework may be readable next time
-                return self._same_identity(pr)
+                return self.pods.same_identity(self.core, pr)
             pr = self._parse(pod, fw)
-        self._remember(self._same_identity(pr), text)
-        return pr
-
-    def _same_identity(self, pr: PodRequest) -> PodRequest:
-        """A pod that holds a slot keeps the identity it was bound with: a request under its UID
-        that names another gang or slot (a reused UID, or a spec edited after binding) is refused,
-        and changes nothing, so the holder's cached request and ledger facts stay its own."""
-        gang = self.core.gang_of_pod(pr.uid)
-        if gang is None:
-            return pr
-        slot = gang.slot_of(pr.uid)
-        held = self.cached(pr.uid)
-        if (
-            gang.name != pr.gang
-            or (slot is not None and slot.leaf_number != pr.leaf_number)
-            or (held is not None and held.slot_key != pr.slot_key)
-        ):
-            raise UserError(
-                "metadata.uid",
-                f"pod UID {pr.uid} is bound in gang {gang.name}; a bound pod's gang, slot and leaf "
-                "cells cannot change (a new spec needs a new pod)",
-            )
+        self.pods.remember(self.pods.same_identity(self.core, pr), text)
         return pr
 
     def _parse(self, pod: wire.WirePod, framework: Mapping[str, Any] | None) -> PodRequest:
@@ -223,36 +136,11 @@ class Scheduler:
             max_pods=self.core.gpu_count,
         )
 
-    def _remember(self, pr: PodRequest, text: str | None) -> None:
-        old = self._pods.get(pr.uid)
-        if old is not None and old.request.gang != pr.gang:
-            self._unindex(pr.uid, old)
-        self._uid_by_name[(pr.namespace, pr.name)] = pr.uid
-        self._gang_pods.setdefault(pr.gang, set()).add(pr.uid)
-        for uid, gone in self._pods.put(pr.uid, _Cached(pr, _text_key(text)), _cost(pr)):
-            self._unindex(uid, gone)
-
     def forget_pod(self, uid: str) -> None:
-        old = self._pods.pop(uid)
-        if old is not None:
-            self._unindex(uid, old)
-
-    def _unindex(self, uid: str, old: _Cached) -> None:
-        if self._uid_by_name.get((old.request.namespace, old.request.name)) == uid:
-            del self._uid_by_name[(old.request.namespace, old.request.name)]
-        pods = self._gang_pods.get(old.request.gang)
-        if pods is not None:
-            pods.discard(uid)
-            if not pods:
-                del self._gang_pods[old.request.gang]
+        self.pods.forget(uid)
 
     def cached(self, uid: str) -> PodRequest | None:
-        c = self._pods.get(uid)
-        return c.request if c is not None else None
-
-    def cached_uids(self) -> list[str]:
-        """The UIDs of every pod whose request is cached (least recently used first)."""
-        return list(self._pods)
+        return self.pods.get(uid)
 
     def _count(self, verb: str, outcome: str) -> None:
         self.metrics.decisions.labels(verb, outcome).inc()
@@ -327,14 +215,14 @@ class Scheduler:
                 else [n for n in names if n in slot_nodes]  # a name given twice: keep both
             )
             self._count("filter", "placed" if passed else "rejected")
-            self._promise(pr, slots, now)
+            self.promises.promise(self.core, pr, slots, now)
             if passed:
                 # kube-scheduler reads why nodes failed only when none passes, and counts a dropped,
                 # unlisted node as unresolvable (reference: extender protocol, point 5); naming the
                 # other 999 nodes of a 1,000-node answer would cost ~140 KB that nobody reads
                 return wire.filter_result(args, passed, {}, {})
             other = (
-                f"topogang: gang {pr.gang} holds this pod's slot on {_some(sorted(slot_nodes))}, which "
+                f"topogang: gang {pr.gang} holds this pod's slot on {some(sorted(slot_nodes))}, which "
                 "kube-scheduler's own filters rejected"
             )
             unresolvable = dict.fromkeys(names, other)
@@ -377,28 +265,9 @@ class Scheduler:
         now: float,
     ) -> dict[str, Any]:
         text = self._note_wait(pr, w, now)
-        # the whole reason once; the other nodes say where to find it (kube-scheduler's event groups
-        # identical messages, and a 1,000-node answer should not repeat a paragraph 1,000 times)
-        short = f"topogang: gang {pr.gang} waits [{w.reason.code.value}] (reason on one node)"
-        by_node = w.victims_by_node()
-        # with filter-time preemption the extender evicts the victims itself: kube-scheduler's dry
-        # run would only find no victims of its own on these nodes and log an error every cycle
-        preemptible = {} if self.preempt_on_filter else preemption_nodes(w)
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        first = True
-        for n in names:
-            if n in unknown:
-                unresolvable[n] = unknown[n]
-                continue
-            msg = text if first else short
-            if n in by_node:
-                msg = f"topogang: node({n}) has preemptible pods: {_some(by_node[n])}; {msg}"
-            first = False
-            if n in preemptible:
-                failed[n] = msg
-            else:
-                unresolvable[n] = msg
+        failed, unresolvable = waiting_nodes(
+            pr.gang, w, text, names, unknown, evicts_itself=self.preempt_on_filter
+        )
         return wire.filter_result(args, (), failed, unresolvable)
 
     def _note_wait(self, pr: PodRequest, w: Wait, now: float) -> str:
@@ -425,35 +294,6 @@ class Scheduler:
             return [p for p in self.core.placement_of(gang).pods if p.slot == mine.index]
         return self.core.open_slots(pr.gang, pr.leaf_number, pr.slot_key)
 
-    def _promise(self, pr: PodRequest, slots: list[PodPlacement], now: float) -> PodPlacement | None:
-        """The slot this pod should take (its rank's slot when free), promised to it for a while so
-        the next member is steered elsewhere while this one is being bound."""
-        if not slots:
-            return None
-        gang = pr.gang
-        for p in slots:
-            held = self._tentative.get((gang, p.slot))
-            if held is not None and held[0] == pr.uid:
-                self._tentative[(gang, p.slot)] = (pr.uid, now)
-                return p
-        rank = pr.task.index if pr.task is not None else None
-        order = list(slots)
-        if rank is not None and pr.slot_key is None:
-            g = self.core.gang(gang)
-            same = [s.index for s in g.slots if s.leaf_number == pr.leaf_number] if g is not None else []
-            if rank < len(same):
-                order.sort(key=lambda p: (p.slot != same[rank], p.slot))
-        choice = order[0]
-        for p in order:
-            held = self._tentative.get((gang, p.slot))
-            if held is None or held[0] == pr.uid or now - held[1] > TENTATIVE_SECONDS:
-                choice = p
-                break
-        self._tentative[(gang, choice.slot)] = (pr.uid, now)
-        if len(self._tentative) > 4 * POD_CACHE_SIZE // 10:
-            self._tentative = {k: v for k, v in self._tentative.items() if now - v[1] <= TENTATIVE_SECONDS}
-        return choice
-
     # ------------------------------------------------------------------------------ prioritize
     async def prioritize(self, args: wire.ExtenderArgs) -> list[dict[str, Any]]:
         names = args.names
@@ -472,7 +312,7 @@ class Scheduler:
             if not slots:
                 self._count("prioritize", "ignored")
                 return wire.host_priorities(zero)
-            mine = self._promise(pr, slots, now)
+            mine = self.promises.promise(self.core, pr, slots, now)
             slot_nodes = {p.node for p in slots}
             scores = []
             for n in names:
@@ -584,7 +424,7 @@ class Scheduler:
                 )
             except UserError as err:
                 return f"topogang: Pod binding rejected for {args.key}: {err.field}: {err.message}"
-            self._tentative.pop((pr.gang, decision.slot), None)
+            self.promises.claimed(pr.gang, decision.slot)
             if fresh:
                 self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of)
         # from the claim on, any failure gives the slot back: nothing may stay claimed for an unbound pod
@@ -608,7 +448,7 @@ class Scheduler:
         return ""
 
     async def _lookup_for_bind(self, args: wire.BindingArgs) -> PodRequest | str:
-        other = self._uid_by_name.get((args.pod_namespace, args.pod_name))
+        other = self.pods.uid_of(args.pod_namespace, args.pod_name)
         if self.pod_lookup is None:
             if other is not None:
                 return (
@@ -651,7 +491,7 @@ class Scheduler:
             if released is None and cached is not None and not finished:
                 released = self._abandoned(cached.gang, uid)
             self._released(released)
-            if cached is not None and not self._gang_pods.get(cached.gang, set()) - {uid}:
+            if cached is not None and not self.pods.others_in(cached.gang, uid):
                 self._waiting.pop(cached.gang, None)  # its last pod is gone: nothing waits any more
             self.gang_ledger.pod_gone(self.core, uid, self.waiting_of)
         self.forget_pod(uid)
@@ -664,7 +504,7 @@ class Scheduler:
         g = self.core.gang(gang)
         if g is None or any(s.pod_uid is not None or s.finished for s in g.slots):
             return None
-        if self._gang_pods.get(gang, set()) - {deleted}:
+        if self.pods.others_in(gang, deleted):
             return None
         log.info("gang %s: every pod deleted before any was bound; reservation released", gang)
         return self.core.delete_gang(gang)
@@ -688,7 +528,7 @@ class Scheduler:
         if released is not None:
             self.metrics.releases.labels(released.reason).inc()
             self.gang_ledger.released(self.core, released, self.waiting_of)
-            self._tentative = {k: v for k, v in self._tentative.items() if k[0] != released.gang}
+            self.promises.drop_gang(released.gang)
 
     async def expire(self) -> list[Released]:
         """Release reservations past their TTL; evict members already bound to freed cells."""
@@ -700,9 +540,7 @@ class Scheduler:
             stale = [g for g, w in self._waiting.items() if now - w.last_seen > self.ttl_seconds]
             for g in stale:
                 del self._waiting[g]
-            # promises past their time bind nothing (`_promise`); the gang of one may have gone
-            # inside the core (outbid by a preemptor) without `_released` hearing of it
-            self._tentative = {k: v for k, v in self._tentative.items() if now - v[1] <= TENTATIVE_SECONDS}
+            self.promises.expire(now)
         if released:
             self.metrics.expiries.inc(len(released))
             for r in released:
@@ -761,11 +599,6 @@ class Scheduler:
             "gangs": snap.gangs_by_phase,
             "virtualClusters": snap.vc_gpus,
         }
-
-
-def _some(items: Sequence[str], limit: int = 8) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 def _narrow(pr: PodRequest, nodes: frozenset[str] | None) -> frozenset[str] | None:

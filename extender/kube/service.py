@@ -293,7 +293,7 @@ class ClusterSync:
             await self.s.pod_gone(uid)
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them
-        unseen = dict.fromkeys([*self.s.core.ledger.pod_gang, *self.s.cached_uids()])
+        unseen = dict.fromkeys([*self.s.core.ledger.pod_gang, *self.s.pods.uids()])
         for uid in [u for u in unseen if u not in present and u not in self.live]:
             pr = self.s.cached(uid)
             if not self._held(uid):

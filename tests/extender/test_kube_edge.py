@@ -23,8 +23,8 @@ from extender.kube.client import ApiError, AsyncKube, KubeApi
 from extender.kube.nodes import node_health
 from extender.kube.recovery import recover
 from extender.kube.service import ClusterSync, kube_service
+from extender.ports import BindError, BindTarget
 from extender.standalone import MemoryBinder
-from extender.verbs import BindError, BindTarget
 from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_verbs import place
 from topology.core import Core

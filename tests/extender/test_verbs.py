@@ -11,8 +11,9 @@ import pytest
 
 from extender import wire
 from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, decode_bind_info
+from extender.ports import BindError, BindTarget
 from extender.standalone import MemoryBinder
-from extender.verbs import BindError, BindTarget, Scheduler
+from extender.verbs import Scheduler
 from tests.extender.helpers import Clock, args, bind_args, fc_annotations, nodes, pod, run, scheduler, spec
 from topology.invariants import snapshot, violations
 
@@ -537,13 +538,13 @@ def test_promises_of_gangs_the_core_let_go_by_itself_are_dropped() -> None:
         s = scheduler(clock=clock)
         low = pod("l0", "low-0", "nlp", spec("nlp", 8, 3, "nlp/low", priority=0))
         r = await s.filter(args(low))  # reserves every nlp node, promises a slot to low-0
-        assert r["NodeNames"] and s._tentative
+        assert r["NodeNames"] and len(s.promises)
         high = pod("h0", "high", "nlp", spec("nlp", 8, priority=100))
         await s.preempt(wire.parse_preemption_args({"Pod": high, "NodeNameToMetaVictims": {}}))
         assert s.core.gang("nlp/low") is None  # outbid: it ran nothing, so it simply went
         clock.t += 60
         await s.expire()
-        assert s._tentative == {}
+        assert len(s.promises) == 0
 
     run(go())
 

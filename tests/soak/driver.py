@@ -852,11 +852,11 @@ class Soak:
         conv = s.conventions
         gl = s.gang_ledger
         return {
-            "scheduler.pods": len(s._pods),
-            "scheduler.uid_by_name": len(s._uid_by_name),
-            "scheduler.gang_pods": len(s._gang_pods),
+            "scheduler.pods": len(s.pods),
+            "scheduler.uid_by_name": len(s.pods._uid_by_name),
+            "scheduler.gang_pods": len(s.pods._gang_pods),
             "scheduler.waiting": len(s._waiting),
-            "scheduler.tentative": len(s._tentative),
+            "scheduler.tentative": len(s.promises),
             "scheduler.inflight": len(s._inflight),
             "core.pod_gang": len(s.core.ledger.pod_gang),
             "core.gangs": len(s.core.ledger.by_id),
