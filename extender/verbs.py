@@ -25,7 +25,8 @@ from extender import views, wire
 from extender.answers import some, user_error, wait_text, waiting_nodes
 from extender.bindinfo import bind_annotations
 from extender.conventions.edge import Conventions
-from extender.ledger import GangLedger, LedgerCollector
+from extender.ledger import GangLedger
+from extender.ledger_metrics import LedgerCollector
 from extender.metrics import Metrics, StateSnapshot
 from extender.podcache import PodCache
 from extender.podspec import PodRequest, is_enabled, pod_request, spec_text

@@ -49,8 +49,8 @@ from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.nodes import node_health, node_name
 from extender.kube.recovery import recover
 from extender.kube.reservations import ReservationStore
-from extender.ledger import Record, TransitionHook
 from extender.ledger_api import ledger_routes
+from extender.ledger_records import Record, TransitionHook
 from extender.metrics import Metrics
 from extender.podspec import PodRequest, is_enabled
 from extender.reload import ConfigWatcher
