@@ -95,7 +95,7 @@ def build_app(service: Service) -> Starlette:
             t0 = time.perf_counter()
             doc: object = None
             try:
-                doc = wire.loads(await read_body(request, MAX_BODY))
+                doc = wire.loads(await read_body(request, MAX_BODY), s.node_lists)
                 return JSON(await handle(doc))
             except wire.WireError as err:
                 metrics.decisions.labels(name, "malformed").inc()
@@ -122,13 +122,13 @@ def build_app(service: Service) -> Starlette:
         return endpoint
 
     async def do_filter(doc: object) -> Any:
-        out = await s.filter(wire.parse_extender_args(doc))
+        out = await s.filter(wire.parse_extender_args(doc, s.node_lists))
         if s.after_change is not None:
             await s.after_change()
         return out
 
     async def do_prioritize(doc: object) -> Any:
-        return await s.prioritize(wire.parse_extender_args(doc))
+        return await s.prioritize(wire.parse_extender_args(doc, s.node_lists))
 
     async def do_preempt(doc: object) -> Any:
         out = await s.preempt(wire.parse_preemption_args(doc))

@@ -28,6 +28,7 @@ from extender.conventions.edge import Conventions
 from extender.ledger import GangLedger
 from extender.ledger_metrics import LedgerCollector
 from extender.metrics import Metrics, StateSnapshot
+from extender.nodelists import NodeLists
 from extender.podcache import PodCache
 from extender.podspec import PodRequest, is_enabled, pod_request, spec_text
 from extender.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
@@ -99,6 +100,7 @@ class Scheduler:
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
         self._waiting: dict[str, Waiting] = {}
         self.promises = Promises()  # slots held for a while for the pod sent to them
+        self.node_lists = NodeLists()  # kube-scheduler's node lists, shared from request to request
         self._inflight: dict[str, asyncio.Future[str]] = {}
         self.metrics.watch_state(self.snapshot)
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.ledger)
@@ -170,7 +172,7 @@ class Scheduler:
         if seen.superseded is not None:
             await self._supersede(seen.superseded, pr.gang)
         index = self.core.topo.node_index  # once per node list and topology (read-only: shared)
-        unknown = wire.per_node_list(
+        unknown = self.node_lists.per_node_list(
             names,
             self.core.topo,
             lambda: {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index},
@@ -209,7 +211,7 @@ class Scheduler:
                 text = f"topogang: gang {pr.gang} waits [{WaitCode.RESERVED.value}]: {taken}"
                 return wire.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
             slot_nodes = {p.node for p in slots}
-            at = wire.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
+            at = self.node_lists.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
             passed = (
                 sorted((n for n in slot_nodes if n in at), key=at.__getitem__)
                 if len(at) == len(names)
@@ -244,7 +246,7 @@ class Scheduler:
         return not (isinstance(spec, dict) and spec.get("preemptionPolicy") == "Never")
 
     def _preempt_now(self, pr: PodRequest, names: Sequence[str], now: float) -> None:
-        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else wire.node_set(names))
+        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else self.node_lists.node_set(names))
         got = self.core.preempt(replace(pr.request, suggested_nodes=suggested), now)
         if isinstance(got, Preemption):
             victims = [u for us in self._victims(got).values() for u in us]
@@ -253,7 +255,7 @@ class Scheduler:
                 spawn(self.evictor(victims, f"preempted by gang {pr.gang}"))
 
     def _reserve(self, pr: PodRequest, names: Sequence[str], now: float) -> GangPlacement | Wait:
-        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else wire.node_set(names))
+        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else self.node_lists.node_set(names))
         return self.core.reserve(replace(pr.request, suggested_nodes=suggested), now)
 
     def _wait_answer(

@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from extender import wire
 from extender.app import JSON
+from extender.nodelists import NodeLists
 
 Handler = Callable[[object], Any]
 
@@ -38,12 +39,13 @@ def build_noop_app(nodes: Sequence[str], gpus_per_node: int = 8) -> Starlette:
         "virtualClusters": {"noop": {"quota": total, "used": 0, "opportunistic": 0, "free": total}},
     }
     physical = [{"cellType": "NODE", "isNodeLevel": True, "nodeName": n, "cellAddress": n} for n in names]
+    lists = NodeLists()  # parses as the extender does, so the comparison is of the decisions alone
 
     def do_filter(doc: object) -> Any:
-        return wire.filter_result(args := wire.parse_extender_args(doc), args.names)
+        return wire.filter_result(args := wire.parse_extender_args(doc, lists), args.names)
 
     def do_prioritize(doc: object) -> Any:
-        return wire.host_priorities([(n, 0) for n in wire.parse_extender_args(doc).names])
+        return wire.host_priorities([(n, 0) for n in wire.parse_extender_args(doc, lists).names])
 
     def do_bind(doc: object) -> Any:
         wire.parse_binding_args(doc)
@@ -56,7 +58,7 @@ def build_noop_app(nodes: Sequence[str], gpus_per_node: int = 8) -> Starlette:
     def verb(handle: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                return JSON(handle(wire.loads(await request.body())))
+                return JSON(handle(wire.loads(await request.body(), lists)))
             except wire.WireError as err:
                 return JSON({"Error": f"noop: malformed request: {err}"}, status_code=400)
 

@@ -417,7 +417,7 @@ class Soak:
         self.backoff[uid] = self.now() + self.rng.uniform(1.0, 10.0)
 
     def filter_args(self, pod: Obj, names: list[str]) -> wire.ExtenderArgs:
-        return wire.parse_extender_args({"Pod": pod, "Nodes": None, "NodeNames": names})
+        return wire.parse_extender_args({"Pod": pod, "Nodes": None, "NodeNames": names}, self.s.node_lists)
 
     async def filter(self, pod: Obj) -> list[str] | None:
         """Filter as kube-scheduler calls it: the nodes that passed, or None (error, or none)."""
