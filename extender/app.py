@@ -35,7 +35,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from extender import views, wire
+from extender import replies, views, wire
 from extender.explain_api import explain_route
 from extender.httpproto import BodyTooLargeError, read_body
 from extender.metrics import CONTENT_TYPE, Metrics
@@ -51,7 +51,7 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return wire.dumps(content)
+        return replies.dumps(content)
 
 
 @dataclass
@@ -67,11 +67,11 @@ class Service:
 
 
 def _filter_error(msg: str) -> Response:
-    return JSON(wire.filter_error(msg))
+    return JSON(replies.filter_error(msg))
 
 
 def _plain_error(msg: str) -> Response:
-    return JSON(wire.binding_result(msg))
+    return JSON(replies.binding_result(msg))
 
 
 def build_app(service: Service) -> Starlette:
@@ -115,7 +115,7 @@ def build_app(service: Service) -> Starlette:
                 msg = f"topogang: internal error in {name} of {who} (logged): {type(exc).__name__}"
                 if error_status is None:
                     return on_error(msg)
-                return JSON({**wire.preemption_result(None), "Error": msg})  # no victims: always safe
+                return JSON({**replies.preemption_result(None), "Error": msg})  # no victims: always safe
             finally:
                 metrics.latency.labels(name).observe(time.perf_counter() - t0)
 

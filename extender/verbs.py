@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from extender import views, wire
+from extender import replies, views, wire
 from extender.answers import some, user_error, wait_text, waiting_nodes
 from extender.bindinfo import bind_annotations
 from extender.conventions.edge import Conventions
@@ -153,22 +153,22 @@ class Scheduler:
         names = args.names
         if not self.ready:
             self._count("filter", "error")
-            return wire.filter_error(f"topogang: not ready: {self.not_ready_reason}")
+            return replies.filter_error(f"topogang: not ready: {self.not_ready_reason}")
         if not is_enabled(args.pod.raw):
             self._count("filter", "ignored")
-            return wire.filter_result(args, names)
+            return replies.filter_result(args, names)
         try:
             pr = await self.request_of(args.pod)
         except UserError as err:
             self._count("filter", "error")
             msg = user_error(args.pod.key, _annotation(args.pod.raw), err)
             self.gang_ledger.user_error(args.pod.raw, args.pod.namespace, None, msg)
-            return wire.filter_error(msg)
+            return replies.filter_error(msg)
         seen = self.gang_ledger.seen(pr, args.pod.raw)
         if seen.stale is not None:
             self._count("filter", "rejected")
             stale = f"topogang: pod {pr.key} is of a stale framework attempt: {seen.stale}"
-            return wire.filter_result(args, (), {}, dict.fromkeys(names, stale))
+            return replies.filter_result(args, (), {}, dict.fromkeys(names, stale))
         if seen.superseded is not None:
             await self._supersede(seen.superseded, pr.gang)
         index = self.core.topo.node_index  # once per node list and topology (read-only: shared)
@@ -179,7 +179,7 @@ class Scheduler:
         )
         if len(unknown) == len(names):  # nothing to place on: no reservation, no waiting record
             self._count("filter", "rejected")
-            return wire.filter_result(args, (), {}, unknown)
+            return replies.filter_result(args, (), {}, unknown)
         async with self.lock:
             now = self.clock()
             try:
@@ -192,7 +192,7 @@ class Scheduler:
                 self._count("filter", "error")
                 msg = user_error(pr.key, pr.spec_annotation, err)
                 self.gang_ledger.user_error(args.pod.raw, pr.namespace, pr.gang, msg)
-                return wire.filter_error(msg)
+                return replies.filter_error(msg)
             if isinstance(got, Wait):
                 self._count("filter", "wait")
                 return self._wait_answer(args, pr, got, names, unknown, now)
@@ -209,7 +209,7 @@ class Scheduler:
                     else f"every slot of {pr.leaf_number} leaf cells is claimed by another member"
                 )
                 text = f"topogang: gang {pr.gang} waits [{WaitCode.RESERVED.value}]: {taken}"
-                return wire.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
+                return replies.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
             slot_nodes = {p.node for p in slots}
             at = self.node_lists.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
             passed = (
@@ -223,14 +223,14 @@ class Scheduler:
                 # kube-scheduler reads why nodes failed only when none passes, and counts a dropped,
                 # unlisted node as unresolvable (reference: extender protocol, point 5); naming the
                 # other 999 nodes of a 1,000-node answer would cost ~140 KB that nobody reads
-                return wire.filter_result(args, passed, {}, {})
+                return replies.filter_result(args, passed, {}, {})
             other = (
                 f"topogang: gang {pr.gang} holds this pod's slot on {some(sorted(slot_nodes))}, which "
                 "kube-scheduler's own filters rejected"
             )
             unresolvable = dict.fromkeys(names, other)
             unresolvable.update(unknown)
-            return wire.filter_result(args, (), {}, unresolvable)
+            return replies.filter_result(args, (), {}, unresolvable)
 
     def _should_preempt(self, got: GangPlacement | Wait, pod: Mapping[str, Any]) -> bool:
         """Filter-time preemption (Kubernetes mode): kube-scheduler's own dry run only reaches the
@@ -271,7 +271,7 @@ class Scheduler:
         failed, unresolvable = waiting_nodes(
             pr.gang, w, text, names, unknown, evicts_itself=self.preempt_on_filter
         )
-        return wire.filter_result(args, (), failed, unresolvable)
+        return replies.filter_result(args, (), failed, unresolvable)
 
     def _note_wait(self, pr: PodRequest, w: Wait, now: float) -> str:
         """Remember why the gang waits (for inspect and metrics) and tell the pod's watchers."""
@@ -303,18 +303,18 @@ class Scheduler:
         zero = [(n, 0) for n in names]
         if not self.ready or not is_enabled(args.pod.raw):
             self._count("prioritize", "ignored")
-            return wire.host_priorities(zero)
+            return replies.host_priorities(zero)
         try:
             pr = await self.request_of(args.pod)
         except UserError:
             self._count("prioritize", "ignored")
-            return wire.host_priorities(zero)
+            return replies.host_priorities(zero)
         async with self.lock:
             now = self.clock()
             slots = self._slots(pr)
             if not slots:
                 self._count("prioritize", "ignored")
-                return wire.host_priorities(zero)
+                return replies.host_priorities(zero)
             mine = self.promises.promise(self.core, pr, slots, now)
             slot_nodes = {p.node for p in slots}
             scores = []
@@ -328,7 +328,7 @@ class Scheduler:
                     score = 0
                 scores.append((n, score))
         self._count("prioritize", "scored")
-        return wire.host_priorities(scores)
+        return replies.host_priorities(scores)
 
     # ------------------------------------------------------------------------------ preempt
     async def preempt(self, args: wire.PreemptionArgs) -> dict[str, Any]:
@@ -337,7 +337,7 @@ class Scheduler:
             raise VerbError(503, f"topogang: not ready: {self.not_ready_reason}")
         if not is_enabled(args.pod.raw):
             self._count("preempt", "ignored")
-            return wire.preemption_result(None)
+            return replies.preemption_result(None)
         try:
             pr = await self.request_of(args.pod)
         except UserError as err:
@@ -356,17 +356,17 @@ class Scheduler:
             if isinstance(got, Wait):
                 self._note_wait(pr, got, now)
                 self._count("preempt", "none")
-                return wire.preemption_result(None)
+                return replies.preemption_result(None)
             if isinstance(got, GangPlacement):
                 self._waiting.pop(pr.gang, None)
                 self._count("preempt", "none")
-                return wire.preemption_result(None)
+                return replies.preemption_result(None)
             victims = self._victims(got)
         if victims and self.evictor is not None:
             uids = [u for us in victims.values() for u in us]
             spawn(self.evictor(uids, f"preempted by gang {pr.gang}"))
         self._count("preempt", "victims" if victims else "none")
-        return wire.preemption_result(victims)
+        return replies.preemption_result(victims)
 
     def _victims(self, p: Preemption) -> dict[str, tuple[str, ...]]:
         return {node: uids for node, uids in p.victims_by_node().items() if uids}
@@ -375,12 +375,12 @@ class Scheduler:
     async def bind(self, args: wire.BindingArgs) -> dict[str, Any]:
         if not self.ready:
             self._count("bind", "error")
-            return wire.binding_result(f"topogang: not ready: {self.not_ready_reason}")
+            return replies.binding_result(f"topogang: not ready: {self.not_ready_reason}")
         running = self._inflight.get(args.pod_uid)
         if running is not None:  # a duplicate of a bind still in progress: same answer
             error = await asyncio.shield(running)
             self._count("bind", "duplicate" if not error else "error")
-            return wire.binding_result(error)
+            return replies.binding_result(error)
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._inflight[args.pod_uid] = fut
         error = "topogang: the bind did not complete (the request was cancelled)"
@@ -390,7 +390,7 @@ class Scheduler:
             fut.set_result(error)
             del self._inflight[args.pod_uid]
         self._count("bind", "bound" if not error else "error")
-        return wire.binding_result(error)
+        return replies.binding_result(error)
 
     async def _bind(self, args: wire.BindingArgs) -> str:
         pr = self.cached(args.pod_uid)

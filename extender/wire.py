@@ -1,16 +1,17 @@
-"""kube-scheduler's extender wire format: typed requests in, PascalCase responses out.
+"""kube-scheduler's extender requests, parsed into typed arguments (the replies: `extender.replies`).
 
 kube-scheduler marshals its untagged Go structs, so request keys are PascalCase and nil values are
 explicit `null`; Go decodes our replies case-insensitively. We read keys case-insensitively too (some
 third-party senders copied the old lower-case tags) and always answer with the canonical PascalCase
 names and explicit nulls. Every malformed input raises `WireError` naming the offending path, so the
 caller can answer with a message a human can act on. See `reference/extender-protocol.md` §1.
+A server that is given a `NodeLists` shares kube-scheduler's node lists from request to request.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,7 @@ class ExtenderArgs:
         if self.node_names is not None:
             return self.node_names
         if self.nodes is not None:
-            return tuple(_node_name(n) for n in self.nodes)
+            return tuple(node_name(n) for n in self.nodes)
         return ()
 
 
@@ -173,7 +174,8 @@ def _checked(value: list[Any], path: str) -> tuple[str, ...]:
     return tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(value))
 
 
-def _node_name(node: Mapping[str, Any]) -> str:
+def node_name(node: Mapping[str, Any]) -> str:
+    """A node object's name ("" when it has none: checked at parse, not at reply)."""
     meta = node.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
@@ -296,70 +298,3 @@ def _victim_uids(value: object, path: str, *, meta_form: bool) -> tuple[str, ...
         else:
             out.append(parse_pod(p, f"{path}.Pods[{i}]").uid)
     return tuple(out)
-
-
-# ---------------------------------------------------------------------------------------- replies
-def dumps(value: object) -> bytes:
-    return orjson.dumps(value)
-
-
-def filter_result(
-    args: ExtenderArgs | None,
-    passed: Sequence[str] = (),
-    failed: Mapping[str, str] | None = None,
-    unresolvable: Mapping[str, str] | None = None,
-    error: str = "",
-) -> dict[str, Any]:
-    """`ExtenderFilterResult`, answered in the form the request used (names, or full node objects)."""
-    nodes: dict[str, Any] | None = None
-    names: list[str] | None = list(passed)
-    if args is not None and args.node_names is None and args.nodes is not None:
-        keep = set(passed)
-        nodes = {"metadata": {}, "items": [n for n in args.nodes if _node_name(n) in keep]}
-        names = None
-    return {
-        "Nodes": nodes,
-        "NodeNames": names,
-        "FailedNodes": _as_dict(failed),
-        "FailedAndUnresolvableNodes": _as_dict(unresolvable),
-        "Error": error,
-    }
-
-
-def _as_dict(m: Mapping[str, str] | None) -> dict[str, str]:
-    """A reply's node map, without copying a plain dict (1,000 entries at every filter): replies
-    are only ever encoded, never changed."""
-    if type(m) is dict:
-        return m
-    return dict(m or {})
-
-
-def filter_error(error: str) -> dict[str, Any]:
-    return {
-        "Nodes": None,
-        "NodeNames": None,
-        "FailedNodes": {},
-        "FailedAndUnresolvableNodes": {},
-        "Error": error,
-    }
-
-
-def host_priorities(scores: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
-    """`HostPriorityList`: a top-level JSON array."""
-    return [{"Host": host, "Score": score} for host, score in scores]
-
-
-def binding_result(error: str = "") -> dict[str, Any]:
-    return {"Error": error}
-
-
-def preemption_result(victims: Mapping[str, Sequence[str]] | None) -> dict[str, Any]:
-    """`ExtenderPreemptionResult` (always the Meta form); null when nothing should be preempted."""
-    if not victims:
-        return {"NodeNameToMetaVictims": None}
-    return {
-        "NodeNameToMetaVictims": {
-            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 0}
-            for node, uids in victims.items()
-        }
-    }
