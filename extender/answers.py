@@ -7,7 +7,7 @@ paragraph 1,000 times); the nodes where preemption helps apart from those where 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from topology.decisions import UserError, Wait, WaitCode
 
@@ -33,6 +33,24 @@ def preemption_nodes(w: Wait) -> dict[str, tuple[str, ...]]:
     if w.reason.code not in PREEMPTION_CODES:
         return {}
     return w.victims_by_node()
+
+
+def slots_taken(gang: str, slot_key: str | None, holder: str | None, leaf_number: int) -> str:
+    """Why a member of a placed gang waits: its named slot's holder is alive, or every slot of its
+    shape is claimed."""
+    taken = (
+        f"slot {slot_key} is held by pod {holder}, which is still alive; this pod waits until it is gone"
+        if holder is not None
+        else f"every slot of {leaf_number} leaf cells is claimed by another member"
+    )
+    return f"topogang: gang {gang} waits [{WaitCode.RESERVED.value}]: {taken}"
+
+
+def slot_rejected(gang: str, slot_nodes: Iterable[str]) -> str:
+    return (
+        f"topogang: gang {gang} holds this pod's slot on {some(sorted(slot_nodes))}, which "
+        "kube-scheduler's own filters rejected"
+    )
 
 
 def some(items: Sequence[str], limit: int = 8) -> str:

@@ -154,7 +154,7 @@ def build_app(service: Service) -> Starlette:
 
     async def inspect_summary(request: Request) -> Response:
         async with s.lock:
-            return JSON(s.summary())
+            return JSON(views.summary(s.core, s.waiting, s.ready))
 
     async def cluster_status(request: Request) -> Response:
         async with s.lock:
@@ -179,12 +179,12 @@ def build_app(service: Service) -> Starlette:
 
     async def groups(request: Request) -> Response:
         async with s.lock:
-            return JSON({"items": s.affinity_groups()})
+            return JSON({"items": views.affinity_groups(s.core, s.waiting, s.clock())})
 
     async def group(request: Request) -> Response:
         name = request.path_params["name"]
         async with s.lock:
-            g = s.affinity_group(name)
+            g = views.affinity_group_named(s.core, s.waiting, name, s.clock())
         if g is None:
             return JSON(
                 {

@@ -18,19 +18,19 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-from extender import replies, views, wire
-from extender.answers import some, user_error, wait_text, waiting_nodes
+from extender import podrequests, replies, views, wire
+from extender.answers import slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
+from extender.background import spawn
 from extender.bindinfo import bind_annotations
 from extender.conventions.edge import Conventions
 from extender.ledger import GangLedger
 from extender.ledger_metrics import LedgerCollector
-from extender.metrics import Metrics, StateSnapshot
+from extender.metrics import Metrics
 from extender.nodelists import NodeLists
 from extender.podcache import PodCache
-from extender.podspec import PodRequest, is_enabled, pod_request, spec_text
+from extender.podspec import PodRequest, annotation_of, is_enabled
 from extender.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
 from extender.promises import Promises
 from extender.views import Waiting
@@ -44,7 +44,6 @@ from topology.decisions import (
     Wait,
     WaitCode,
 )
-from topology.ledger import Gang, GangPhase
 
 log = logging.getLogger("topogang.extender")
 
@@ -98,46 +97,18 @@ class Scheduler:
         self.ready = False
         self.not_ready_reason = "starting"
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
-        self._waiting: dict[str, Waiting] = {}
+        self.waiting: dict[str, Waiting] = {}
         self.promises = Promises()  # slots held for a while for the pod sent to them
         self.node_lists = NodeLists()  # kube-scheduler's node lists, shared from request to request
         self._inflight: dict[str, asyncio.Future[str]] = {}
-        self.metrics.watch_state(self.snapshot)
+        self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
 
     # ------------------------------------------------------------------------------ pod requests
     async def request_of(self, pod: wire.WirePod) -> PodRequest:
         """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
-        _, text = spec_text(pod.raw)
-        if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
-            got = await self.conventions.request_of(self, pod)
-            if got is not None:  # not cached: an elastic member or a Soft gang's may change
-                self.pods.remember(self.pods.same_identity(self.core, got), None)
-                return got
-        cached = self.pods.read_from(pod.uid, text)
-        if cached is not None:
-            return cached
-        pr = self._parse(pod, None)
-        if pr.task is not None and pr.request.name == f"{pod.namespace}/{pod.name}" and self.framework_lookup:
-            fw = await self.framework_lookup(pr.task.namespace, pr.task.framework)
-            if fw is None:  # not cached: the Framework may be readable next time
-                return self.pods.same_identity(self.core, pr)
-            pr = self._parse(pod, fw)
-        self.pods.remember(self.pods.same_identity(self.core, pr), text)
-        return pr
-
-    def _parse(self, pod: wire.WirePod, framework: Mapping[str, Any] | None) -> PodRequest:
-        return pod_request(
-            pod.raw,
-            pod.uid,
-            pod.namespace,
-            pod.name,
-            namespace_vcs=self.namespace_vcs,
-            ttl_seconds=self.ttl_seconds,
-            framework=framework,
-            max_pods=self.core.gpu_count,
-        )
+        return await podrequests.read(self, pod)
 
     def forget_pod(self, uid: str) -> None:
         self.pods.forget(uid)
@@ -161,7 +132,7 @@ class Scheduler:
             pr = await self.request_of(args.pod)
         except UserError as err:
             self._count("filter", "error")
-            msg = user_error(args.pod.key, _annotation(args.pod.raw), err)
+            msg = user_error(args.pod.key, annotation_of(args.pod.raw), err)
             self.gang_ledger.user_error(args.pod.raw, args.pod.namespace, None, msg)
             return replies.filter_error(msg)
         seen = self.gang_ledger.seen(pr, args.pod.raw)
@@ -196,19 +167,13 @@ class Scheduler:
             if isinstance(got, Wait):
                 self._count("filter", "wait")
                 return self._wait_answer(args, pr, got, names, unknown, now)
-            self._waiting.pop(pr.gang, None)
+            self.waiting.pop(pr.gang, None)
             self.gang_ledger.placed(self.core, pr.gang, self.waiting_of)
             slots = self._slots(pr)
             if not slots:
                 self._count("filter", "wait")
                 holder = self.core.slot_holder(pr.gang, pr.slot_key) if pr.slot_key is not None else None
-                taken = (
-                    f"slot {pr.slot_key} is held by pod {holder}, which is still alive; this pod waits "
-                    "until it is gone"
-                    if holder is not None
-                    else f"every slot of {pr.leaf_number} leaf cells is claimed by another member"
-                )
-                text = f"topogang: gang {pr.gang} waits [{WaitCode.RESERVED.value}]: {taken}"
+                text = slots_taken(pr.gang, pr.slot_key, holder, pr.leaf_number)
                 return replies.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
             slot_nodes = {p.node for p in slots}
             at = self.node_lists.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
@@ -224,11 +189,7 @@ class Scheduler:
                 # unlisted node as unresolvable (reference: extender protocol, point 5); naming the
                 # other 999 nodes of a 1,000-node answer would cost ~140 KB that nobody reads
                 return replies.filter_result(args, passed, {}, {})
-            other = (
-                f"topogang: gang {pr.gang} holds this pod's slot on {some(sorted(slot_nodes))}, which "
-                "kube-scheduler's own filters rejected"
-            )
-            unresolvable = dict.fromkeys(names, other)
+            unresolvable = dict.fromkeys(names, slot_rejected(pr.gang, slot_nodes))
             unresolvable.update(unknown)
             return replies.filter_result(args, (), {}, unresolvable)
 
@@ -246,8 +207,7 @@ class Scheduler:
         return not (isinstance(spec, dict) and spec.get("preemptionPolicy") == "Never")
 
     def _preempt_now(self, pr: PodRequest, names: Sequence[str], now: float) -> None:
-        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else self.node_lists.node_set(names))
-        got = self.core.preempt(replace(pr.request, suggested_nodes=suggested), now)
+        got = self.core.preempt(pr.narrowed_to(self.node_lists.node_set(names)), now)
         if isinstance(got, Preemption):
             victims = [u for us in self._victims(got).values() for u in us]
             self._count("filter", "preempting")
@@ -255,8 +215,7 @@ class Scheduler:
                 spawn(self.evictor(victims, f"preempted by gang {pr.gang}"))
 
     def _reserve(self, pr: PodRequest, names: Sequence[str], now: float) -> GangPlacement | Wait:
-        suggested = _narrow(pr, None if pr.ignore_suggested_nodes else self.node_lists.node_set(names))
-        return self.core.reserve(replace(pr.request, suggested_nodes=suggested), now)
+        return self.core.reserve(pr.narrowed_to(self.node_lists.node_set(names)), now)
 
     def _wait_answer(
         self,
@@ -276,9 +235,9 @@ class Scheduler:
     def _note_wait(self, pr: PodRequest, w: Wait, now: float) -> str:
         """Remember why the gang waits (for inspect and metrics) and tell the pod's watchers."""
         text = wait_text(pr.gang, w)  # the core's reason says when the gang can never run
-        old = self._waiting.get(pr.gang)
+        old = self.waiting.get(pr.gang)
         since = old.since if old is not None else now
-        self._waiting[pr.gang] = Waiting(
+        self.waiting[pr.gang] = Waiting(
             pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now
         )
         if old is None or old.reason.code is not w.reason.code:
@@ -342,14 +301,14 @@ class Scheduler:
             pr = await self.request_of(args.pod)
         except UserError as err:
             self._count("preempt", "error")
-            raise VerbError(400, user_error(args.pod.key, _annotation(args.pod.raw), err)) from None
+            raise VerbError(400, user_error(args.pod.key, annotation_of(args.pod.raw), err)) from None
         async with self.lock:
             now = self.clock()
             try:
                 self.core.validate(pr.request, pr.leaf_number)
-                nodes = None if pr.ignore_suggested_nodes or not args.victims else frozenset(args.victims)
-                suggested = _narrow(pr, nodes)
-                got = self.core.preempt(replace(pr.request, suggested_nodes=suggested), now)
+                got = self.core.preempt(
+                    pr.narrowed_to(frozenset(args.victims) if args.victims else None), now
+                )
             except UserError as err:
                 self._count("preempt", "error")
                 raise VerbError(400, user_error(pr.key, pr.spec_annotation, err)) from None
@@ -358,7 +317,7 @@ class Scheduler:
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
             if isinstance(got, GangPlacement):
-                self._waiting.pop(pr.gang, None)
+                self.waiting.pop(pr.gang, None)
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
             victims = self._victims(got)
@@ -395,7 +354,7 @@ class Scheduler:
     async def _bind(self, args: wire.BindingArgs) -> str:
         pr = self.cached(args.pod_uid)
         if pr is None:
-            got = await self._lookup_for_bind(args)
+            got = await podrequests.for_bind(self, args)
             if isinstance(got, str):
                 return got
             pr = got
@@ -450,41 +409,6 @@ class Scheduler:
             return f"topogang: binding {args.key} to {args.node} failed: {type(exc).__name__}: {exc}"
         return ""
 
-    async def _lookup_for_bind(self, args: wire.BindingArgs) -> PodRequest | str:
-        other = self.pods.uid_of(args.pod_namespace, args.pod_name)
-        if self.pod_lookup is None:
-            if other is not None:
-                return (
-                    f"topogang: stale PodUID {args.pod_uid}: pod {args.pod_namespace}/{args.pod_name} "
-                    f"was filtered with UID {other}"
-                )
-            return (
-                f"topogang: Pod cannot be bound without a scheduling placement: {args.key} was never "
-                "filtered by topogang"
-            )
-        pod = await self.pod_lookup(args.pod_namespace, args.pod_name)
-        if pod is None:
-            return f"topogang: pod {args.pod_namespace}/{args.pod_name} does not exist"
-        try:
-            wp = wire.parse_pod(pod)
-        except wire.WireError as err:
-            return f"topogang: pod {args.pod_namespace}/{args.pod_name} from the API server: {err}"
-        if wp.uid != args.pod_uid:
-            return (
-                f"topogang: stale PodUID {args.pod_uid}: pod {args.pod_namespace}/{args.pod_name} "
-                f"now has UID {wp.uid}"
-            )
-        if not is_enabled(pod):
-            return f"topogang: pod {args.key} does not opt in to topogang (no pod-scheduling-enable limit)"
-        status = pod.get("status")
-        phase = status.get("phase") if isinstance(status, Mapping) else None
-        if phase in ("Succeeded", "Failed"):  # released when it finished: nothing may claim for it
-            return f"topogang: pod {args.key} has finished ({phase})"
-        try:
-            return await self.request_of(wp)
-        except UserError as err:
-            return user_error(wp.key, _annotation(pod), err)
-
     # ------------------------------------------------------------------------------ lifecycle
     async def pod_gone(self, uid: str, *, finished: bool = False) -> Released | None:
         """A pod was deleted (or completed): its slot opens, and its gang goes when no member is left."""
@@ -495,7 +419,7 @@ class Scheduler:
                 released = self._abandoned(cached.gang, uid)
             self._released(released)
             if cached is not None and not self.pods.others_in(cached.gang, uid):
-                self._waiting.pop(cached.gang, None)  # its last pod is gone: nothing waits any more
+                self.waiting.pop(cached.gang, None)  # its last pod is gone: nothing waits any more
             self.gang_ledger.pod_gone(self.core, uid, self.waiting_of)
         self.forget_pod(uid)
         return released
@@ -517,7 +441,7 @@ class Scheduler:
         pods still holding cells are evicted."""
         async with self.lock:
             released = self.core.evict_gang(old, self.clock())
-            self._waiting.pop(old, None)
+            self.waiting.pop(old, None)
             self._released(released)
         if released is not None:
             log.info("gang %s is superseded by %s; released", old, new)
@@ -525,7 +449,7 @@ class Scheduler:
                 spawn(self.evictor(released.evict_pod_uids, f"superseded by framework attempt {new}"))
 
     def waiting_of(self, gang: str) -> Waiting | None:
-        return self._waiting.get(gang)
+        return self.waiting.get(gang)
 
     def _released(self, released: Released | None) -> None:
         if released is not None:
@@ -540,9 +464,9 @@ class Scheduler:
             released = self.core.expire(now)
             for r in released:
                 self._released(r)
-            stale = [g for g, w in self._waiting.items() if now - w.last_seen > self.ttl_seconds]
+            stale = [g for g, w in self.waiting.items() if now - w.last_seen > self.ttl_seconds]
             for g in stale:
-                del self._waiting[g]
+                del self.waiting[g]
             self.promises.expire(now)
         if released:
             self.metrics.expiries.inc(len(released))
@@ -562,70 +486,3 @@ class Scheduler:
                 await self.expire()
             except Exception:
                 log.exception("reservation expiry failed")
-
-    # ------------------------------------------------------------------------------ views
-    def snapshot(self) -> StateSnapshot:
-        core = self.core
-        phases: dict[str, int] = {p.value: 0 for p in GangPhase}
-        phases["Waiting"] = len(self._waiting)
-        for g in core.gangs():
-            phases[g.phase.value] = phases.get(g.phase.value, 0) + 1
-        usage = views.vc_usage(core)
-        for row in usage.values():
-            row["free"] = max(0, row["quota"] - row["used"])
-        return StateSnapshot(phases, usage, views.level_usage(core), views.cluster_leaves(core), self.ready)
-
-    def affinity_groups(self) -> list[dict[str, Any]]:
-        now = self.clock()
-        out = [views.affinity_group(self.core, g, now) for g in self.core.gangs()]
-        placed = {g.name for g in self.core.gangs()}
-        out += [
-            views.waiting_group(w, now) for name, w in sorted(self._waiting.items()) if name not in placed
-        ]
-        return out
-
-    def affinity_group(self, name: str) -> dict[str, Any] | None:
-        now = self.clock()
-        g: Gang | None = self.core.gang(name)
-        if g is not None:
-            return views.affinity_group(self.core, g, now)
-        w = self._waiting.get(name)
-        return views.waiting_group(w, now) if w is not None else None
-
-    def summary(self) -> dict[str, Any]:
-        total, free, bad = views.cluster_leaves(self.core)
-        snap = self.snapshot()
-        return {
-            "ready": self.ready,
-            "nodes": len(self.core.topo.node_names),
-            "gpus": {"total": total, "free": free, "bad": bad},
-            "gangs": snap.gangs_by_phase,
-            "virtualClusters": snap.vc_gpus,
-        }
-
-
-def _narrow(pr: PodRequest, nodes: frozenset[str] | None) -> frozenset[str] | None:
-    """A request's own suggested nodes (an elastic gang's domain) narrow kube-scheduler's."""
-    own = pr.request.suggested_nodes
-    if own is None:
-        return nodes
-    return own if nodes is None else nodes & own
-
-
-def _annotation(pod: Mapping[str, Any]) -> str:
-    return spec_text(pod)[0]
-
-
-_background: set[asyncio.Task[None]] = set()
-
-
-def spawn(coro: Awaitable[None]) -> None:
-    async def run() -> None:
-        try:
-            await coro
-        except Exception:
-            log.exception("background task failed")
-
-    task = asyncio.get_running_loop().create_task(run())
-    _background.add(task)
-    task.add_done_callback(_background.discard)

@@ -61,7 +61,7 @@ def ui_routes(scheduler: Scheduler) -> list[BaseRoute]:
         async with scheduler.lock:  # an exception here is the app's to answer (`extender.app.Guard`)
             doc = view.document(
                 scheduler.core,
-                views.waiting_gangs(scheduler),
+                views.waiting_gangs(scheduler.waiting),
                 scheduler.clock(),
                 token=q.get("token"),
                 layout_token=q.get("layout"),

@@ -855,7 +855,7 @@ class Soak:
             "scheduler.pods": len(s.pods),
             "scheduler.uid_by_name": len(s.pods._uid_by_name),
             "scheduler.gang_pods": len(s.pods._gang_pods),
-            "scheduler.waiting": len(s._waiting),
+            "scheduler.waiting": len(s.waiting),
             "scheduler.tentative": len(s.promises),
             "scheduler.inflight": len(s._inflight),
             "core.pod_gang": len(s.core.ledger.pod_gang),
