@@ -22,7 +22,8 @@ from extender.kube.binder import KubeBinder, binding_body
 from extender.kube.client import ApiError, AsyncKube, KubeApi
 from extender.kube.nodes import node_health
 from extender.kube.recovery import recover
-from extender.kube.service import ClusterSync, kube_service
+from extender.kube.service import kube_service
+from extender.kube.sync import ClusterSync
 from extender.ports import BindError, BindTarget
 from extender.standalone import MemoryBinder
 from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec

@@ -55,7 +55,8 @@ from extender.app import Service, build_app
 from extender.kube import pods as kpods
 from extender.kube.client import pod_path
 from extender.kube.reservations import ReservationStore
-from extender.kube.service import ClusterSync, kube_service
+from extender.kube.service import kube_service
+from extender.kube.sync import ClusterSync
 from extender.ledger import FORGET_PENDING_SECONDS, TOMBSTONE_SECONDS
 from extender.standalone import EXAMPLE_CONFIG, expiry_interval
 from extender.verbs import Scheduler
