@@ -45,17 +45,18 @@ async def read(s: Reader, pod: wire.WirePod) -> PodRequest:
     cached = s.pods.read_from(pod.uid, text)
     if cached is not None:
         return cached
-    pr = _parse(s, pod, None)
+    pr = parse(s, pod, None)
     if pr.task is not None and pr.request.name == f"{pod.namespace}/{pod.name}" and s.framework_lookup:
         fw = await s.framework_lookup(pr.task.namespace, pr.task.framework)
         if fw is None:  # not cached: the Framework may be readable next time
             return s.pods.same_identity(s.core, pr)
-        pr = _parse(s, pod, fw)
+        pr = parse(s, pod, fw)
     s.pods.remember(s.pods.same_identity(s.core, pr), text)
     return pr
 
 
-def _parse(s: Reader, pod: wire.WirePod, framework: Mapping[str, Any] | None) -> PodRequest:
+def parse(s: Reader, pod: wire.WirePod, framework: Mapping[str, Any] | None = None) -> PodRequest:
+    """The request the pod's own spec makes on this scheduler's cluster (no cache, no conventions)."""
     return pod_request(
         pod.raw,
         pod.uid,

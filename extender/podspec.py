@@ -279,7 +279,7 @@ def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
     return members, roles
 
 
-def _merge(members: list[Member]) -> list[Member]:
+def merge_members(members: list[Member]) -> list[Member]:
     """HiveD merges members of equal leafCellNumber (their podNumbers add up)."""
     order: list[int] = []
     count: dict[int, int] = {}
@@ -393,7 +393,7 @@ def pod_request(
                 f"{r}/{i}" for r, m in zip(named, members, strict=True) for i in range(m.pod_number)
             )
         else:
-            members = _merge(members)
+            members = merge_members(members)
         gang = task.gang if task is not None else group_name
     if all(m.leaf_number != leaf_number for m in members):
         raise UserError(

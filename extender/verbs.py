@@ -154,7 +154,7 @@ class Scheduler:
         async with self.lock:
             now = self.clock()
             try:
-                self.core.validate(pr.request, pr.leaf_number)
+                self._validate_member(pr)
                 got = self._reserve(pr, names, now)
                 if self._should_preempt(got, args.pod.raw):
                     self._preempt_now(pr, names, now)
@@ -192,6 +192,14 @@ class Scheduler:
             unresolvable = dict.fromkeys(names, slot_rejected(pr.gang, slot_nodes))
             unresolvable.update(unknown)
             return replies.filter_result(args, (), {}, unresolvable)
+
+    def _validate_member(self, pr: PodRequest) -> None:
+        """Check the request once per verb. The core checks a new gang's request as it places it
+        (`Core.reserve`, `Core.preempt`), and the request's builder (`podspec`, the conventions)
+        has made sure the pod is one of its members; a member of a gang placed already is checked
+        here, with its own leaf cells, as the core goes straight to the placement."""
+        if self.core.gang(pr.gang) is not None:
+            self.core.validate(pr.request, pr.leaf_number)
 
     def _should_preempt(self, got: GangPlacement | Wait, pod: Mapping[str, Any]) -> bool:
         """Filter-time preemption (Kubernetes mode): kube-scheduler's own dry run only reaches the
@@ -305,7 +313,7 @@ class Scheduler:
         async with self.lock:
             now = self.clock()
             try:
-                self.core.validate(pr.request, pr.leaf_number)
+                self._validate_member(pr)
                 got = self.core.preempt(
                     pr.narrowed_to(frozenset(args.victims) if args.victims else None), now
                 )
