@@ -35,7 +35,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from extender import views, wire
+from extender import replies, views, wire
 from extender.explain_api import explain_route
 from extender.httpproto import BodyTooLargeError, read_body
 from extender.metrics import CONTENT_TYPE, Metrics
@@ -51,7 +51,7 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return wire.dumps(content)
+        return replies.dumps(content)
 
 
 @dataclass
@@ -67,11 +67,11 @@ class Service:
 
 
 def _filter_error(msg: str) -> Response:
-    return JSON(wire.filter_error(msg))
+    return JSON(replies.filter_error(msg))
 
 
 def _plain_error(msg: str) -> Response:
-    return JSON(wire.binding_result(msg))
+    return JSON(replies.binding_result(msg))
 
 
 def build_app(service: Service) -> Starlette:
@@ -95,7 +95,7 @@ def build_app(service: Service) -> Starlette:
             t0 = time.perf_counter()
             doc: object = None
             try:
-                doc = wire.loads(await read_body(request, MAX_BODY))
+                doc = wire.loads(await read_body(request, MAX_BODY), s.node_lists)
                 return JSON(await handle(doc))
             except wire.WireError as err:
                 metrics.decisions.labels(name, "malformed").inc()
@@ -115,20 +115,20 @@ def build_app(service: Service) -> Starlette:
                 msg = f"topogang: internal error in {name} of {who} (logged): {type(exc).__name__}"
                 if error_status is None:
                     return on_error(msg)
-                return JSON({**wire.preemption_result(None), "Error": msg})  # no victims: always safe
+                return JSON({**replies.preemption_result(None), "Error": msg})  # no victims: always safe
             finally:
                 metrics.latency.labels(name).observe(time.perf_counter() - t0)
 
         return endpoint
 
     async def do_filter(doc: object) -> Any:
-        out = await s.filter(wire.parse_extender_args(doc))
+        out = await s.filter(wire.parse_extender_args(doc, s.node_lists))
         if s.after_change is not None:
             await s.after_change()
         return out
 
     async def do_prioritize(doc: object) -> Any:
-        return await s.prioritize(wire.parse_extender_args(doc))
+        return await s.prioritize(wire.parse_extender_args(doc, s.node_lists))
 
     async def do_preempt(doc: object) -> Any:
         out = await s.preempt(wire.parse_preemption_args(doc))
@@ -154,7 +154,7 @@ def build_app(service: Service) -> Starlette:
 
     async def inspect_summary(request: Request) -> Response:
         async with s.lock:
-            return JSON(s.summary())
+            return JSON(views.summary(s.core, s.waiting, s.ready))
 
     async def cluster_status(request: Request) -> Response:
         async with s.lock:
@@ -179,12 +179,12 @@ def build_app(service: Service) -> Starlette:
 
     async def groups(request: Request) -> Response:
         async with s.lock:
-            return JSON({"items": s.affinity_groups()})
+            return JSON({"items": views.affinity_groups(s.core, s.waiting, s.clock())})
 
     async def group(request: Request) -> Response:
         name = request.path_params["name"]
         async with s.lock:
-            g = s.affinity_group(name)
+            g = views.affinity_group_named(s.core, s.waiting, name, s.clock())
         if g is None:
             return JSON(
                 {

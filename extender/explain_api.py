@@ -13,9 +13,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from extender import wire
+from extender import podrequests, wire
 from extender.httpproto import BodyTooLargeError, read_body
-from extender.podspec import pod_request
 from extender.verbs import Scheduler
 from topology.decisions import UserError
 from topology.explain import explain
@@ -28,15 +27,7 @@ def explain_route(scheduler: Scheduler) -> Route:
         try:
             doc = wire.loads(await read_body(request, MAX_BODY))
             pod = wire.parse_pod(doc.get("Pod", doc) if isinstance(doc, dict) else doc)
-            pr = pod_request(
-                pod.raw,
-                pod.uid,
-                pod.namespace,
-                pod.name,
-                namespace_vcs=scheduler.namespace_vcs,
-                ttl_seconds=scheduler.ttl_seconds,
-                max_pods=scheduler.core.gpu_count,
-            )
+            pr = podrequests.parse(scheduler, pod)
             async with scheduler.lock:
                 answer = explain(scheduler.core, pr.request, scheduler.clock())
         except BodyTooLargeError as err:

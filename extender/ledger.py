@@ -28,159 +28,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import StrEnum
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-
+from extender.ledger_records import (
+    Counts,
+    Identity,
+    Phase,
+    PodFacts,
+    Record,
+    Seen,
+    TransitionHook,
+    WaitingOf,
+    newer,
+    rfc3339,
+)
+from extender.ledger_status import document, evaluate
 from extender.podspec import PodRequest, framework_task, pod_annotations
-from extender.views import Waiting, lca_type
 from topology.core import Core
-from topology.decisions import Released, WaitCode
-from topology.ledger import Gang, GangPhase
+from topology.decisions import Released
+from topology.ledger import Gang
 
-API_VERSION = "topogang.io/v1alpha1"
 TOMBSTONE_SECONDS = 1200.0  # FrameworkBarrier's longest timeout: every barrier of the gang sees it
 FORGET_PENDING_SECONDS = 600.0  # a Pending gang nobody filtered for this long is dropped
 PRUNE_EVERY_SECONDS = 30.0
 FC_FRAMEWORK_UID = "FC_FRAMEWORK_UID"
-
-
-class Phase(StrEnum):
-    PENDING = "Pending"
-    RESERVED = "Reserved"
-    BINDING = "Binding"
-    BOUND = "Bound"
-    READY = "Ready"
-    BROKEN = "Broken"
-    EXPIRED = "Expired"
-
-
-ORDER = {Phase.PENDING: 0, Phase.RESERVED: 1, Phase.BINDING: 2, Phase.BOUND: 3, Phase.READY: 4}
-TERMINAL = frozenset({Phase.BROKEN, Phase.EXPIRED})
-
-
-def parse_phase(text: str) -> Phase | None:
-    """A phase name, case-insensitive (`ready`, `Ready`); None when it names no phase."""
-    for p in Phase:
-        if p.value.lower() == text.strip().lower():
-            return p
-    return None
-
-
-def reached(phase: Phase, target: Phase) -> bool:
-    """Whether a long-poll waiting for `target` may return: the phase is at or past it in
-    Pending < Reserved < Binding < Bound < Ready, or it is a failure phase (Broken, Expired)."""
-    if phase in TERMINAL or target in TERMINAL:
-        return phase in TERMINAL or phase is target
-    return ORDER[phase] >= ORDER[target]
-
-
-def rfc3339(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def attempt_id(attempt: str) -> int | None:
-    """The attempt number of an attempt instance UID (`{attemptID}_{configMapUID}`)."""
-    head = attempt.split("_", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def newer(a: str, b: str) -> bool:
-    """Whether attempt instance UID `a` supersedes `b` (a higher attempt ID; when either has none,
-    any different attempt is the newer one: the latest seen wins)."""
-    ia, ib = attempt_id(a), attempt_id(b)
-    if ia is None or ib is None or ia == ib:
-        return a != b
-    return ia > ib
-
-
-@dataclass(slots=True)
-class PodFacts:
-    """What the edge knows about one member pod."""
-
-    uid: str
-    namespace: str
-    name: str
-    gang: str
-    role: str | None = None
-    index: int | None = None
-    ip: str | None = None
-    host_ip: str | None = None
-    deleting: bool = False
-
-
-@dataclass(slots=True)
-class Identity:
-    namespace: str
-    name: str  # the framework name, or the affinity group's name without its namespace prefix
-    framework_uid: str | None = None
-    attempt: str | None = None  # FC_FRAMEWORK_ATTEMPT_INSTANCE_UID; None for a gang not from FC
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "name": self.name,
-            "frameworkUID": self.framework_uid,
-            "attemptInstanceUID": self.attempt,
-        }
-
-
-@dataclass(slots=True)
-class Counts:
-    expected: int = 0
-    reserved: int = 0
-    bound: int = 0
-    with_ip: int = 0
-    binding: int = 0
-
-
-@dataclass(slots=True)
-class Record:
-    """The ledger's memory of one gang (keyed by the core's gang name)."""
-
-    gang: str
-    ident: Identity
-    vc: str
-    expected: int
-    leaf_total: int = 0
-    opportunistic: bool = False
-    phase: Phase = Phase.PENDING
-    never_fits: bool = False
-    reason: str = ""
-    user_error: str | None = None
-    version: int = 0
-    reserved_at: float | None = None
-    bound_at: float | None = None
-    ready_at: float | None = None
-    expired_at: float | None = None
-    last_seen: float = 0.0
-    was_bound: bool = False
-    pods: set[str] = field(default_factory=set)
-    tombstone: dict[str, Any] | None = None
-    last_gang: Gang | None = None  # the core's gang when last seen (what a tombstone shows)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    phase_changed: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """What `GangLedger.seen` found: a stale attempt (refuse the pod) or an older attempt's gang to
-    release (the caller deletes it from the core and evicts what it names)."""
-
-    stale: str | None = None
-    superseded: str | None = None
-
-
-WaitingOf = Callable[[str], Waiting | None]
-# (record, members as (namespace, name, uid), why): told of every phase a gang enters, for Events
-TransitionHook = Callable[[Record, list[tuple[str, str, str]], str], None]
 
 
 class GangLedger:
@@ -497,56 +369,7 @@ class GangLedger:
         self, core: Core, rec: Record, waiting: WaitingOf, *, gang: Gang | None = None
     ) -> tuple[Phase, Counts, str, bool]:
         """(phase, counts, reason, neverFits) of a gang now."""
-        if rec.tombstone is not None:
-            return Phase.EXPIRED, Counts(expected=rec.expected), rec.reason, False
-        g = gang or core.gang(rec.gang)
-        if g is not None:
-            rec.last_gang = g
-        if g is None:
-            counts = Counts(expected=rec.expected)
-            if rec.user_error is not None:
-                return Phase.PENDING, counts, rec.user_error, True
-            w = waiting(rec.gang)
-            if w is None:
-                return Phase.PENDING, counts, "waiting for a member to be filtered", False
-            text = f"[{w.reason.code.value}] {w.reason.message}"
-            quota = core.vc_quota_leaves.get(rec.vc, 0)
-            too_big = not rec.opportunistic and rec.leaf_total > quota
-            never = w.reason.code is WaitCode.INSUFFICIENT_QUOTA and too_big  # the reason says so too
-            return Phase.PENDING, counts, text, never
-        counts = Counts(expected=len(g.slots))
-        if g.phase is GangPhase.PREEMPTING:
-            text = f"[{WaitCode.PREEMPTING.value}] waiting for {len(g.victims)} preempted gangs to leave"
-            return Phase.PENDING, counts, text, False
-        counts.reserved = counts.expected
-        deleting = False
-        for s in g.slots:
-            if s.pod_uid is None:
-                if s.finished:
-                    counts.bound += 1
-                    counts.with_ip += 1
-                continue
-            if s.pod_uid in self.inflight:
-                counts.binding += 1
-                continue
-            counts.bound += 1
-            facts = self.pods.get(s.pod_uid)
-            if facts is not None and facts.deleting:
-                deleting = True
-            elif facts is not None and facts.ip:
-                counts.with_ip += 1
-        claimed = counts.bound + counts.binding
-        if rec.was_bound and (claimed < counts.expected or deleting):
-            lost = counts.expected - claimed
-            what = f"{lost} member(s) lost" if lost else "a member is being deleted"
-            return Phase.BROKEN, counts, f"{what} after the gang was bound; waiting for the retry", False
-        if counts.binding:
-            return Phase.BINDING, counts, "", False
-        if counts.bound == counts.expected:
-            if counts.with_ip == counts.expected and not deleting:
-                return Phase.READY, counts, "", False
-            return Phase.BOUND, counts, "waiting for every member's pod IP", False
-        return Phase.RESERVED, counts, f"{counts.bound} of {counts.expected} members bound", False
+        return evaluate(core, rec, waiting, self.pods, self.inflight, gang=gang)
 
     # ------------------------------------------------------------------------------ lookups
     def resolve(self, core: Core, namespace: str, name: str, attempt: str | None) -> Record | str | None:
@@ -594,90 +417,8 @@ class GangLedger:
     ) -> dict[str, Any]:
         """The `GangStatus` document of a gang (`gang`: the core's gang as it was just before its
         release, for a tombstone)."""
-        if rec.tombstone is not None:
-            return dict(rec.tombstone)
-        phase, counts, reason, never = self.evaluate(core, rec, waiting, gang=gang)
-        g = gang or core.gang(rec.gang)
         offset = self.wall() - self.clock()
-        doc: dict[str, Any] = {
-            "apiVersion": API_VERSION,
-            "kind": "GangStatus",
-            "gang": {**rec.ident.to_dict(), "gang": rec.gang},
-            "namespace": rec.ident.namespace,
-            "name": rec.ident.name,
-            "phase": phase.value,
-            "ready": phase is Phase.READY,
-            "reason": reason,
-            "neverFits": never,
-            "expected": counts.expected,
-            "reserved": counts.reserved,
-            "bound": counts.bound,
-            "withPodIP": counts.with_ip,
-            "placement": None,
-            "members": [],
-            "reservedAt": None,
-            "boundAt": rfc3339(rec.bound_at) if phase in (Phase.BOUND, Phase.READY) else None,
-            "readyAt": rfc3339(rec.ready_at) if phase is Phase.READY else None,
-            "expiresAt": None,
-            "resourceVersion": str(rec.version),
-        }
-        if g is None:
-            doc["members"] = [self._pending_member(self.pods[u]) for u in sorted(rec.pods) if u in self.pods]
-            return doc
-        placement = core.placement_of(g)
-        chain = placement.chain
-        doc["placement"] = {
-            "virtualCluster": g.request.vc,
-            "chain": chain,
-            "lcaCellType": lca_type(core, chain, g.lca_level),
-            "nodes": list(placement.nodes),
-            "priority": g.priority,
-        }
-        doc["reservedAt"] = rfc3339(g.created + offset)
-        doc["expiresAt"] = rfc3339(g.deadline + offset) if g.deadline is not None else None
-        members = []
-        for s, p in zip(g.slots, placement.pods, strict=True):
-            facts = self.pods.get(s.pod_uid) if s.pod_uid is not None else None
-            role, index = _task_of(s.key, facts)
-            if s.pod_uid is None:
-                state = "Finished" if s.finished else "Free"
-            elif s.pod_uid in self.inflight:
-                state = "Binding"
-            elif facts is not None and facts.deleting:
-                state = "Deleting"
-            else:
-                state = "Bound"
-            members.append(
-                {
-                    "taskRole": role,
-                    "taskIndex": index,
-                    "rank": s.index,
-                    "podName": s.pod_name if s.pod_uid is not None else None,
-                    "podUID": s.pod_uid,
-                    "node": p.node,
-                    "gpus": list(p.gpu_indices),
-                    "podIP": facts.ip if facts is not None and state == "Bound" else None,
-                    "hostIP": facts.host_ip if facts is not None else None,
-                    "state": state,
-                }
-            )
-        doc["members"] = members
-        return doc
-
-    @staticmethod
-    def _pending_member(f: PodFacts) -> dict[str, Any]:
-        return {
-            "taskRole": f.role,
-            "taskIndex": f.index,
-            "rank": None,
-            "podName": f.name,
-            "podUID": f.uid,
-            "node": None,
-            "gpus": [],
-            "podIP": None,
-            "hostIP": None,
-            "state": "Pending",
-        }
+        return document(core, rec, waiting, self.pods, self.inflight, offset, gang=gang)
 
 
 def _framework_uid(pod: Mapping[str, Any]) -> str | None:
@@ -688,35 +429,3 @@ def _framework_uid(pod: Mapping[str, Any]) -> str | None:
 def _short(gang: str, namespace: str) -> str:
     prefix = f"{namespace}/"
     return gang[len(prefix) :] if gang.startswith(prefix) else gang
-
-
-def _task_of(key: str | None, facts: PodFacts | None) -> tuple[str | None, int | None]:
-    """(task role, task index) of a slot: its key (`role/index`) when named, else its pod's."""
-    if key is not None:
-        role, _, index = key.rpartition("/")
-        if role and index.isdigit():
-            return role, int(index)
-    if facts is not None:
-        return facts.role, facts.index
-    return None, None
-
-
-class LedgerCollector(Collector):
-    """Prometheus gauges of the ledger: gangs by ledger phase and long-poll waiters. Collected while
-    /metrics holds the scheduler lock."""
-
-    def __init__(self, ledger: GangLedger, core: Callable[[], Core], waiting: WaitingOf) -> None:
-        self.ledger = ledger
-        self.core = core
-        self.waiting = waiting
-
-    def collect(self) -> Iterable[Metric]:
-        gangs = GaugeMetricFamily(
-            "topogang_ledger_gangs", "Gangs in the ledger, by ledger phase.", labels=["phase"]
-        )
-        for phase, n in self.ledger.phase_counts(self.core(), self.waiting).items():
-            gangs.add_metric([phase], n)
-        yield gangs
-        waiters = GaugeMetricFamily("topogang_ledger_waiters", "Long-polls of /v1/gangs waiting now.")
-        waiters.add_metric([], self.ledger.waiters)
-        yield waiters

@@ -36,7 +36,7 @@ from starlette.routing import BaseRoute, Route
 from extender.app import JSON
 from extender.barrier import framework_from_gang
 from extender.framework import Framework, FrameworkError, with_ips_hidden, with_pod_ips
-from extender.ledger import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
+from extender.ledger_records import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
 from extender.verbs import Scheduler
 
 log = logging.getLogger("topogang.extender")

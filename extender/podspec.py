@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from config.untrusted import SPEC_LIMITS, UntrustedError, read_yaml, text_size
@@ -95,6 +95,14 @@ class PodRequest:
     def key(self) -> str:
         return f"{self.uid}({self.namespace}/{self.name})"
 
+    def narrowed_to(self, nodes: frozenset[str] | None) -> GangRequest:
+        """The gang's request with kube-scheduler's candidate nodes as its suggested nodes (unless
+        the pod ignores them), narrowed by the request's own (an elastic gang's domain)."""
+        own = self.request.suggested_nodes
+        theirs = None if self.ignore_suggested_nodes else nodes
+        suggested = theirs if own is None else own if theirs is None else theirs & own
+        return replace(self.request, suggested_nodes=suggested)
+
 
 # ------------------------------------------------------------------------------------------- opt-in
 def positive_quantity(value: object) -> bool:
@@ -161,6 +169,11 @@ def spec_text(pod: Mapping[str, Any]) -> tuple[str, str | None]:
 
 
 # ---------------------------------------------------------------------------------- field parsing
+def annotation_of(pod: Mapping[str, Any]) -> str:
+    """The spec annotation a pod's error names (the default one when it has none)."""
+    return spec_text(pod)[0]
+
+
 def _int(spec: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int | None:
     value = spec.get(key)
     if value is None:
@@ -266,7 +279,7 @@ def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
     return members, roles
 
 
-def _merge(members: list[Member]) -> list[Member]:
+def merge_members(members: list[Member]) -> list[Member]:
     """HiveD merges members of equal leafCellNumber (their podNumbers add up)."""
     order: list[int] = []
     count: dict[int, int] = {}
@@ -380,7 +393,7 @@ def pod_request(
                 f"{r}/{i}" for r, m in zip(named, members, strict=True) for i in range(m.pod_number)
             )
         else:
-            members = _merge(members)
+            members = merge_members(members)
         gang = task.gang if task is not None else group_name
     if all(m.leaf_number != leaf_number for m in members):
         raise UserError(

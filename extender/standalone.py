@@ -29,11 +29,11 @@ from starlette.routing import Route
 from config.load import LoadedConfig, load_config
 from extender.app import JSON, Service, build_app
 from extender.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
-from extender.conventions import edge as conventions
 from extender.ledger_api import ledger_routes
 from extender.metrics import Metrics
+from extender.ports import BindError, BindTarget
 from extender.reload import ConfigWatcher
-from extender.verbs import BindError, BindTarget, Scheduler
+from extender.verbs import Scheduler
 from topology.core import Core
 
 log = logging.getLogger("topogang.extender")
@@ -116,7 +116,7 @@ def build_standalone(
 
     scheduler.evictor = evict
     binder.on_bind = scheduler.gang_ledger.set_ip
-    gangs = conventions.attach(scheduler, conventions.Conventions(clock=clock))
+    gangs = scheduler.conventions
 
     async def delete_pod(request: Request) -> Response:
         uid = request.path_params["uid"]

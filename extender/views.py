@@ -7,9 +7,11 @@ API for that yet. Nothing here mutates anything; callers hold the scheduler lock
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extender.metrics import StateSnapshot
 from topology.core import Core
 from topology.decisions import WaitReason
 from topology.ledger import Gang, GangPhase
@@ -239,10 +241,49 @@ def waiting_group(w: Waiting, now: float) -> dict[str, Any]:
     }
 
 
-def waiting_gangs(scheduler: object) -> list[Waiting]:
-    """The gangs the verbs last told to wait (filter or preempt said no), read-only: the scheduler's
-    wait cache (`Scheduler._waiting`, kept until the gang is placed or its TTL passes unseen)."""
-    table = getattr(scheduler, "_waiting", None)
-    if not isinstance(table, dict):
-        return []
-    return [w for _, w in sorted(table.items()) if isinstance(w, Waiting)]
+def waiting_gangs(waiting: Mapping[str, Waiting]) -> list[Waiting]:
+    """The gangs the verbs last told to wait (filter or preempt said no), by name."""
+    return [w for _, w in sorted(waiting.items())]
+
+
+def state_snapshot(core: Core, waiting: Mapping[str, Waiting], ready: bool) -> StateSnapshot:
+    """What the state gauges show (`Metrics.watch_state`): gangs by phase, VC and level use."""
+    phases: dict[str, int] = {p.value: 0 for p in GangPhase}
+    phases["Waiting"] = len(waiting)
+    for g in core.gangs():
+        phases[g.phase.value] = phases.get(g.phase.value, 0) + 1
+    usage = vc_usage(core)
+    for row in usage.values():
+        row["free"] = max(0, row["quota"] - row["used"])
+    return StateSnapshot(phases, usage, level_usage(core), cluster_leaves(core), ready)
+
+
+def affinity_groups(core: Core, waiting: Mapping[str, Waiting], now: float) -> list[dict[str, Any]]:
+    """HiveD's affinity-group list: the placed gangs, then those that wait and are not placed."""
+    out = [affinity_group(core, g, now) for g in core.gangs()]
+    placed = {g.name for g in core.gangs()}
+    out += [waiting_group(w, now) for name, w in sorted(waiting.items()) if name not in placed]
+    return out
+
+
+def affinity_group_named(
+    core: Core, waiting: Mapping[str, Waiting], name: str, now: float
+) -> dict[str, Any] | None:
+    g = core.gang(name)
+    if g is not None:
+        return affinity_group(core, g, now)
+    w = waiting.get(name)
+    return waiting_group(w, now) if w is not None else None
+
+
+def summary(core: Core, waiting: Mapping[str, Waiting], ready: bool) -> dict[str, Any]:
+    """`/v1/inspect/summary`: nodes, GPUs, gangs by phase and VC use, at a glance."""
+    total, free, bad = cluster_leaves(core)
+    snap = state_snapshot(core, waiting, ready)
+    return {
+        "ready": ready,
+        "nodes": len(core.topo.node_names),
+        "gpus": {"total": total, "free": free, "bad": bad},
+        "gangs": snap.gangs_by_phase,
+        "virtualClusters": snap.vc_gpus,
+    }

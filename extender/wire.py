@@ -1,33 +1,26 @@
-"""kube-scheduler's extender wire format: typed requests in, PascalCase responses out.
+"""kube-scheduler's extender requests, parsed into typed arguments (the replies: `extender.replies`).
 
 kube-scheduler marshals its untagged Go structs, so request keys are PascalCase and nil values are
 explicit `null`; Go decodes our replies case-insensitively. We read keys case-insensitively too (some
 third-party senders copied the old lower-case tags) and always answer with the canonical PascalCase
 names and explicit nulls. Every malformed input raises `WireError` naming the offending path, so the
 caller can answer with a message a human can act on. See `reference/extender-protocol.md` §1.
+A server that is given a `NodeLists` shares kube-scheduler's node lists from request to request.
 """
 
 from __future__ import annotations
 
 import itertools
-import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import orjson
 
 from config.untrusted import BODY_DEPTH, UntrustedError, check_depth
+from extender.nodelists import MIN_SHARED, NodeLists
 
 MAX_NAME = 253  # a Kubernetes object name is at most 253 characters
-T = TypeVar("T")
-NODE_LISTS = 8  # distinct node lists remembered by `_intern` (kube-scheduler sends one, mostly)
-# ...and what they may hold together: ~220 bytes a name (the text, the tuple, the set, the raw tail,
-# `positions`), so one 70,000-node list fits; a larger list is checked and used, but not remembered
-NODE_LIST_BYTES = 32 * 1024 * 1024
-NAME_COST = 220
-MIN_SHARED = 32  # shorter lists (prioritize's survivors) are not remembered
 
 
 class WireError(ValueError):
@@ -67,7 +60,7 @@ class ExtenderArgs:
         if self.node_names is not None:
             return self.node_names
         if self.nodes is not None:
-            return tuple(_node_name(n) for n in self.nodes)
+            return tuple(node_name(n) for n in self.nodes)
         return ()
 
 
@@ -93,88 +86,24 @@ class PreemptionArgs:
 
 
 # ---------------------------------------------------------------------------------------- parsing
-def loads(body: bytes) -> object:
+def loads(body: bytes, lists: NodeLists | None = None) -> object:
     """The request body as JSON, or `WireError` saying why not.
 
-    A body that ends with the very bytes of a node list seen (and checked) lately is decoded
-    without them: its `NodeNames` is that list's shared tuple (`_known_tail`)."""
+    A body that ends with the very bytes of a node list `lists` holds is decoded without them: its
+    `NodeNames` is that list's shared tuple (`NodeLists.known_body`)."""
     if not body.strip():
         raise WireError("", "request body is empty; expected a JSON object")
-    if _tails:
-        doc = _known_tail(body)
+    if lists is not None:
+        doc = lists.known_body(body)
         if doc is not None:
             return doc
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise WireError("", f"request body is not JSON: {exc}") from None
-    _note_tail(body, doc)
+    if lists is not None:
+        lists.note_body(body, doc)
     return doc
-
-
-_KEY = b'"NodeNames":'
-_tails: dict[bytes, _NodeList] = {}  # the raw `"NodeNames":[...]}` ending a body -> its list
-_pending: list[tuple[bytes, object]] = []  # (tail, decoded list) of the last body, until checked
-
-
-def _head(body: bytes, at: int) -> bytes | None:
-    """The object before the trailing `"NodeNames":...` member, closed: `{..., "k": v}` or `{}`."""
-    head = body[:at].rstrip()
-    if head.endswith(b","):
-        rest = head[:-1].rstrip()
-        return None if rest.endswith(b"{") else rest + b"}"  # `{,` is not an object
-    if head.endswith(b"{"):
-        return head + b"}"
-    return None
-
-
-def _known_tail(body: bytes) -> dict[str, Any] | None:
-    """kube-scheduler sends the same node list, byte for byte, at the end of every filter: decoding
-    and re-checking it (and hashing 1,000 fresh strings to find its shared tuple) is most of a
-    request's parsing. If the body ends with a remembered `"NodeNames":[...]}` and what comes
-    before it is a valid object on its own, that member is the last key of the top-level object
-    (a `,` or `{` before its quote opens the key; the final `}` closes the document), so the body
-    decodes to that object plus `NodeNames` = the remembered list, exactly as a full decode would
-    give (a repeated key keeps its last value). Anything else: None, and the caller decodes it all."""
-    at = body.rfind(_KEY)
-    if at < 0:
-        return None
-    known = _tails.get(body[at:])
-    head = _head(body, at) if known is not None else None
-    if known is None or head is None:
-        return None
-    try:
-        doc = orjson.loads(head)
-    except orjson.JSONDecodeError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    doc["NodeNames"] = known.names
-    return doc
-
-
-def _note_tail(body: bytes, doc: object) -> None:
-    """After a full decode: if the body ends with its own top-level `NodeNames` array, keep those
-    bytes until `_names` has checked the list (then `_known_tail` can use them)."""
-    _pending.clear()
-    if not isinstance(doc, dict):
-        return
-    value = doc.get("NodeNames")
-    if not isinstance(value, list) or len(value) < MIN_SHARED:
-        return
-    at = body.rfind(_KEY)
-    if at < 0 or _head(body, at) is None:
-        return
-    tail = body[at:]
-    raw = tail[len(_KEY) :].rstrip()
-    if not raw.endswith(b"}"):
-        return
-    try:
-        same = orjson.loads(raw[:-1]) == value
-    except orjson.JSONDecodeError:
-        return
-    if same:
-        _pending.append((tail, value))
 
 
 def _kind(value: object) -> str:
@@ -223,29 +152,17 @@ def _name(value: object, path: str, *, required: bool = True) -> str:
     return value
 
 
-def _names(value: object, path: str) -> tuple[str, ...]:
-    """A node-name array, checked, as the shared tuple for it (see `_intern`)."""
-    if isinstance(value, tuple):
-        known = _by_id.get(id(value))
-        if known is not None and known.names is value:  # put in place by `loads` (`_known_tail`)
-            if next(reversed(_node_lists)) is not value:
-                _node_lists.move_to_end(value)
-            return value  # checked when it was first seen
+def _names(value: object, path: str, lists: NodeLists | None) -> tuple[str, ...]:
+    """A node-name array, checked, as the shared tuple for it when `lists` is given."""
+    if lists is not None:
+        known = lists.known(value)
+        if known is not None:  # put in place by `loads`, checked when it was first seen
+            return known
     if not isinstance(value, list):
         raise WireError(path, f"expected an array of node names or null, got {_kind(value)}")
-    if len(value) < MIN_SHARED:  # prioritize's few survivors: cheap, and not worth remembering
+    if lists is None or len(value) < MIN_SHARED:  # prioritize's few survivors: not worth sharing
         return _checked(value, path)
-    names = tuple(value)
-    try:
-        got = _node_lists.get(names)
-    except TypeError:  # an unhashable item: not a name; the checks below say where
-        got = None
-    if got is not None:  # the list kube-scheduler sent last time, checked then: ~15 us for 1,000
-        if next(reversed(_node_lists)) is not got.names:  # (moving re-hashes all the names)
-            _node_lists.move_to_end(got.names)
-        got.tail = _tail_of(value, got)
-        return got.names
-    return _intern(_checked(value, path), value)
+    return lists.share(value, lambda: _checked(value, path))
 
 
 def _checked(value: list[Any], path: str) -> tuple[str, ...]:
@@ -257,97 +174,8 @@ def _checked(value: list[Any], path: str) -> tuple[str, ...]:
     return tuple(_name(v, f"{path}[{i}]") for i, v in enumerate(value))
 
 
-def _tail_of(value: object, got: _NodeList) -> bytes | None:
-    """Remember the raw bytes `loads` kept for this (now checked) list: one tail per list."""
-    if not _pending or _pending[0][1] is not value:
-        return got.tail
-    tail = _pending.pop()[0]
-    if got.tail is not None and got.tail != tail:
-        _tails.pop(got.tail, None)
-    _tails[tail] = got
-    return tail
-
-
-class _NodeList:
-    """One node list as kube-scheduler sent it, and the same names as a set."""
-
-    __slots__ = ("cost", "memo", "names", "set", "tail")
-
-    def __init__(self, names: tuple[str, ...], cost: int) -> None:
-        self.names = names
-        self.cost = cost
-        self.set = frozenset(names)
-        self.tail: bytes | None = None  # the raw `"NodeNames":[...]}` it came in, if remembered
-        self.memo: dict[int, tuple[weakref.ref[Any], Any]] = {}  # id(owner) -> (owner, value)
-
-
-_node_lists: OrderedDict[tuple[str, ...], _NodeList] = OrderedDict()
-_by_id: dict[int, _NodeList] = {}  # id of an interned tuple (alive while in `_node_lists`)
-
-
-def _intern(names: tuple[str, ...], value: object) -> tuple[str, ...]:
-    """Remember a checked node list: later requests with an equal list get this very tuple.
-
-    kube-scheduler sends the same full node list with every filter and prioritize. Sharing one
-    tuple (and one frozenset, `node_set`) means a gang's request no longer keeps its own copy of
-    5,000 names alive for the gang's lifetime (~0.4 MB each at 5,000 nodes), the list is checked
-    and the set built once instead of per call, and lookups keyed by it hit by identity. A repeat
-    costs one tuple hash and compare, in C."""
-    cost = NAME_COST * len(names) + sum(map(len, names))
-    if cost > NODE_LIST_BYTES // 2:
-        _pending.clear()
-        return names
-    got = _node_lists[names] = _NodeList(names, cost)
-    _by_id[id(names)] = got
-    got.tail = _tail_of(value, got)
-    total = sum(n.cost for n in _node_lists.values())
-    while len(_node_lists) > NODE_LISTS or total > NODE_LIST_BYTES:
-        _, old = _node_lists.popitem(last=False)
-        total -= old.cost
-        del _by_id[id(old.names)]
-        if old.tail is not None:
-            _tails.pop(old.tail, None)
-    return names
-
-
-def per_node_list(names: Sequence[str], owner: object, compute: Callable[[], T]) -> T:
-    """`compute()`, remembered with an interned node list for `owner` (what else the value depends
-    on, e.g. the topology; held weakly, so a replaced one is not kept alive). Touching 1,000 names
-    costs ~130 us on a busy server however tight the loop (cache misses on the strings), so an
-    answer that depends only on the list is worth keeping. The value is shared: do not change it."""
-    got = _by_id.get(id(names))
-    if got is None or got.names is not names:
-        return compute()
-    held = got.memo.get(id(owner))
-    if held is not None and held[0]() is owner:
-        return cast(T, held[1])
-    value = compute()
-    got.memo[id(owner)] = (weakref.ref(owner), value)
-    return value
-
-
-def positions(names: Sequence[str]) -> dict[str, int]:
-    """Each name's index in the list (the first, for a name given twice); remembered with an
-    interned list, so picking a few names out of 1,000 in the caller's order costs no scan."""
-
-    def index() -> dict[str, int]:
-        out: dict[str, int] = {}
-        for i, n in enumerate(names):
-            out.setdefault(n, i)
-        return out
-
-    return per_node_list(names, _NodeList, index)
-
-
-def node_set(names: Sequence[str]) -> frozenset[str]:
-    """`frozenset(names)`, shared (and O(1)) for a node list `parse_extender_args` interned."""
-    got = _by_id.get(id(names))
-    if got is not None and got.names is names:
-        return got.set
-    return frozenset(names)
-
-
-def _node_name(node: Mapping[str, Any]) -> str:
+def node_name(node: Mapping[str, Any]) -> str:
+    """A node object's name ("" when it has none: checked at parse, not at reply)."""
     meta = node.get("metadata")
     name = meta.get("name") if isinstance(meta, dict) else None
     return name if isinstance(name, str) else ""
@@ -395,14 +223,14 @@ def request_identity(doc: object) -> str:
     return f"pod {uid}({ns}/{name})"
 
 
-def parse_extender_args(doc: object) -> ExtenderArgs:
-    """`ExtenderArgs` (filter and prioritize)."""
+def parse_extender_args(doc: object, lists: NodeLists | None = None) -> ExtenderArgs:
+    """`ExtenderArgs` (filter and prioritize); with `lists`, the node list is the shared one."""
     d = _folded(doc, "ExtenderArgs with Pod and NodeNames")
     pod = parse_pod(_required(d, "Pod"))
     raw_names = d.get("nodenames")
     raw_nodes = d.get("nodes")
     if raw_names is not None:
-        return ExtenderArgs(pod, _names(raw_names, "NodeNames"), None)
+        return ExtenderArgs(pod, _names(raw_names, "NodeNames", lists), None)
     if raw_nodes is None:
         if "nodenames" not in d and "nodes" not in d:
             raise WireError("NodeNames", "required key is missing (nodeCacheCapable: true sends NodeNames)")
@@ -470,70 +298,3 @@ def _victim_uids(value: object, path: str, *, meta_form: bool) -> tuple[str, ...
         else:
             out.append(parse_pod(p, f"{path}.Pods[{i}]").uid)
     return tuple(out)
-
-
-# ---------------------------------------------------------------------------------------- replies
-def dumps(value: object) -> bytes:
-    return orjson.dumps(value)
-
-
-def filter_result(
-    args: ExtenderArgs | None,
-    passed: Sequence[str] = (),
-    failed: Mapping[str, str] | None = None,
-    unresolvable: Mapping[str, str] | None = None,
-    error: str = "",
-) -> dict[str, Any]:
-    """`ExtenderFilterResult`, answered in the form the request used (names, or full node objects)."""
-    nodes: dict[str, Any] | None = None
-    names: list[str] | None = list(passed)
-    if args is not None and args.node_names is None and args.nodes is not None:
-        keep = set(passed)
-        nodes = {"metadata": {}, "items": [n for n in args.nodes if _node_name(n) in keep]}
-        names = None
-    return {
-        "Nodes": nodes,
-        "NodeNames": names,
-        "FailedNodes": _as_dict(failed),
-        "FailedAndUnresolvableNodes": _as_dict(unresolvable),
-        "Error": error,
-    }
-
-
-def _as_dict(m: Mapping[str, str] | None) -> dict[str, str]:
-    """A reply's node map, without copying a plain dict (1,000 entries at every filter): replies
-    are only ever encoded, never changed."""
-    if type(m) is dict:
-        return m
-    return dict(m or {})
-
-
-def filter_error(error: str) -> dict[str, Any]:
-    return {
-        "Nodes": None,
-        "NodeNames": None,
-        "FailedNodes": {},
-        "FailedAndUnresolvableNodes": {},
-        "Error": error,
-    }
-
-
-def host_priorities(scores: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
-    """`HostPriorityList`: a top-level JSON array."""
-    return [{"Host": host, "Score": score} for host, score in scores]
-
-
-def binding_result(error: str = "") -> dict[str, Any]:
-    return {"Error": error}
-
-
-def preemption_result(victims: Mapping[str, Sequence[str]] | None) -> dict[str, Any]:
-    """`ExtenderPreemptionResult` (always the Meta form); null when nothing should be preempted."""
-    if not victims:
-        return {"NodeNameToMetaVictims": None}
-    return {
-        "NodeNameToMetaVictims": {
-            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": 0}
-            for node, uids in victims.items()
-        }
-    }

@@ -22,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from extender import wire
+from extender import replies, wire
 from extender.app import JSON
+from extender.nodelists import NodeLists
 
 Handler = Callable[[object], Any]
 
@@ -38,25 +39,26 @@ def build_noop_app(nodes: Sequence[str], gpus_per_node: int = 8) -> Starlette:
         "virtualClusters": {"noop": {"quota": total, "used": 0, "opportunistic": 0, "free": total}},
     }
     physical = [{"cellType": "NODE", "isNodeLevel": True, "nodeName": n, "cellAddress": n} for n in names]
+    lists = NodeLists()  # parses as the extender does, so the comparison is of the decisions alone
 
     def do_filter(doc: object) -> Any:
-        return wire.filter_result(args := wire.parse_extender_args(doc), args.names)
+        return replies.filter_result(args := wire.parse_extender_args(doc, lists), args.names)
 
     def do_prioritize(doc: object) -> Any:
-        return wire.host_priorities([(n, 0) for n in wire.parse_extender_args(doc).names])
+        return replies.host_priorities([(n, 0) for n in wire.parse_extender_args(doc, lists).names])
 
     def do_bind(doc: object) -> Any:
         wire.parse_binding_args(doc)
-        return wire.binding_result()
+        return replies.binding_result()
 
     def do_preempt(doc: object) -> Any:
         wire.parse_preemption_args(doc)
-        return wire.preemption_result(None)
+        return replies.preemption_result(None)
 
     def verb(handle: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
-                return JSON(handle(wire.loads(await request.body())))
+                return JSON(handle(wire.loads(await request.body(), lists)))
             except wire.WireError as err:
                 return JSON({"Error": f"noop: malformed request: {err}"}, status_code=400)
 

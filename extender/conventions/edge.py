@@ -1,8 +1,9 @@
 """The conventions at the edge: reading PodGroups, elastic extras, and Soft/Hard timeouts.
 
-One `Conventions` per `Scheduler` (`attach`; a scheduler without one gets a default that reads no API
-objects, as in standalone mode). `request_of` is the hook `Scheduler.request_of` calls for pods
-without a topogang/HiveD spec:
+One `Conventions` per `Scheduler`, given to it when it is made (the default reads no API objects, as
+in standalone mode). `Conventions.request_of` is the hook `Scheduler.request_of` calls for pods
+without a topogang/HiveD spec. The scheduler is seen here only as a `Host` (what the conventions
+read and lock), so this module does not import the verbs that import it:
 
 - **Elastic gangs.** The core reserves the gang's core (minMember pods) all-or-nothing. A member that
   arrives when every slot of its shape is claimed is an *extra*: a one-pod gang `<gang>/extra/<pod>`
@@ -21,23 +22,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from extender.conventions.common import ObjRef
 from extender.conventions.resolve import Resolved, applies, references, resolve
 from extender.podspec import PodRequest
 from topology.core import Core
-from topology.decisions import AdoptedPod, GangRequest, Member
+from topology.decisions import AdoptedPod, GangRequest, Member, Released
 from topology.ledger import Gang, GangPhase
 
 if TYPE_CHECKING:
     from extender import wire
-    from extender.verbs import Scheduler
 
 log = logging.getLogger("topogang.conventions")
 
@@ -54,6 +53,22 @@ PATHS = {
     "podgroup": "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups/{name}",
     "pod": "/api/v1/namespaces/{ns}/pods/{name}",
 }
+
+
+class Host(Protocol):
+    """What the conventions need of the scheduler that owns them (`extender.verbs.Scheduler`)."""
+
+    @property
+    def core(self) -> Core: ...
+    @property
+    def lock(self) -> asyncio.Lock: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def namespace_vcs(self) -> Mapping[str, str]: ...
+    @property
+    def ttl_seconds(self) -> float: ...
+    async def expire(self) -> list[Released]: ...
 
 
 def object_path(ref: ObjRef) -> str:
@@ -96,7 +111,7 @@ class Conventions:
         return out
 
     # ------------------------------------------------------------------------------ requests
-    async def request_of(self, s: Scheduler, pod: wire.WirePod) -> PodRequest | None:
+    async def request_of(self, s: Host, pod: wire.WirePod) -> PodRequest | None:
         raw = pod.raw
         if not applies(raw):
             return None
@@ -137,7 +152,7 @@ class Conventions:
         return _single(pr, f"{pr.gang}/extra/{pr.name}", domain_nodes(core, g))
 
     # ------------------------------------------------------------------------------ timeouts
-    async def tick(self, s: Scheduler) -> None:
+    async def tick(self, s: Host) -> None:
         """Soften Soft gangs past their timeout; expire Hard ones promptly."""
         expire = False
         async with s.lock:
@@ -196,7 +211,7 @@ class Conventions:
             len(g.slots),
         )
 
-    async def run(self, s: Scheduler, interval: float = 0.25) -> None:
+    async def run(self, s: Host, interval: float = 0.25) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
@@ -241,26 +256,6 @@ def domain_nodes(core: Core, g: Gang) -> frozenset[str]:
         if up >= 0:
             c = up
     return frozenset(topo.node_names[i] for i in topo.nodes_within(c))
-
-
-_attached: weakref.WeakKeyDictionary[Scheduler, Conventions] = weakref.WeakKeyDictionary()
-
-
-def attach(s: Scheduler, conventions: Conventions) -> Conventions:
-    _attached[s] = conventions
-    return conventions
-
-
-def of(s: Scheduler) -> Conventions:
-    got = _attached.get(s)
-    if got is None:
-        got = attach(s, Conventions(clock=s.clock))
-    return got
-
-
-async def request_of(s: Scheduler, pod: wire.WirePod) -> PodRequest | None:
-    """The hook for `Scheduler.request_of`: the pod's request from the conventions, or None."""
-    return await of(s).request_of(s, pod)
 
 
 def kube_fetch(request: Callable[[str, str], Awaitable[dict[str, Any] | None]]) -> Fetch:

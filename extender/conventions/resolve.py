@@ -22,7 +22,7 @@ from extender.conventions.common import (
     text,
 )
 from extender.conventions.optin import GPU_RESOURCE, pod_gpus
-from extender.podspec import PodRequest, framework_task, spec_text
+from extender.podspec import PodRequest, framework_task, merge_members, spec_text
 from topology.decisions import GangRequest, Member, UserError
 
 # highest first; an explicit topogang/HiveD spec and FrameworkController identity come before all of
@@ -89,13 +89,6 @@ def check_agree(found: list[Claim]) -> None:
             )
 
 
-def _merge(members: list[Member]) -> tuple[Member, ...]:
-    count: dict[int, int] = {}
-    for m in members:
-        count[m.leaf_number] = count.get(m.leaf_number, 0) + m.pod_number
-    return tuple(Member(n, leaves) for leaves, n in count.items())
-
-
 def _vc(pod: Mapping[str, Any], namespace: str, namespace_vcs: Mapping[str, str] | None) -> str:
     vc = text(labels(pod).get(VIRTUAL_CLUSTER)) or text(annotations_of(pod).get(VIRTUAL_CLUSTER))
     if vc is None:
@@ -150,7 +143,7 @@ def resolve(
     if c.source == "spark" and known is not None:
         members = known.members  # executors join what their driver reserved
     elif c.members is not None:
-        members = _merge(list(c.members))
+        members = tuple(merge_members(list(c.members)))
     elif c.pods is not None:
         members = (Member(c.pods, leaf),)
     elif known is not None:

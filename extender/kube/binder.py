@@ -14,7 +14,7 @@ from typing import Any
 from extender.bindinfo import ISOLATION_ANNOTATIONS
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
-from extender.verbs import BindError, BindTarget
+from extender.ports import BindError, BindTarget
 
 
 def binding_body(target: BindTarget, node: str, annotations: Mapping[str, str]) -> dict[str, Any]:

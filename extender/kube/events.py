@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from extender.background import spawn
 from extender.kube.client import ApiError, AsyncKube
 from extender.metrics import Metrics
-from extender.verbs import spawn
 
 log = logging.getLogger("topogang.kube")
 

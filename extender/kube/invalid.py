@@ -6,7 +6,7 @@ once bound, whose bind info) cannot be read is skipped, never a reason for start
 watch to stop. Skipping alone would leave its owner guessing why the pod stays Pending (or why its
 allocation was not restored), so it gets a Warning Event naming the annotation, the place inside it
 and the reason, which is what `kubectl describe pod` shows. The filter refuses the same pod with the
-same words (`extender.verbs.user_error`); every other pod keeps being scheduled.
+same words (`extender.answers.user_error`); every other pod keeps being scheduled.
 """
 
 from __future__ import annotations

@@ -1,19 +1,5 @@
-"""Kubernetes mode: the scheduler kept in step with the cluster.
-
-Start-up (before /readyz turns ready, and before any verb is served): list nodes (every config node
-is bad until the API server shows it Ready), list pods, and rebuild every bound gang from its
-annotations (`recovery`). Then watch both from the lists' resourceVersions, listing again on 410:
-
-- node added or changed -> `Core.set_node_health` (Ready, unschedulable, GPU allocatable); deleted
-  -> all its GPUs bad;
-- pod deleted -> its slot opens (`Core.release_pod`); pod Succeeded -> finished (released early with
-  gangReleaseEnable); pod Failed -> its slot opens for the retry;
-- a bound pod the core does not hold (bound elsewhere, or missed) -> adopted.
-
-Pod content is untrusted (`extender.kube.invalid`): a pod whose annotations cannot be used is
-skipped with a Warning Event saying why, and one pod's event that still fails to be handled is
-logged and skipped, never a reason for start-up or a watch to stop (a watch that died on a pod would
-list again and die on the same pod, forever, with every pod after it never seen).
+"""Kubernetes mode: the scheduler, kept in step with the cluster (`extender.kube.sync.ClusterSync`),
+served with what reaches the API server.
 
 The scheduler's helpers come from here too: the binder, the pod and Framework lookups, the evictor
 (preemption victims and expired members are deleted, with the UID as precondition), and Events
@@ -32,27 +18,25 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from config.load import LoadedConfig
-from extender import views
 from extender.app import Service
 from extender.conventions import edge as conventions
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
-from extender.kube.client import ApiError, AsyncKube, GoneError, KubeApi, load_api_client, pod_path
+from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef
-from extender.kube.invalid import Invalid, fingerprint, invalid
+from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
-from extender.kube.nodes import node_health, node_name
-from extender.kube.recovery import recover
 from extender.kube.reservations import ReservationStore
-from extender.ledger import Record, TransitionHook
+from extender.kube.sync import ClusterSync
 from extender.ledger_api import ledger_routes
+from extender.ledger_records import Record, TransitionHook
 from extender.metrics import Metrics
-from extender.podspec import PodRequest, is_enabled
+from extender.podspec import PodRequest
 from extender.reload import ConfigWatcher
 from extender.standalone import expiry_interval
 from extender.verbs import Scheduler
@@ -60,8 +44,6 @@ from topology.core import Core
 
 log = logging.getLogger("topogang.kube")
 
-NODES = "/api/v1/nodes"
-PODS = "/api/v1/pods"
 FRAMEWORK_TTL = 30.0
 DEFAULT_NAMESPACE = os.environ.get("POD_NAMESPACE", "topogang-system")
 
@@ -69,266 +51,6 @@ DEFAULT_NAMESPACE = os.environ.get("POD_NAMESPACE", "topogang-system")
 def framework_path(namespace: str, name: str) -> str:
     ns, n = quote(namespace, safe=""), quote(name, safe="")
     return f"/apis/frameworkcontroller.microsoft.com/v1/namespaces/{ns}/frameworks/{n}"
-
-
-class ClusterSync:
-    """Keeps a `Scheduler` in step with the API server's nodes and pods."""
-
-    def __init__(self, scheduler: Scheduler, kube: AsyncKube) -> None:
-        self.s = scheduler
-        self.kube = kube
-        self.live: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of opted-in pods
-        self.done: set[str] = set()  # uids already released as finished
-        self.foreign: set[str] = set()  # bound pods without a readable decision (logged once)
-        self.checked: dict[str, int] = {}  # uid -> `invalid.fingerprint` of what was last judged
-        self.on_invalid: Callable[[Mapping[str, Any], Invalid], None] = lambda pod, bad: None
-        self.synced = False
-        self.synced_event = asyncio.Event()
-        self.hold_reason: Callable[[], str] = lambda: ""  # why not to serve although synced
-
-    def refresh_ready(self) -> None:
-        """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
-        reason = self.hold_reason() if self.synced else self.s.not_ready_reason
-        self.s.ready = self.synced and not reason
-        self.s.not_ready_reason = reason
-
-    # ------------------------------------------------------------------------------ start-up
-    async def start(self) -> tuple[str, str]:
-        """List nodes and pods, recover, turn ready; the resourceVersions to watch from."""
-        self.s.not_ready_reason = "listing nodes"
-        nodes, nodes_rv = await self.kube.list(NODES)
-        await self.apply_nodes(nodes, full=True)
-        self.s.not_ready_reason = "listing pods and recovering allocations"
-        pods, pods_rv = await self.kube.list(PODS)
-        async with self.s.lock:
-            report = recover(
-                self.s.core,
-                pods,
-                now=self.s.clock(),
-                namespace_vcs=self.s.namespace_vcs,
-                ttl_seconds=self.s.ttl_seconds,
-            )
-            for pod in pods:  # pod IPs and FrameworkController identities for the gang ledger
-                if is_enabled(pod) and not kpods.finished(pod):
-                    self._guarded(
-                        "observing", pod, self.s.gang_ledger.observe, self.s.core, pod, self.s.waiting_of
-                    )
-        for pod in pods:
-            if is_enabled(pod) and not kpods.finished(pod):
-                self.live[kpods.uid(pod)] = (kpods.namespace(pod), kpods.name(pod))
-                self._guarded("checking", pod, self.check, pod)
-        for line in report.lines():
-            log.info("%s", line)
-        self.synced = True
-        self.synced_event.set()
-        self.refresh_ready()
-        return nodes_rv, pods_rv
-
-    async def run(self) -> None:
-        backoff = 1.0
-        while True:
-            try:
-                nodes_rv, pods_rv = await self.start()
-                break
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.s.not_ready_reason = f"cannot read the cluster: {exc}"
-                log.warning("initial sync failed (%s); retrying in %.0fs", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
-        await asyncio.gather(
-            self.watch(NODES, nodes_rv, self.on_node, self.relist_nodes),
-            self.watch(PODS, pods_rv, self.on_pod, self.relist_pods),
-        )
-
-    async def watch(
-        self,
-        path: str,
-        rv: str,
-        on_event: Callable[[str, dict[str, Any]], Awaitable[None]],
-        relist: Callable[[list[dict[str, Any]]], Awaitable[None]],
-    ) -> None:
-        """List+watch with resourceVersion resume; a 410 (or any failure) lists again."""
-        backoff = 1.0
-        while True:
-            try:
-                if not rv:
-                    items, rv = await self.kube.list(path)
-                    await relist(items)
-                async for kind, obj in self.kube.watch(path, rv):
-                    rv = kpods.resource_version(obj) or rv
-                    if kind != "BOOKMARK":
-                        await on_event(kind, obj)
-                backoff = 1.0
-            except asyncio.CancelledError:
-                raise
-            except GoneError:
-                log.info("watch of %s expired (410); listing again", path)
-                rv = ""
-            except Exception as exc:
-                log.warning("watch of %s failed (%s); listing again in %.0fs", path, exc, backoff)
-                rv = ""
-                await asyncio.sleep(backoff)
-                backoff = min(30.0, backoff * 2)
-
-    # ------------------------------------------------------------------------------ nodes
-    async def apply_nodes(self, nodes: list[dict[str, Any]], *, full: bool) -> None:
-        core = self.s.core
-        async with self.s.lock:
-            seen = set()
-            for node in nodes:
-                h = node_health(node)
-                if not views.has_node(core, h.name):
-                    continue
-                seen.add(h.name)
-                _, configured = views.node_fill(core, h.name)
-                core.set_node_health(h.name, h.healthy, healthy_gpus=h.healthy_gpus(configured))
-            if full:
-                for name in core.topo.node_names:
-                    if name not in seen:
-                        core.set_node_health(name, False)
-
-    async def on_node(self, kind: str, node: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            async with self.s.lock:
-                self.s.core.set_node_health(node_name(node), False)
-        else:
-            await self.apply_nodes([node], full=False)
-
-    async def relist_nodes(self, nodes: list[dict[str, Any]]) -> None:
-        await self.apply_nodes(nodes, full=True)
-
-    # ------------------------------------------------------------------------------ pods
-    def check(self, pod: Mapping[str, Any]) -> None:
-        """Tell a pod whose annotations cannot be used why (once per content: a pod's status
-        changes far more often than its annotations)."""
-        uid, seen = kpods.uid(pod), fingerprint(pod)
-        if self.checked.get(uid) == seen:
-            return
-        self.checked[uid] = seen
-        bad = invalid(pod, namespace_vcs=self.s.namespace_vcs, max_pods=self.s.core.gpu_count)
-        if bad is not None:
-            log.warning(
-                "pod %s/%s (%s) skipped: %s", kpods.namespace(pod), kpods.name(pod), uid, bad.message()
-            )
-            self.on_invalid(pod, bad)
-
-    def _guarded(self, doing: str, pod: Mapping[str, Any], fn: Callable[..., object], *args: Any) -> None:
-        """`fn(*args)`, with anything a pod's content provokes logged and the pod skipped."""
-        try:
-            fn(*args)
-        except Exception:
-            log.exception(
-                "%s pod %s/%s (%s) failed; skipped",
-                doing,
-                kpods.namespace(pod),
-                kpods.name(pod),
-                kpods.uid(pod),
-            )
-
-    async def on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        """One pod event. A failure to reach the API server is the watch's to handle (it lists
-        again); anything else is this pod's content, and must not stop the watch."""
-        try:
-            await self._on_pod(kind, pod)
-        except (ApiError, OSError, TimeoutError):
-            raise
-        except Exception:
-            log.exception(
-                "pod %s/%s (%s): %s event skipped",
-                kpods.namespace(pod),
-                kpods.name(pod),
-                kpods.uid(pod),
-                kind,
-            )
-
-    async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        if not is_enabled(pod):
-            return
-        uid = kpods.uid(pod)
-        if kind == "DELETED":
-            self.live.pop(uid, None)
-            self.foreign.discard(uid)
-            self.checked.pop(uid, None)
-            # even when released as finished already: a late filter may have remembered it since
-            await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
-            self.done.discard(uid)
-            return
-        self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
-        if kpods.finished(pod):
-            self.checked.pop(uid, None)
-            if uid not in self.done:
-                self.done.add(uid)
-                await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
-            return
-        self.check(pod)
-        if kpods.node_name(pod) is not None and uid not in self.foreign and not self._held(uid):
-            async with self.s.lock:
-                report = recover(
-                    self.s.core,
-                    [pod],
-                    now=self.s.clock(),
-                    namespace_vcs=self.s.namespace_vcs,
-                    ttl_seconds=self.s.ttl_seconds,
-                )
-            if not report.pods:
-                self.foreign.add(uid)
-            for line in report.lines()[1:]:
-                log.warning("%s", line)
-        async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
-            self.s.gang_ledger.observe(self.s.core, pod, self.s.waiting_of)
-
-    def _held(self, uid: str) -> bool:
-        """Whether the core already has this pod in a gang slot."""
-        return uid in self.s.core.ledger.pod_gang
-
-    async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
-        present = {kpods.uid(p) for p in pods}
-        for uid in [u for u in self.live if u not in present]:
-            del self.live[uid]
-            self.foreign.discard(uid)
-            self.done.discard(uid)
-            self.checked.pop(uid, None)
-            await self.s.pod_gone(uid)
-        # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
-        # and deleted before this list, never reached the watch, so no DELETED will come for them
-        unseen = dict.fromkeys([*self.s.core.ledger.pod_gang, *self.s.cached_uids()])
-        for uid in [u for u in unseen if u not in present and u not in self.live]:
-            pr = self.s.cached(uid)
-            if not self._held(uid):
-                await self.s.pod_gone(uid)  # only remembered: forgotten now, re-read if it comes back
-            elif pr is not None and await self._gone(pr.namespace, pr.name, uid):
-                await self.s.pod_gone(uid)  # it may have been created after the list: read it
-        for pod in pods:
-            await self.on_pod("MODIFIED", pod)
-
-    async def _gone(self, namespace: str, name: str, uid: str) -> bool:
-        try:
-            pod = await self.kube.request("GET", pod_path(namespace, name))
-        except ApiError as err:
-            log.warning("cannot read pod %s/%s: %s", namespace, name, err)
-            return False
-        return pod is None or kpods.uid(pod) != uid
-
-    # ------------------------------------------------------------------------------ helpers
-    async def evict(self, uids: Sequence[str], reason: str) -> None:
-        for uid in uids:
-            where = self.live.get(uid)
-            if where is None:
-                pr = self.s.cached(uid)
-                where = (pr.namespace, pr.name) if pr is not None else None
-            if where is None:
-                log.warning("cannot evict pod %s (%s): not known", uid, reason)
-                continue
-            ns, name = where
-            log.info("evicting pod %s/%s (%s): %s", ns, name, uid, reason)
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
-            try:
-                await self.kube.request("DELETE", pod_path(ns, name), body=body)
-            except ApiError as err:
-                if err.status != 409:
-                    log.warning("evicting pod %s/%s failed: %s", ns, name, err)
 
 
 def kube_service(
@@ -385,15 +107,14 @@ def kube_service(
         framework_lookup=framework_lookup,
         on_wait=on_wait,
         preempt_on_filter=True,
+        conventions=conventions.Conventions(conventions.kube_fetch(kube.request), clock=clock),
     )
     scheduler.not_ready_reason = "connecting to the API server"
     sync = ClusterSync(scheduler, kube)
     sync.on_invalid = on_invalid
     scheduler.evictor = sync.evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)
-    gangs = conventions.attach(
-        scheduler, conventions.Conventions(conventions.kube_fetch(kube.request), clock=clock)
-    )
+    gangs = scheduler.conventions
     store = ReservationStore(scheduler, kube, namespace)
     own_pod = ObjectRef("Pod", namespace, os.environ.get("POD_NAME", instance))
 

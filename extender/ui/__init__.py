@@ -21,7 +21,7 @@ from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from extender import views, wire
+from extender import replies, views
 from extender.ui.state import StateView
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class _JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return wire.dumps(content)
+        return replies.dumps(content)
 
 
 def ledger_phases(scheduler: Scheduler) -> dict[str, str]:
@@ -61,13 +61,13 @@ def ui_routes(scheduler: Scheduler) -> list[BaseRoute]:
         async with scheduler.lock:  # an exception here is the app's to answer (`extender.app.Guard`)
             doc = view.document(
                 scheduler.core,
-                views.waiting_gangs(scheduler),
+                views.waiting_gangs(scheduler.waiting),
                 scheduler.clock(),
                 token=q.get("token"),
                 layout_token=q.get("layout"),
                 phases=ledger_phases(scheduler),
             )
-        body = wire.dumps(doc)
+        body = replies.dumps(doc)
         headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
         if len(body) > GZIP_OVER and "gzip" in request.headers.get("accept-encoding", ""):
             body = gzip.compress(body, compresslevel=5)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender import views, wire
+from extender import replies, views
 from topology.core import Core
 from topology.ledger import Gang, GangPhase
 from topology.model import Topology
@@ -128,7 +128,7 @@ def build_layout(topo: Topology) -> Layout:
         )
     doc = {"chains": chains, "states": STATES, "fields": FIELDS}
     return Layout(
-        topo, doc, _digest(wire.dumps(doc)), tuple(order), {leaf: i for i, leaf in enumerate(order)}
+        topo, doc, _digest(replies.dumps(doc)), tuple(order), {leaf: i for i, leaf in enumerate(order)}
     )
 
 
@@ -155,7 +155,7 @@ class StateView:
     ) -> dict[str, Any]:
         lay = self.layout(core)
         body = dynamic(core, lay, waiting, phases or {})
-        tok = _digest(lay.token.encode() + wire.dumps(body))
+        tok = _digest(lay.token.encode() + replies.dumps(body))
         if token == tok:
             return {"v": VERSION, "token": tok, "unchanged": True, "now": now}
         out: dict[str, Any] = {"v": VERSION, "token": tok, "now": now, "layoutToken": lay.token}

@@ -71,7 +71,7 @@ def partial_gang() -> Undo:
             return answer  # placed (another member's slot was free) or already split off
         # The whole gang waits: place this member alone instead.
         solo[uid] = one = _solo(pr)
-        self._remember(one, spec_text(args.pod.raw)[1])
+        self.pods.remember(one, spec_text(args.pod.raw)[1])
         return await original_filter(self, args)
 
     Scheduler.request_of = request_of  # type: ignore[method-assign]

@@ -43,8 +43,7 @@ def test_podgroups_are_read_from_their_api_paths_and_cached() -> None:
         return [path for method, path, _ in kube.calls if method == "GET"]
 
     clock = Clock()
-    s = scheduler(clock=clock)
-    edge.attach(s, edge.Conventions(edge.kube_fetch(kube.request), clock=clock))
+    s = scheduler(clock=clock, conventions=edge.Conventions(edge.kube_fetch(kube.request), clock=clock))
 
     def req(p: Mapping[str, Any]) -> Any:
         return asyncio.run(s.request_of(wire.parse_pod(dict(p))))
@@ -69,8 +68,8 @@ def test_what_the_conventions_remember_is_forgotten_once_it_no_longer_matters() 
 
     async def go() -> None:
         clock = Clock()
-        s = scheduler(clock=clock)
-        conv = edge.attach(s, edge.Conventions(edge.kube_fetch(kube.request), clock=clock))
+        conv = edge.Conventions(edge.kube_fetch(kube.request), clock=clock)
+        s = scheduler(clock=clock, conventions=conv)
 
         async def filter_(name: str) -> None:
             p = pod(f"{name}-0", gpus=1, labels={"scheduling.x-k8s.io/pod-group": name}, uid=f"u-{name}")

@@ -10,8 +10,9 @@ from typing import Any, TypeVar
 from config.load import LoadedConfig, load_config
 from extender import wire
 from extender.metrics import Metrics
+from extender.ports import Binder
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
-from extender.verbs import Binder, Scheduler
+from extender.verbs import Scheduler
 from topology.core import Core
 
 T = TypeVar("T")

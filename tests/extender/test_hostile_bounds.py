@@ -11,8 +11,9 @@ import pytest
 
 from config.untrusted import SPEC_LIMITS, Limits, UntrustedError, read_json, read_yaml
 from extender import podspec, wire
-from extender.bounded import ByteLRU
 from extender.conventions.yunikorn import task_groups
+from extender.nodelists import NODE_LIST_BYTES, NodeLists
+from extender.podcache import PodCache
 from tests.extender.helpers import args, pod, run, scheduler, spec
 from topology.decisions import UserError
 
@@ -34,32 +35,30 @@ def test_a_spec_over_the_size_limit_is_refused_before_it_is_parsed() -> None:
 
 
 def test_node_lists_are_remembered_within_their_bytes() -> None:
-    wire._node_lists.clear()
-    wire._by_id.clear()
-    wire._tails.clear()
+    lists = NodeLists()
     for i in range(8):  # eight distinct 20,000-name lists: ~35 MB if all were kept
         names = [f"list{i}-node-{j}" for j in range(20_000)]
-        parsed = wire.parse_extender_args({"Pod": pod("u"), "NodeNames": names})
+        parsed = wire.parse_extender_args({"Pod": pod("u"), "NodeNames": names}, lists)
         assert list(parsed.names) == names
-    kept = sum(n.cost for n in wire._node_lists.values())
-    assert 0 < kept <= wire.NODE_LIST_BYTES
-    assert len(wire._node_lists) < 8
+    kept = sum(n.cost for n in lists._node_lists.values())
+    assert 0 < kept <= NODE_LIST_BYTES
+    assert len(lists._node_lists) < 8
     huge = [f"huge-{j}" for j in range(100_000)]  # one list over half the budget: used, not kept
-    assert wire.parse_extender_args({"Pod": pod("u"), "NodeNames": huge}).names == tuple(huge)
-    assert tuple(huge) not in wire._node_lists
+    assert wire.parse_extender_args({"Pod": pod("u"), "NodeNames": huge}, lists).names == tuple(huge)
+    assert tuple(huge) not in lists._node_lists
 
 
 def test_the_pod_request_cache_evicts_by_bytes_and_keeps_its_indexes_in_step() -> None:
     async def go() -> None:
         s = scheduler()
-        s._pods = ByteLRU(64 * 1024, 10_000)  # a small budget: ~60 requests
+        s.pods = PodCache(64 * 1024, 10_000)  # a small budget: ~60 requests
         for i in range(300):
             await s.filter(args(pod(f"u{i}", f"p{i}", "vision", spec("vision", 1, 3, f"vision/g{i % 7}"))))
-        assert s._pods.size <= 64 * 1024 and len(s._pods) < 300
-        cached = set(s.cached_uids())
-        indexed = {u for uids in s._gang_pods.values() for u in uids}
+        assert s.pods._pods.size <= 64 * 1024 and len(s.pods) < 300
+        cached = set(s.pods.uids())
+        indexed = {u for uids in s.pods._gang_pods.values() for u in uids}
         assert indexed == cached
-        assert set(s._uid_by_name.values()) == cached
+        assert set(s.pods._uid_by_name.values()) == cached
 
     run(go())
 
@@ -69,7 +68,7 @@ def test_a_cached_request_does_not_keep_its_spec_text() -> None:
         s = scheduler()
         text = spec("vision", 1, 3, "vision/t") + " " * 50_000
         await s.filter(args(pod("u-t", "t", "vision", text)))
-        held = s._pods.get("u-t")
+        held = s.pods._pods.get("u-t")
         assert held is not None and held.spec_key == (len(text), hash(text))
         assert not any(isinstance(v, str) and len(v) > 1000 for v in (held.spec_key or ()))
 

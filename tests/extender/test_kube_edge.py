@@ -22,9 +22,10 @@ from extender.kube.binder import KubeBinder, binding_body
 from extender.kube.client import pod_path
 from extender.kube.nodes import node_health
 from extender.kube.recovery import recover
-from extender.kube.service import ClusterSync, kube_service
+from extender.kube.service import kube_service
+from extender.kube.sync import ClusterSync
+from extender.ports import BindError, BindTarget
 from extender.standalone import MemoryBinder
-from extender.verbs import BindError, BindTarget
 from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_verbs import place
 from tests.kubefake import FakeKube, Fault

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from extender import wire
+from extender import views, wire
 from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, decode_bind_info
+from extender.ports import BindError, BindTarget
 from extender.standalone import MemoryBinder
-from extender.verbs import BindError, BindTarget, Scheduler
+from extender.verbs import Scheduler
 from tests.extender.helpers import Clock, args, bind_args, fc_annotations, nodes, pod, run, scheduler, spec
 from topology.invariants import snapshot, violations
 
@@ -221,7 +222,7 @@ def test_a_gang_too_big_for_its_quota_waits_with_its_reason_on_every_node() -> N
         assert set(r["FailedAndUnresolvableNodes"]) == set(nodes())  # bigger than the whole quota
         text = r["FailedAndUnresolvableNodes"][nodes()[0]]
         assert "[InsufficientQuota]" in text and "research/big" in text and "never run" in text
-        groups = s.affinity_groups()
+        groups = views.affinity_groups(s.core, s.waiting, s.clock())
         assert groups[0]["status"]["state"] == "Waiting"
         assert groups[0]["status"]["waitReason"]["code"] == "InsufficientQuota"
 
@@ -235,10 +236,15 @@ def test_a_waiting_gang_whose_pods_are_all_deleted_waits_no_more() -> None:
         for p in (a, b):
             await s.filter(args(p))
         await s.pod_gone("u1")
-        assert [g["metadata"]["name"] for g in s.affinity_groups()] == ["research/big"]  # u2 still waits
+        assert [g["metadata"]["name"] for g in views.affinity_groups(s.core, s.waiting, s.clock())] == [
+            "research/big"
+        ]  # u2 still waits
         assert s.gang_ledger.records.keys() == {"research/big"}
         await s.pod_gone("u2")
-        assert s.affinity_groups() == [] and s.snapshot().gangs_by_phase["Waiting"] == 0
+        assert (
+            views.affinity_groups(s.core, s.waiting, s.clock()) == []
+            and views.state_snapshot(s.core, s.waiting, s.ready).gangs_by_phase["Waiting"] == 0
+        )
         assert s.gang_ledger.records == {}
 
     run(go())
@@ -537,13 +543,13 @@ def test_promises_of_gangs_the_core_let_go_by_itself_are_dropped() -> None:
         s = scheduler(clock=clock)
         low = pod("l0", "low-0", "nlp", spec("nlp", 8, 3, "nlp/low", priority=0))
         r = await s.filter(args(low))  # reserves every nlp node, promises a slot to low-0
-        assert r["NodeNames"] and s._tentative
+        assert r["NodeNames"] and len(s.promises)
         high = pod("h0", "high", "nlp", spec("nlp", 8, priority=100))
         await s.preempt(wire.parse_preemption_args({"Pod": high, "NodeNameToMetaVictims": {}}))
         assert s.core.gang("nlp/low") is None  # outbid: it ran nothing, so it simply went
         clock.t += 60
         await s.expire()
-        assert s._tentative == {}
+        assert len(s.promises) == 0
 
     run(go())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender import wire
+from extender import replies, wire
 
 POD = {"metadata": {"name": "w-0", "namespace": "ml", "uid": "u-1"}, "spec": {}, "status": {}}
 
@@ -20,24 +20,24 @@ def test_filter_args_in_node_list_form_are_answered_in_the_same_form() -> None:
     nodes = {"metadata": {}, "items": [{"metadata": {"name": "n1"}}, {"metadata": {"name": "n2"}}]}
     a = wire.parse_extender_args({"Pod": POD, "Nodes": nodes, "NodeNames": None})
     assert a.names == ("n1", "n2")
-    r = wire.filter_result(a, ["n2"], {}, {"n1": "no"})
+    r = replies.filter_result(a, ["n2"], {}, {"n1": "no"})
     assert r["NodeNames"] is None
     assert r["Nodes"] == {"metadata": {}, "items": [{"metadata": {"name": "n2"}}]}
 
 
 def test_responses_are_pascal_case_with_explicit_nulls() -> None:
     a = wire.parse_extender_args({"Pod": POD, "NodeNames": ["n1"]})
-    assert wire.filter_result(a, ["n1"]) == {
+    assert replies.filter_result(a, ["n1"]) == {
         "Nodes": None,
         "NodeNames": ["n1"],
         "FailedNodes": {},
         "FailedAndUnresolvableNodes": {},
         "Error": "",
     }
-    assert wire.host_priorities([("n1", 10)]) == [{"Host": "n1", "Score": 10}]
-    assert wire.binding_result() == {"Error": ""}
-    assert wire.preemption_result(None) == {"NodeNameToMetaVictims": None}
-    assert wire.preemption_result({"n1": ["v"]}) == {
+    assert replies.host_priorities([("n1", 10)]) == [{"Host": "n1", "Score": 10}]
+    assert replies.binding_result() == {"Error": ""}
+    assert replies.preemption_result(None) == {"NodeNameToMetaVictims": None}
+    assert replies.preemption_result({"n1": ["v"]}) == {
         "NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "v"}], "NumPDBViolations": 0}}
     }
 

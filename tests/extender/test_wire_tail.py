@@ -11,6 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender import wire
+from extender.nodelists import NodeLists
+
+LISTS = NodeLists()  # as the server's (the Scheduler's)
 
 NAMES = [f"tail-node-{i}" for i in range(40)]
 RAW = orjson.dumps(NAMES)
@@ -28,7 +31,7 @@ def full(body: bytes) -> object:
 
 def outcome(doc: object) -> object:
     try:
-        a = wire.parse_extender_args(doc)
+        a = wire.parse_extender_args(doc, LISTS)
     except wire.WireError as err:
         return ("WireError", err.path)
     return (a.pod.uid, a.pod.namespace, a.pod.name, a.names, a.nodes)
@@ -36,7 +39,7 @@ def outcome(doc: object) -> object:
 
 def fast(body: bytes) -> object:
     try:
-        doc = wire.loads(body)
+        doc = wire.loads(body, LISTS)
     except wire.WireError:
         return "not JSON"
     return outcome(doc)
@@ -45,11 +48,11 @@ def fast(body: bytes) -> object:
 def warm() -> tuple[str, ...]:
     """kube-scheduler's usual body, twice: the second decode uses the remembered list."""
     body = b'{"Pod":' + POD + b',"Nodes":null,"NodeNames":' + RAW + b"}"
-    first: tuple[str, ...] = wire.parse_extender_args(wire.loads(body)).names
-    doc = wire.loads(body.replace(b'"p1"', b'"p2"'))
+    first: tuple[str, ...] = wire.parse_extender_args(wire.loads(body, LISTS), LISTS).names
+    doc = wire.loads(body.replace(b'"p1"', b'"p2"'), LISTS)
     assert isinstance(doc, dict)
     assert doc["NodeNames"] is first  # not decoded again
-    assert wire.parse_extender_args(doc).pod.name == "p2"
+    assert wire.parse_extender_args(doc, LISTS).pod.name == "p2"
     return tuple(NAMES)
 
 
@@ -102,5 +105,5 @@ def test_a_list_is_only_remembered_once_checked() -> None:
     body = b'{"Pod":' + POD + b',"NodeNames":' + orjson.dumps(bad) + b"}"
     for _ in range(2):
         with pytest.raises(wire.WireError) as err:
-            wire.parse_extender_args(wire.loads(body))
+            wire.parse_extender_args(wire.loads(body, LISTS), LISTS)
         assert err.value.path == f"NodeNames[{len(NAMES) - 1}]"

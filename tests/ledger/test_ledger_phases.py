@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from extender.ledger import GangLedger, Phase, Record, newer, parse_phase, reached, rfc3339
+from extender.ledger import GangLedger
+from extender.ledger_records import Phase, Record, newer, parse_phase, reached, rfc3339
 from extender.podspec import PodRequest, pod_request
 from extender.views import Waiting
 from tests.extender.helpers import Clock, example

@@ -53,11 +53,11 @@ from starlette.applications import Starlette
 from config.load import LoadedConfig, load_config
 from extender import bindinfo, kubesched, podspec, wire
 from extender.app import Service, build_app
-from extender.conventions import edge as conventions
 from extender.kube import pods as kpods
 from extender.kube.client import pod_path
 from extender.kube.reservations import ReservationStore
-from extender.kube.service import ClusterSync, kube_service
+from extender.kube.service import kube_service
+from extender.kube.sync import ClusterSync
 from extender.ledger import FORGET_PENDING_SECONDS, TOMBSTONE_SECONDS
 from extender.standalone import EXAMPLE_CONFIG, expiry_interval
 from extender.verbs import Scheduler
@@ -485,7 +485,7 @@ class Soak:
         self.backoff[uid] = self.now() + self.rng.uniform(1.0, 10.0)
 
     def filter_args(self, pod: Obj, names: list[str]) -> wire.ExtenderArgs:
-        return wire.parse_extender_args({"Pod": pod, "Nodes": None, "NodeNames": names})
+        return wire.parse_extender_args({"Pod": pod, "Nodes": None, "NodeNames": names}, self.s.node_lists)
 
     async def place(self, pod: Obj) -> str | None:
         """kube-scheduler's scheduling cycle (`extender.kubesched`): the chosen node, or None (the
@@ -876,14 +876,14 @@ class Soak:
         """Every per-pod or per-gang collection the extender keeps."""
         s = self.s
         sync = self.sync()
-        conv = conventions.of(s)
+        conv = s.conventions
         gl = s.gang_ledger
         return {
-            "scheduler.pods": len(s._pods),
-            "scheduler.uid_by_name": len(s._uid_by_name),
-            "scheduler.gang_pods": len(s._gang_pods),
-            "scheduler.waiting": len(s._waiting),
-            "scheduler.tentative": len(s._tentative),
+            "scheduler.pods": len(s.pods),
+            "scheduler.uid_by_name": len(s.pods._uid_by_name),
+            "scheduler.gang_pods": len(s.pods._gang_pods),
+            "scheduler.waiting": len(s.waiting),
+            "scheduler.tentative": len(s.promises),
             "scheduler.inflight": len(s._inflight),
             "core.pod_gang": len(s.core.ledger.pod_gang),
             "core.gangs": len(s.core.ledger.by_id),

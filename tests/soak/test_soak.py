@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from extender.kube.service import ClusterSync
+from extender.kube.sync import ClusterSync
 from tests.soak.driver import Options, Report, run_soak
 from topology.core import Core
 

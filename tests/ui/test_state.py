@@ -157,7 +157,7 @@ def test_waiting_gangs_and_quota_cells_on_the_example_cluster() -> None:
     service = build_standalone(load_config(EXAMPLE))
     s = service.scheduler
     reason = WaitReason(WaitCode.INSUFFICIENT_QUOTA, "research", "VC research has 16 free; the gang needs 24")
-    s._waiting["research/big"] = Waiting("research/big", "research", 100, 3, reason, 5.0, 6.0)
+    s.waiting["research/big"] = Waiting("research/big", "research", 100, 3, reason, 5.0, 6.0)
     s.core.reserve(GangRequest("vision/a", "vision", (Member(2, 8),), priority=10), 0.0)
     with asgi_client(build_app(service)) as client:
         doc = client.get("/v1/ui/state").json()

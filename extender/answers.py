@@ -1,0 +1,92 @@
+"""What the verbs tell kube-scheduler (and, through its events, people) about a pod that cannot go.
+
+HiveD's wording for user errors; a waiting gang's reason once, on one node, and short pointers to it
+on the others (kube-scheduler groups identical messages, and a 1,000-node answer should not repeat a
+paragraph 1,000 times); the nodes where preemption helps apart from those where nothing does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from topology.decisions import UserError, Wait, WaitCode
+
+PREEMPTION_CODES = (WaitCode.PREEMPTIBLE, WaitCode.PREEMPTING)
+
+
+def user_error(pod_key: str, annotation: str, err: UserError) -> str:
+    """HiveD's user-error wording, naming the pod, the annotation and the field."""
+    return f"topogang: User Error: [{pod_key}]: {annotation}: {err.field}: {err.message}"
+
+
+def wait_text(gang: str, w: Wait) -> str:
+    return f"topogang: gang {gang} waits [{w.reason.code.value}]: {w.reason.message}"
+
+
+def preemption_nodes(w: Wait) -> dict[str, tuple[str, ...]]:
+    """The nodes where preemption helps a waiting gang (they go to FailedNodes), with the victims.
+
+    Only nodes that hold victims of the core's plan: the core's `reserve` already searched for a
+    preemption plan, so for any other wait no preemption can help. Listing a node without victims
+    would make kube-scheduler's dry run fail there ("expected at least one victim pod on node") and
+    log an error every cycle, so every other node goes to FailedAndUnresolvableNodes."""
+    if w.reason.code not in PREEMPTION_CODES:
+        return {}
+    return w.victims_by_node()
+
+
+def slots_taken(gang: str, slot_key: str | None, holder: str | None, leaf_number: int) -> str:
+    """Why a member of a placed gang waits: its named slot's holder is alive, or every slot of its
+    shape is claimed."""
+    taken = (
+        f"slot {slot_key} is held by pod {holder}, which is still alive; this pod waits until it is gone"
+        if holder is not None
+        else f"every slot of {leaf_number} leaf cells is claimed by another member"
+    )
+    return f"topogang: gang {gang} waits [{WaitCode.RESERVED.value}]: {taken}"
+
+
+def slot_rejected(gang: str, slot_nodes: Iterable[str]) -> str:
+    return (
+        f"topogang: gang {gang} holds this pod's slot on {some(sorted(slot_nodes))}, which "
+        "kube-scheduler's own filters rejected"
+    )
+
+
+def some(items: Sequence[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def waiting_nodes(
+    gang: str,
+    w: Wait,
+    text: str,
+    names: Sequence[str],
+    unknown: Mapping[str, str],
+    *,
+    evicts_itself: bool,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A waiting gang's failed and unresolvable nodes: the whole reason (`text`) on the first node,
+    a pointer to it on the others. With filter-time preemption (`evicts_itself`) the extender
+    evicts the victims itself: kube-scheduler's dry run would only find no victims of its own on
+    these nodes and log an error every cycle, so none goes to FailedNodes."""
+    short = f"topogang: gang {gang} waits [{w.reason.code.value}] (reason on one node)"
+    by_node = w.victims_by_node()
+    preemptible = {} if evicts_itself else preemption_nodes(w)
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    first = True
+    for n in names:
+        if n in unknown:
+            unresolvable[n] = unknown[n]
+            continue
+        msg = text if first else short
+        if n in by_node:
+            msg = f"topogang: node({n}) has preemptible pods: {some(by_node[n])}; {msg}"
+        first = False
+        if n in preemptible:
+            failed[n] = msg
+        else:
+            unresolvable[n] = msg
+    return failed, unresolvable

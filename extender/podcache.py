@@ -1,0 +1,115 @@
+"""The pod requests the verbs have read, by pod UID.
+
+Bind carries only names, so the request a pod's filter read is kept for its bind (and read from the
+API server when it is missing). The cache is bounded in bytes as well as entries (`ByteLRU`): what it
+holds comes from what pods carry. Two indexes follow it in step: by name (a bind with a stale UID is
+told which UID was filtered) and by gang (who may still claim a slot: a gang none of whose pods is
+known alive was deleted before it started).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from extender.bounded import ByteLRU
+from extender.podspec import PodRequest
+from topology.core import Core
+from topology.decisions import UserError
+
+POD_CACHE_SIZE = 200_000
+POD_CACHE_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class _Cached:
+    request: PodRequest
+    spec_key: tuple[int, int] | None  # the spec text it was read from, as (length, hash): not the text
+
+
+def _text_key(text: str | None) -> tuple[int, int] | None:
+    """Which spec text a cached request came from, without keeping the text (up to 64 KiB a pod)."""
+    return None if text is None else (len(text), hash(text))
+
+
+def _cost(pr: PodRequest) -> int:
+    """About what a cached request holds: the request and its names, and one key per named slot."""
+    keys = pr.request.slot_keys
+    return 1024 + len(pr.gang) + 96 * (len(keys) if keys is not None else 0)
+
+
+class PodCache:
+    """Pod requests by UID (least recently used go first), indexed by pod name and by gang."""
+
+    def __init__(self, max_bytes: int = POD_CACHE_BYTES, max_entries: int = POD_CACHE_SIZE) -> None:
+        self._pods: ByteLRU[str, _Cached] = ByteLRU(max_bytes, max_entries)
+        self._uid_by_name: dict[tuple[str, str], str] = {}
+        self._gang_pods: dict[str, set[str]] = {}  # cached pods by gang: who may still claim a slot
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def get(self, uid: str) -> PodRequest | None:
+        c = self._pods.get(uid)
+        return c.request if c is not None else None
+
+    def read_from(self, uid: str, text: str | None) -> PodRequest | None:
+        """The cached request if it was read from this very spec text (an edited spec is read again)."""
+        c = self._pods.get(uid)
+        return c.request if c is not None and c.spec_key == _text_key(text) else None
+
+    def uids(self) -> list[str]:
+        """The UIDs of every pod whose request is cached (least recently used first)."""
+        return list(self._pods)
+
+    def uid_of(self, namespace: str, name: str) -> str | None:
+        """The UID the pod of this name was last read with."""
+        return self._uid_by_name.get((namespace, name))
+
+    def others_in(self, gang: str, uid: str) -> bool:
+        """Whether a pod of the gang other than `uid` is cached (known, and maybe still alive)."""
+        return bool(self._gang_pods.get(gang, set()) - {uid})
+
+    def same_identity(self, core: Core, pr: PodRequest) -> PodRequest:
+        """A pod that holds a slot keeps the identity it was bound with: a request under its UID
+        that names another gang or slot (a reused UID, or a spec edited after binding) is refused,
+        and changes nothing, so the holder's cached request and ledger facts stay its own."""
+        gang = core.gang_of_pod(pr.uid)
+        if gang is None:
+            return pr
+        slot = gang.slot_of(pr.uid)
+        held = self.get(pr.uid)
+        if (
+            gang.name != pr.gang
+            or (slot is not None and slot.leaf_number != pr.leaf_number)
+            or (held is not None and held.slot_key != pr.slot_key)
+        ):
+            raise UserError(
+                "metadata.uid",
+                f"pod UID {pr.uid} is bound in gang {gang.name}; a bound pod's gang, slot and leaf "
+                "cells cannot change (a new spec needs a new pod)",
+            )
+        return pr
+
+    def remember(self, pr: PodRequest, text: str | None) -> None:
+        """Keep the request read from `text` (None: read from no spec text, never a hit for one)."""
+        old = self._pods.get(pr.uid)
+        if old is not None and old.request.gang != pr.gang:
+            self._unindex(pr.uid, old)
+        self._uid_by_name[(pr.namespace, pr.name)] = pr.uid
+        self._gang_pods.setdefault(pr.gang, set()).add(pr.uid)
+        for uid, gone in self._pods.put(pr.uid, _Cached(pr, _text_key(text)), _cost(pr)):
+            self._unindex(uid, gone)
+
+    def forget(self, uid: str) -> None:
+        old = self._pods.pop(uid)
+        if old is not None:
+            self._unindex(uid, old)
+
+    def _unindex(self, uid: str, old: _Cached) -> None:
+        if self._uid_by_name.get((old.request.namespace, old.request.name)) == uid:
+            del self._uid_by_name[(old.request.namespace, old.request.name)]
+        pods = self._gang_pods.get(old.request.gang)
+        if pods is not None:
+            pods.discard(uid)
+            if not pods:
+                del self._gang_pods[old.request.gang]

@@ -1,0 +1,34 @@
+"""What a `Scheduler` is given to reach the world outside the core: it writes Bindings, looks up pods
+and Frameworks, evicts and tells a pod's watchers why it waits, only through these. Kubernetes mode
+plugs in the API server (`extender.kube`), standalone mode an in-memory binder, tests their fakes."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from extender.podspec import PodRequest
+
+
+class BindError(Exception):
+    """The Binding could not be written; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class BindTarget:
+    namespace: str
+    name: str
+    uid: str
+
+
+class Binder(Protocol):
+    """Writes the Binding (node + annotations) for a pod; idempotent for the same pod and node."""
+
+    async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None: ...
+
+
+PodLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+FrameworkLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
+Evictor = Callable[[Sequence[str], str], Awaitable[None]]
+WaitNotifier = Callable[[PodRequest, str], None]
