@@ -41,7 +41,7 @@ from extender.podspec import PodRequest, framework_task, pod_annotations
 from extender.views import Waiting, lca_type
 from topology.core import Core
 from topology.decisions import Released, WaitCode
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 API_VERSION = "topogang.io/v1alpha1"
 TOMBSTONE_SECONDS = 1200.0  # FrameworkBarrier's longest timeout: every barrier of the gang sees it
@@ -299,7 +299,7 @@ class GangLedger:
             return
         facts = self.pods.get(uid)
         if facts is None:
-            gang = core.ledger.by_id.get(core.ledger.pod_gang.get(uid, -1))
+            gang = core.reservations.by_id.get(core.reservations.pod_gang.get(uid, -1))
             if gang is None:
                 return
             task = framework_task(pod)

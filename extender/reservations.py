@@ -21,7 +21,7 @@ from typing import Any
 
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 GROUP = "topogang.io"
 VERSION = "v1alpha1"

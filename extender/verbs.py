@@ -39,7 +39,7 @@ from topology.decisions import (
     Wait,
     WaitCode,
 )
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 log = logging.getLogger("topogang.extender")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from topology.core import Core
 from topology.decisions import WaitReason
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 FREE_PRIORITY = -2  # HiveD's priority of a free cell
 

@@ -33,7 +33,7 @@ from extender.conventions.resolve import Resolved, applies, references, resolve
 from extender.podspec import PodRequest
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 if TYPE_CHECKING:
     from extender import wire

@@ -281,7 +281,7 @@ class ClusterSync:
 
     def _held(self, uid: str) -> bool:
         """Whether the core already has this pod in a gang slot."""
-        return uid in self.s.core.ledger.pod_gang
+        return uid in self.s.core.reservations.pod_gang
 
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}
@@ -293,7 +293,7 @@ class ClusterSync:
             await self.s.pod_gone(uid)
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them
-        unseen = dict.fromkeys([*self.s.core.ledger.pod_gang, *self.s.cached_uids()])
+        unseen = dict.fromkeys([*self.s.core.reservations.pod_gang, *self.s.cached_uids()])
         for uid in [u for u in unseen if u not in present and u not in self.live]:
             pr = self.s.cached(uid)
             if not self._held(uid):

@@ -22,8 +22,8 @@ from typing import Any
 
 from extender import views, wire
 from topology.core import Core
-from topology.ledger import Gang, GangPhase
 from topology.model import Topology
+from topology.reservations import Gang, GangPhase
 from topology.state import NO_GANG, NO_OWNER
 
 VERSION = 1
