@@ -299,7 +299,7 @@ class GangLedger:
             return
         facts = self.pods.get(uid)
         if facts is None:
-            gang = core.reservations.by_id.get(core.reservations.pod_gang.get(uid, -1))
+            gang = core.gang_of_pod(uid)
             if gang is None:
                 return
             task = framework_task(pod)
@@ -510,7 +510,7 @@ class GangLedger:
             if w is None:
                 return Phase.PENDING, counts, "waiting for a member to be filtered", False
             text = f"[{w.reason.code.value}] {w.reason.message}"
-            quota = core.vc_quota_leaves.get(rec.vc, 0)
+            quota = core.vc_quota(rec.vc)
             too_big = not rec.opportunistic and rec.leaf_total > quota
             never = w.reason.code is WaitCode.INSUFFICIENT_QUOTA and too_big  # the reason says so too
             return Phase.PENDING, counts, text, never

@@ -277,10 +277,10 @@ class Scheduler:
             return wire.filter_result(args, (), {}, dict.fromkeys(names, stale))
         if seen.superseded is not None:
             await self._supersede(seen.superseded, pr.gang)
-        index = self.core.topo.node_index  # once per node list and topology (read-only: shared)
+        index = self.core.node_index()  # once per node list and core (read-only: shared)
         unknown = wire.per_node_list(
             names,
-            self.core.topo,
+            self.core,
             lambda: {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index},
         )
         if len(unknown) == len(names):  # nothing to place on: no reservation, no waiting record
@@ -753,7 +753,7 @@ class Scheduler:
         snap = self.snapshot()
         return {
             "ready": self.ready,
-            "nodes": len(self.core.topo.node_names),
+            "nodes": len(self.core.node_names()),
             "gpus": {"total": total, "free": free, "bad": bad},
             "gangs": snap.gangs_by_phase,
             "virtualClusters": snap.vc_gpus,

@@ -9,6 +9,8 @@ through the read-only queries at the end of the class and the `CoreView` it hand
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from topology import gangs, health, preemption, recovery, requests
 from topology.cluster import Cluster
 from topology.decisions import (
@@ -24,7 +26,7 @@ from topology.decisions import (
     WaitCode,
     WaitReason,
 )
-from topology.reservations import Gang, GangPhase
+from topology.reservations import Gang, GangPhase, Slot
 
 
 class Core(Cluster):
@@ -150,9 +152,13 @@ class Core(Cluster):
         return health.node_health(self, node)
 
     # ------------------------------------------------------------------ recovery
-    def adopt(self, req: GangRequest, pods: list[AdoptedPod], now: float) -> GangPlacement:
-        """Re-create a gang from where its pods already run; never fails (see `recovery.adopt`)."""
-        return recovery.adopt(self, req, pods, now)
+    def adopt(
+        self, req: GangRequest, pods: list[AdoptedPod], now: float, *, evicting: bool = False
+    ) -> GangPlacement:
+        """Re-create a gang from where its pods already run; never fails (see `recovery.adopt`).
+        `evicting`: its pods are being evicted, so it holds their GPUs until each is gone and never
+        expires."""
+        return recovery.adopt(self, req, pods, now, evicting=evicting)
 
     def restore(
         self, req: GangRequest, slots: list[AdoptedPod], now: float, deadline: float | None
@@ -184,3 +190,76 @@ class Core(Cluster):
 
     def gangs(self) -> list[Gang]:
         return self.reservations.gangs()
+
+    def holds_slot(self, pod_uid: str) -> bool:
+        """Does `pod_uid` hold a slot of some gang?"""
+        return pod_uid in self.reservations.pod_gang
+
+    def pods_holding_slots(self) -> list[str]:
+        """Every pod that holds a slot, in the order the slots were claimed."""
+        return list(self.reservations.pod_gang)
+
+    def last_gang_id(self) -> int:
+        """The newest gang id handed out: a cheap "anything new since?" check for the edges."""
+        return self.reservations.last_id
+
+    def slot_place(self, slot: Slot) -> tuple[str, tuple[int, ...]]:
+        """A slot's node and GPU indices, as Kubernetes names them."""
+        topo = self.topo
+        return topo.node_names[slot.node], tuple(topo.gpu_index[x] for x in slot.leaves)
+
+    def gang_domain(self, gang: Gang) -> frozenset[str]:
+        """The nodes of the gang's topology domain: under the lowest cell holding all its leaves, and
+        at least one level above a node (a one-node core's extras may use the rest of its rack)."""
+        topo = self.topo
+        c = topo.lca([leaf for s in gang.slots for leaf in s.leaves])
+        if c is None:
+            return frozenset(topo.node_names[s.node] for s in gang.slots)
+        chain = topo.chain_of(c)
+        if topo.level[c] <= chain.node_level:
+            up = topo.ancestor_at(c, chain.node_level + 1)
+            if up >= 0:
+                c = up
+        return frozenset(topo.node_names[i] for i in topo.nodes_within(c))
+
+    # ------------------------------------------------------------------ the cluster, read-only
+    def node_names(self) -> Sequence[str]:
+        """Every node of the config, in the core's order (a node's position is its id)."""
+        return self.topo.node_names
+
+    def node_index(self) -> Mapping[str, int]:
+        """Each node's position in `node_names`; shared, so never to be changed."""
+        return self.topo.node_index
+
+    def has_node(self, node: str) -> bool:
+        return node in self.topo.node_index
+
+    def node_fill(self, node: str) -> tuple[int, int]:
+        """(free healthy GPUs, GPUs) of a node; (0, 0) for a node the config does not have."""
+        ni = self.topo.node_index.get(node)
+        if ni is None:
+            return 0, 0
+        cell = self.topo.node_cell[ni]
+        return self.state.free[cell], self.topo.leaf_count[cell]
+
+    def node_gpu_counts(self) -> list[int]:
+        """GPUs per node, in `node_names` order."""
+        return [len(x) for x in self.topo.node_leaves]
+
+    def largest_node(self) -> int:
+        """GPUs of the largest node."""
+        return self.topo.node_leaf_max
+
+    def vc_names(self) -> list[str]:
+        return sorted(self.vc_owner)
+
+    def has_vc(self, vc: str) -> bool:
+        return vc in self.vc_owner
+
+    def vc_quota(self, vc: str) -> int:
+        """GPUs of the VC's quota (its pinned cells included); 0 for a VC the config does not have."""
+        return self.vc_quota_leaves.get(vc, 0)
+
+    def level_types(self, chain: str) -> tuple[str, ...]:
+        """The cell type at each level of a chain, indexed by level (1 is the leaf cell)."""
+        return self.topo.chains[self.topo.chain_index[chain]].level_types

@@ -17,7 +17,9 @@ from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
 
 
-def adopt(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: float) -> GangPlacement:
+def adopt(
+    cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: float, *, evicting: bool = False
+) -> GangPlacement:
     """Re-create a gang from where its pods already run (bind annotations after a restart, or a
     running allocation across a reconfiguration). Never fails: leaves it cannot account for are
     reported in the gang's history, and a guaranteed gang whose cells no longer fit its VC keeps
@@ -48,6 +50,8 @@ def adopt(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: float
         cluster.reservations.pod_gang[p.pod_uid] = gang.id
     if gang.phase is GangPhase.BOUND:
         gang.deadline = None
+    if evicting and cluster.reservations.by_name.get(req.name) is gang:
+        gang.evicting, gang.deadline = True, None
     return placement_of(cluster, gang)
 
 
