@@ -2,17 +2,20 @@
 
 HiveD's inspect API shows the physical cluster as a tree of cells (type, address, state, health,
 priority, leaf counts, the VC it is bound to) and each VC as its quota cells, bound or not; the
-service's metrics want usage per VC, per level and for the whole cluster. These need every cell,
-so they are built here, inside the core's package, rather than from the edge reaching into the
-cell arrays. Nothing here mutates anything.
+service's metrics want usage per VC, per level and for the whole cluster; the cluster map wants
+each GPU's state and VC. These need every cell, so they are built here, inside the core's package,
+rather than by the edge reaching into the cell arrays. Nothing here mutates anything.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from topology.core import Core
-from topology.state import FREE_PRIORITY  # HiveD's priority of a free cell
+from topology.reservations import Gang
+from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
 
 
 def lca_type(core: Core, chain: str, level: int) -> str:
@@ -153,4 +156,146 @@ def virtual_clusters(core: Core, only: str | None = None) -> dict[str, list[dict
                             "physicalCell": None,
                         }
                     )
+    return out
+
+
+# ------------------------------------------------------------------------------------ the GPU map
+class GpuState(StrEnum):
+    """What a GPU is doing, as a map of the cluster shows it."""
+
+    BAD = "bad"
+    FREE = "free"
+    PREEMPTING = "preempting"  # reserved for a preempting gang, its victim still on it
+    OPPORTUNISTIC = "opportunistic"
+    USED = "used"  # guaranteed
+
+
+def gpu_layout(core: Core) -> tuple[list[list[Any]], tuple[int, ...]]:
+    """The cluster's shape for a map of it, and every GPU (its leaf cell id) in map order: chains in
+    config order, each chain's top cells in config order, each top cell's leaves depth-first.
+
+    Per chain: [name, leaf type, level types, node level, tops (a cell above node level is
+    [address, [children]], a node is its name), the GPU indices of a node, the nodes whose indices
+    differ from those, child number per level]."""
+    topo = core.topo
+    order: list[int] = []
+    chains: list[list[Any]] = []
+    for ch in topo.chains:
+
+        def tree(c: int, node_level: int = ch.node_level) -> Any:
+            if topo.level[c] <= node_level:
+                ni = topo.cell_node[c]
+                return topo.node_names[ni]
+            return [topo.address[c], [tree(k) for k in topo.children[c]]]
+
+        tops = []
+        pattern: list[int] | None = None
+        exceptions: dict[str, list[int]] = {}
+        for top in ch.tops:
+            tops.append(tree(top))
+            leaves = topo.leaves[topo.leaf_lo[top] : topo.leaf_hi[top]]
+            order.extend(leaves)
+        for ni in topo.chain_nodes[ch.index]:
+            gpus = [topo.gpu_index[x] for x in topo.node_leaves[ni]]
+            if pattern is None:
+                pattern = gpus
+            elif gpus != pattern:
+                exceptions[topo.node_names[ni]] = gpus
+        chains.append(
+            [
+                ch.name,
+                ch.leaf_type,
+                list(ch.level_types),
+                ch.node_level,
+                tops,
+                pattern or [],
+                exceptions,
+                list(ch.child_number),
+            ]
+        )
+    return chains, tuple(order)
+
+
+def gpu_states(core: Core, order: Sequence[int]) -> list[GpuState]:
+    """Each GPU's state, in `order` (leaf cell ids from `gpu_layout`)."""
+    st = core.state
+    lg, lp, lb, lr = st.leaf_gang, st.leaf_priority, st.leaf_bad, st.leaf_reserver
+    out: list[GpuState] = []
+    for leaf in order:
+        g = lg[leaf]
+        if lb[leaf]:
+            out.append(GpuState.BAD)
+        elif g == NO_GANG:
+            out.append(GpuState.FREE)
+        elif lr[leaf] != NO_GANG and lr[leaf] != g:
+            out.append(GpuState.PREEMPTING)
+        else:
+            out.append(GpuState.OPPORTUNISTIC if lp[leaf] < 0 else GpuState.USED)
+    return out
+
+
+def gpu_vcs(core: Core, order: Sequence[int]) -> list[str | None]:
+    """The VC whose cell holds each GPU (None: unbound), in `order`."""
+    owners, lo = core.owners, core.state.leaf_owner
+    return [owners[lo[leaf]].vc if lo[leaf] != NO_OWNER else None for leaf in order]
+
+
+def gang_chain(core: Core, gang: Gang) -> str:
+    return core.topo.chains[gang.chain].name
+
+
+def quota_cells(core: Core) -> dict[str, list[list[Any]]]:
+    """Per VC, its quota by cell type: [cell type, cells, GPUs per cell, bound cells, guaranteed
+    GPUs in use through them], as configured, then one row per pinned cell."""
+    topo, st = core.topo, core.state
+    # guaranteed GPUs in use, by (owner, cell type of the VC cell they are bound through)
+    used_by: dict[tuple[int, str], int] = {}
+    for gang in core.gangs():
+        if gang.priority < 0:
+            continue
+        for leaf in gang.held_leaves():
+            root = st.binding_root(leaf)
+            if root < 0:
+                continue
+            key = (st.bound_owner[root], topo.cell_type[root])
+            used_by[key] = used_by.get(key, 0) + 1
+    by_vc = {vc.name: vc for vc in core.spec.virtual_clusters}
+    out: dict[str, list[list[Any]]] = {}
+    for name in core.vc_names():
+        owner = core.vc_owner[name]
+        cells: list[list[Any]] = []
+        spec = by_vc.get(name)
+        seen: dict[tuple[int, int], list[Any]] = {}
+        for vcell in spec.virtual_cells if spec is not None else ():
+            ch = topo.chain_index[vcell.chain]
+            lvl = topo.types[vcell.cell_type].level
+            row = seen.get((ch, lvl))
+            if row is None:
+                unbound = st.unbound.get(owner, {}).get(ch, [])
+                row = [
+                    vcell.cell_type,
+                    0,
+                    topo.chains[ch].leaf_count[lvl],
+                    0,
+                    used_by.get((owner, vcell.cell_type), 0),
+                ]
+                row[3] = -(unbound[lvl] if lvl < len(unbound) else 0)
+                seen[(ch, lvl)] = row
+                cells.append(row)
+            row[1] += vcell.number
+        for row in cells:
+            row[3] += row[1]  # bound = promised - still unbound
+        for o in core.owners:
+            if o.vc == name and o.pinned_cell_id is not None:
+                c = topo.pinned_cells[o.pinned_cell_id]
+                cells.append(
+                    [
+                        f"pinned {o.pinned_cell_id}",
+                        1,
+                        topo.leaf_count[c],
+                        1,
+                        used_by.get((o.index, topo.cell_type[c]), 0),
+                    ]
+                )
+        out[name] = cells
     return out
