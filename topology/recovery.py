@@ -9,10 +9,13 @@ time first, so the VC gets the same cells back.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from topology.buddy import bind_for
 from topology.cluster import Cluster
 from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangPlacement, GangRequest, held_no_quota
 from topology.gangs import placement_of
+from topology.model import Topology
 from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
 
@@ -81,9 +84,7 @@ def restore(
     victims: set[int] = set()
     for p in slots:
         leaves: list[int] = []
-        types = dict(zip(p.gpu_indices, p.cell_types, strict=False))
-        for g in sorted(p.gpu_indices):
-            leaf = topo.leaf_of(p.node, g)
+        for g, leaf, cell_type in _gpus(topo, p):
             if leaf is None:
                 return f"GPU {g} of node {p.node} is not in the cluster"
             if leaf in seen:
@@ -96,7 +97,7 @@ def restore(
                 victims.add(holder)
             seen.add(leaf)
             leaves.append(leaf)
-            hints[leaf] = types.get(g, "")
+            hints[leaf] = cell_type
         rows.append((p, leaves))
     if not rows or any(not ls for _, ls in rows):
         return "the reservation records no GPUs"
@@ -145,9 +146,7 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
     lost = 0
     for p in pods:
         leaves: list[int] = []
-        types = dict(zip(p.gpu_indices, p.cell_types, strict=False))
-        for g in sorted(p.gpu_indices):
-            leaf = topo.leaf_of(p.node, g)
+        for g, leaf, cell_type in _gpus(topo, p):
             if leaf is None:
                 history.append(f"pod {p.pod_uid}: GPU {g} of node {p.node} is not in the cluster")
             elif st.leaf_gang[leaf] != -1 or leaf in claimed:
@@ -155,7 +154,7 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
             else:
                 leaves.append(leaf)
                 claimed.append(leaf)
-                hints[leaf] = types.get(g, "")
+                hints[leaf] = cell_type
         if not leaves:
             lost += 1
             continue
@@ -206,6 +205,14 @@ def _adopt_slot(cluster: Cluster, gang: Gang, p: AdoptedPod) -> Slot | None:
     gang.placement = None
     gang.lost -= 1
     return slot
+
+
+def _gpus(topo: Topology, p: AdoptedPod) -> Iterator[tuple[int, int | None, str]]:
+    """Each GPU a pod records, in index order: (index, its leaf cell or None when the cluster has no
+    such GPU, the quota cell type recorded for it or "")."""
+    types = dict(zip(p.gpu_indices, p.cell_types, strict=False))
+    for g in sorted(p.gpu_indices):
+        yield g, topo.leaf_of(p.node, g), types.get(g, "")
 
 
 def _held_no_quota(pods: list[AdoptedPod]) -> bool:
