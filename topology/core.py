@@ -3,8 +3,9 @@
 The extender, the simulator and the tests all drive the core through this class only. It validates
 requests (a `UserError` names the field), reserves whole gangs, hands out their slots, releases and
 expires them. It does no I/O and reads no clock. Each call is carried out by the module named for
-its concept (`requests`, `gangs`, `preemption`, `recovery`, `health`); the edge reads the core
-through the read-only queries at the end of the class and the `CoreView` it hands out.
+its concept (`requests`, `gangs`, `preemption`, `recovery`, `health`). The edge reads the core
+through the read-only queries at the end of the class, and every cell through `topology.inspect`;
+nothing outside `topology/` reads its data (`Cluster`'s fields) directly.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class Core(Cluster):
         return gangs.release_pod(self, pod_uid, now, finished=finished)
 
     def delete_gang(self, name: str) -> Released | None:
+        """Release a gang at once (its pods are named for eviction)."""
         return gangs.delete_gang(self, name)
 
     def evict_gang(self, name: str, now: float) -> Released | None:
@@ -168,6 +170,7 @@ class Core(Cluster):
 
     # ------------------------------------------------------------------ gangs, read-only
     def placement_of(self, gang: Gang) -> GangPlacement:
+        """The gang's placement: nodes, GPUs and quota cell types per slot."""
         return gangs.placement_of(self, gang)
 
     def quota_cell_types(self, gang: Gang, leaves: tuple[int, ...]) -> tuple[str, ...]:
@@ -186,9 +189,11 @@ class Core(Cluster):
         return next((s.pod_uid for s in gang.slots if s.key == slot_key and not s.finished), None)
 
     def gang(self, name: str) -> Gang | None:
+        """The named gang's reservation, if it has one."""
         return self.reservations.by_name.get(name)
 
     def gangs(self) -> list[Gang]:
+        """Every gang, oldest first."""
         return self.reservations.gangs()
 
     def holds_slot(self, pod_uid: str) -> bool:
@@ -232,6 +237,7 @@ class Core(Cluster):
         return self.topo.node_index
 
     def has_node(self, node: str) -> bool:
+        """Is `node` in the config?"""
         return node in self.topo.node_index
 
     def node_fill(self, node: str) -> tuple[int, int]:
@@ -251,9 +257,11 @@ class Core(Cluster):
         return self.topo.node_leaf_max
 
     def vc_names(self) -> list[str]:
+        """Every VC of the config, by name."""
         return sorted(self.vc_owner)
 
     def has_vc(self, vc: str) -> bool:
+        """Is `vc` in the config?"""
         return vc in self.vc_owner
 
     def vc_quota(self, vc: str) -> int:

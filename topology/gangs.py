@@ -65,6 +65,8 @@ def _preemptor_broken(cluster: Cluster, g: Gang, suggested: frozenset[int] | Non
 def place_new(
     cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None
 ) -> GangPlacement | Wait:
+    """Place a new gang whole on the first of its chains that can take it, and record it; else say
+    why it waits (reserving nothing)."""
     owner = cluster.owner_of(req)
     sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
     gang_id = cluster.reservations.new_id()
@@ -87,6 +89,7 @@ def record_gang(
     leaves: list[tuple[int, ...]],
     now: float,
 ) -> Gang:
+    """Record a placed gang: its slots, TTL deadline and lowest common cell level."""
     slots = _slots(cluster, req, leaves)
     gang = Gang(
         id=gang_id,
@@ -122,6 +125,7 @@ def _slots(cluster: Cluster, req: GangRequest, leaves: list[tuple[int, ...]]) ->
 
 
 def placement_of(cluster: Cluster, gang: Gang) -> GangPlacement:
+    """The gang's placement, cached until its priority changes (a downgrade)."""
     if gang.placement is not None and gang.placement.priority == gang.priority:
         return gang.placement
     gang.placement = placed = _placement(cluster, gang)
@@ -254,6 +258,7 @@ def claim(
 def pick_slot(
     cluster: Cluster, gang: Gang, leaf_number: int, node: str | None, slot_key: str | None
 ) -> Slot | None:
+    """The slot a pod of this shape would claim (on `node`, by `slot_key` when given), if any."""
     ni = cluster.topo.node_index.get(node, -2) if node is not None else None
     for s in gang.slots:
         if s.leaf_number != leaf_number or s.finished:
@@ -318,6 +323,7 @@ def release_pod(cluster: Cluster, pod_uid: str, now: float, *, finished: bool = 
 
 
 def delete_gang(cluster: Cluster, name: str) -> Released | None:
+    """Release a gang at once (its pods are named for eviction)."""
     gang = cluster.reservations.by_name.get(name)
     if gang is None:
         return None

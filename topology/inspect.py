@@ -19,6 +19,7 @@ from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
 
 
 def lca_type(core: Core, chain: str, level: int) -> str:
+    """The cell type of a chain's level, for a gang's lowest common cell."""
     ch = core.topo.chains[core.topo.chain_index[chain]]
     return ch.level_types[level] if level <= ch.top_level else "(several top cells)"
 
@@ -241,6 +242,7 @@ def gpu_vcs(core: Core, order: Sequence[int]) -> list[str | None]:
 
 
 def gang_chain(core: Core, gang: Gang) -> str:
+    """The name of the chain a gang is placed on."""
     return core.topo.chains[gang.chain].name
 
 

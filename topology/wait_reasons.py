@@ -19,6 +19,7 @@ def wait_reason(
     shortfalls: list[tuple[int, Shortfall]],
     suggested: frozenset[int] | None,
 ) -> WaitReason:
+    """The reason given for the first chain's shortfall, in the tenant's terms."""
     topo = cluster.topo
     if not shortfalls:
         return WaitReason(WaitCode.INSUFFICIENT_CAPACITY, req.vc, f"no chain can hold gang {req.name}")
