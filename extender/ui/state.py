@@ -16,6 +16,7 @@ Read-only: callers hold the scheduler lock; nothing here mutates the core.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -86,7 +87,7 @@ FIELDS = {
 class Layout:
     """The static half of the document for one core's topology, and each GPU's position."""
 
-    core: Core  # the layout is rebuilt when a reload brings a new core
+    core: weakref.ref[Core]  # rebuilt when a reload brings a new core (the old one is not kept)
     doc: dict[str, Any]
     token: str
     order: tuple[int, ...]  # GPU position -> the core's GPU (leaf cell) id
@@ -100,7 +101,9 @@ def _digest(data: bytes) -> str:
 def build_layout(core: Core) -> Layout:
     chains, order = inspect.gpu_layout(core)
     doc = {"chains": chains, "states": STATES, "fields": FIELDS}
-    return Layout(core, doc, _digest(wire.dumps(doc)), order, {leaf: i for i, leaf in enumerate(order)})
+    return Layout(
+        weakref.ref(core), doc, _digest(wire.dumps(doc)), order, {leaf: i for i, leaf in enumerate(order)}
+    )
 
 
 class StateView:
@@ -110,7 +113,7 @@ class StateView:
         self._layout: Layout | None = None
 
     def layout(self, core: Core) -> Layout:
-        if self._layout is None or self._layout.core is not core:
+        if self._layout is None or self._layout.core() is not core:
             self._layout = build_layout(core)
         return self._layout
 
