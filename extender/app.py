@@ -172,7 +172,7 @@ def build_app(service: Service) -> Starlette:
     async def virtual(request: Request) -> Response:
         vc = request.path_params.get("vc")
         async with s.lock:
-            if vc is not None and vc not in s.core.vc_owner:
+            if vc is not None and not s.core.has_vc(vc):
                 return JSON({"Error": f"VC {vc} not found"}, status_code=404)
             out = views.virtual_clusters(s.core, vc)
         return JSON(out.get(vc, []) if vc is not None else out)

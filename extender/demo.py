@@ -13,6 +13,7 @@ from pathlib import Path
 from config.load import ConfigError, load_config
 from topology.core import Core
 from topology.decisions import Bind, GangRequest, Member, UserError, Wait
+from topology.inspect import cluster_leaves
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "config" / "examples" / "example-cluster.yaml"
 
@@ -31,7 +32,7 @@ SCRIPT: list[tuple[str, str, int, list[tuple[int, int]]]] = [
 
 def describe(core: Core, d: Bind) -> str:
     p = d.placement
-    cells = core.topo.chains[core.topo.chain_index[p.chain]].level_types
+    cells = core.level_types(p.chain)
     within = cells[p.lca_level] if p.lca_level < len(cells) else "cluster"
     pods = "  ".join(f"{pp.node}:{','.join(map(str, pp.gpu_indices))}" for pp in p.pods)
     return f"placed within one {within:<12} {pods}"
@@ -49,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(err)
         return 1
     core = Core(loaded.spec)
-    print(f"cluster {args.config}: {len(core.topo.node_names)} nodes, {core.topo.total_leaves()} GPUs")
+    print(f"cluster {args.config}: {len(core.node_names())} nodes, {core.gpu_count} GPUs")
     print(f"{'gang':<26} {'vc':<9} {'prio':>4}  decision")
     now = 0.0
     for name, vc, prio, members in SCRIPT:
@@ -70,6 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif isinstance(first, Wait):
             print(f"{name:<26} {vc:<9} {prio:>4}  waits [{first.reason.code.value}]: {first.reason.message}")
     released = [core.delete_gang(g.name) for g in core.gangs()]
-    free = sum(core.state.free[c] for c in range(core.topo.n_cells) if core.topo.parent[c] < 0)
+    free = cluster_leaves(core)[1]
     print(f"released {len(released)} gangs; free GPUs back to {free}")
     return 0

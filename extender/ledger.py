@@ -47,7 +47,7 @@ from extender.ledger_status import document, evaluate
 from extender.podspec import PodRequest, framework_task, pod_annotations
 from topology.core import Core
 from topology.decisions import Released
-from topology.ledger import Gang
+from topology.reservations import Gang
 
 TOMBSTONE_SECONDS = 1200.0  # FrameworkBarrier's longest timeout: every barrier of the gang sees it
 FORGET_PENDING_SECONDS = 600.0  # a Pending gang nobody filtered for this long is dropped
@@ -171,7 +171,7 @@ class GangLedger:
             return
         facts = self.pods.get(uid)
         if facts is None:
-            gang = core.ledger.by_id.get(core.ledger.pod_gang.get(uid, -1))
+            gang = core.gang_of_pod(uid)
             if gang is None:
                 return
             task = framework_task(pod)

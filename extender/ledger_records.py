@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from extender.views import Waiting
-from topology.ledger import Gang
+from topology.reservations import Gang
 
 API_VERSION = "topogang.io/v1alpha1"
 

@@ -15,7 +15,7 @@ from extender.ledger_records import API_VERSION, Counts, Phase, PodFacts, Record
 from extender.views import lca_type
 from topology.core import Core
 from topology.decisions import WaitCode
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 
 def evaluate(
@@ -41,7 +41,7 @@ def evaluate(
         if w is None:
             return Phase.PENDING, counts, "waiting for a member to be filtered", False
         text = f"[{w.reason.code.value}] {w.reason.message}"
-        quota = core.vc_quota_leaves.get(rec.vc, 0)
+        quota = core.vc_quota(rec.vc)
         too_big = not rec.opportunistic and rec.leaf_total > quota
         never = w.reason.code is WaitCode.INSUFFICIENT_QUOTA and too_big  # the reason says so too
         return Phase.PENDING, counts, text, never

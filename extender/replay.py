@@ -127,14 +127,14 @@ class Stats:
 
 def job_mix(core: Core, run: str) -> list[Job]:
     """The scripted jobs, using the config's VCs by quota (largest first)."""
-    vcs = sorted(core.vc_quota_leaves.items(), key=lambda kv: (-kv[1], kv[0]))
+    vcs = sorted(((vc, core.vc_quota(vc)) for vc in core.vc_names()), key=lambda kv: (-kv[1], kv[0]))
     if not vcs:
         raise ReplayError("the config has no virtual clusters")
     big = vcs[0][0]
     mid = vcs[1][0] if len(vcs) > 1 else big
     small, small_quota = vcs[-1] if len(vcs) > 2 else vcs[0]
-    node = core.topo.node_leaf_max
-    mid_quota = core.vc_quota_leaves[mid]
+    node = core.largest_node()
+    mid_quota = core.vc_quota(mid)
     batch = max(1, (mid_quota - 2) // node)
     too_big = small_quota // node + 1
     return [
@@ -338,12 +338,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     core = Core(loaded.spec)
     client = Client(args.url.rstrip("/"))
     run = uuid.uuid4().hex[:6]
-    replay = Replay(client, list(core.topo.node_names), seed=args.seed)
+    replay = Replay(client, list(core.node_names()), seed=args.seed)
     try:
         status, ready = client.call("GET", "/readyz")
         if status != 200:
             raise ReplayError(f"{args.url} is not ready: {ready}")
-        replay.say(f"replaying against {args.url}: {len(core.topo.node_names)} nodes, run {run}")
+        replay.say(f"replaying against {args.url}: {len(core.node_names())} nodes, run {run}")
         for job in job_mix(core, run):
             replay.say(f"- {job.gang}{f' ({job.note})' if job.note else ''}")
             replay.run_job(job, run)

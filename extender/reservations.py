@@ -21,7 +21,7 @@ from typing import Any
 
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 GROUP = "topogang.io"
 VERSION = "v1alpha1"
@@ -61,16 +61,16 @@ def _stamp(t: datetime) -> str:
 
 def encode(core: Core, gang: Gang, *, clock_now: float, wall_now: datetime) -> dict[str, Any]:
     """The object's body for a gang's reservation."""
-    topo = core.topo
     req = gang.request
     expires = None
     if gang.deadline is not None:
         expires = _stamp(wall_now + timedelta(seconds=max(0.0, gang.deadline - clock_now)))
     slots = []
     for s in gang.slots:
+        node, gpus = core.slot_place(s)
         slot: dict[str, Any] = {
-            "node": topo.node_names[s.node],
-            "gpus": [topo.gpu_index[x] for x in s.leaves],
+            "node": node,
+            "gpus": list(gpus),
             "cellTypes": list(core.quota_cell_types(gang, s.leaves)),
         }
         if s.key is not None:

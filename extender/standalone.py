@@ -150,8 +150,8 @@ def build_standalone(
         scheduler.ready = True
         scheduler.not_ready_reason = ""
 
-    nodes = len(scheduler.core.topo.node_names)
-    gpus = scheduler.core.topo.total_leaves()
+    nodes = len(scheduler.core.node_names())
+    gpus = scheduler.core.gpu_count
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     return Service(
         scheduler=scheduler,

@@ -142,10 +142,10 @@ class Scheduler:
             return replies.filter_result(args, (), {}, dict.fromkeys(names, stale))
         if seen.superseded is not None:
             await self._supersede(seen.superseded, pr.gang)
-        index = self.core.topo.node_index  # once per node list and topology (read-only: shared)
+        index = self.core.node_index()  # once per node list and core (read-only: shared)
         unknown = self.node_lists.per_node_list(
             names,
-            self.core.topo,
+            self.core,
             lambda: {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index},
         )
         if len(unknown) == len(names):  # nothing to place on: no reservation, no waiting record

@@ -1,8 +1,8 @@
-"""Read-only views of the core's state: HiveD-shaped inspect documents, usage numbers, node fill.
+"""Read-only views for the service: HiveD-shaped inspect documents, usage numbers, node fill.
 
-This is the one module of the service that reads the core's cell arrays (`core.topo`, `core.state`)
-instead of calling `Core` methods: inspection and metrics need every cell, and the core has no view
-API for that yet. Nothing here mutates anything; callers hold the scheduler lock.
+The documents built from every cell come from `topology.inspect` (inside the core's package, the
+one place that reads its cell arrays); this module adds the gang and waiting documents, built from
+`Core` queries. Nothing here mutates anything; callers hold the scheduler lock.
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ from typing import Any
 from extender.metrics import StateSnapshot
 from topology.core import Core
 from topology.decisions import WaitReason
-from topology.ledger import Gang, GangPhase
-
-FREE_PRIORITY = -2  # HiveD's priority of a free cell
+from topology.inspect import cluster_leaves as cluster_leaves
+from topology.inspect import lca_type as lca_type
+from topology.inspect import level_usage as level_usage
+from topology.inspect import physical_cluster as physical_cluster
+from topology.inspect import vc_usage as vc_usage
+from topology.inspect import virtual_clusters as virtual_clusters
+from topology.reservations import Gang, GangPhase
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,158 +39,14 @@ class Waiting:
 # ------------------------------------------------------------------------------------ small reads
 def node_fill(core: Core, node: str) -> tuple[int, int]:
     """(free healthy GPUs, GPUs) of a node; (0, 0) for a node the config does not have."""
-    ni = core.topo.node_index.get(node)
-    if ni is None:
-        return 0, 0
-    cell = core.topo.node_cell[ni]
-    return core.state.free[cell], core.topo.leaf_count[cell]
+    return core.node_fill(node)
 
 
 def has_node(core: Core, node: str) -> bool:
-    return node in core.topo.node_index
-
-
-def lca_type(core: Core, chain: str, level: int) -> str:
-    ch = core.topo.chains[core.topo.chain_index[chain]]
-    return ch.level_types[level] if level <= ch.top_level else "(several top cells)"
-
-
-# ------------------------------------------------------------------------------------ usage
-def vc_usage(core: Core) -> dict[str, dict[str, int]]:
-    """Per VC: quota GPUs, guaranteed GPUs in use (held by gangs), opportunistic GPUs in use."""
-    out = {
-        vc: {"quota": core.vc_quota_leaves.get(vc, 0), "used": 0, "opportunistic": 0} for vc in core.vc_owner
-    }
-    for gang in core.gangs():
-        row = out.setdefault(gang.request.vc, {"quota": 0, "used": 0, "opportunistic": 0})
-        row["used" if gang.priority >= 0 else "opportunistic"] += len(gang.held_leaves())
-    return out
-
-
-def level_usage(core: Core) -> list[tuple[str, int, str, int, int]]:
-    """(chain, level, cell type, cells wholly free, cells) for every chain and level."""
-    topo, st = core.topo, core.state
-    out = []
-    for ch in topo.chains:
-        for lvl in range(1, ch.top_level + 1):
-            cells = ch.cells_by_level[lvl]
-            free = sum(1 for c in cells if st.free[c] == topo.leaf_count[c])
-            out.append((ch.name, lvl, ch.level_types[lvl], free, len(cells)))
-    return out
-
-
-def cluster_leaves(core: Core) -> tuple[int, int, int]:
-    """(GPUs, free healthy GPUs, bad GPUs) of the whole cluster."""
-    topo, st = core.topo, core.state
-    tops = [c for c in range(topo.n_cells) if topo.parent[c] < 0]
-    return (
-        sum(topo.leaf_count[c] for c in tops),
-        sum(st.free[c] for c in tops),
-        sum(st.bad_count[c] for c in tops),
-    )
+    return core.has_node(node)
 
 
 # ------------------------------------------------------------------------------------ HiveD shapes
-def _priorities(core: Core) -> list[int]:
-    """Highest leaf priority in each cell's subtree (ids are in preorder: children after parents)."""
-    topo, st = core.topo, core.state
-    prio = [FREE_PRIORITY] * topo.n_cells
-    for leaf in topo.leaves:
-        prio[leaf] = st.leaf_priority[leaf] if st.leaf_gang[leaf] >= 0 else FREE_PRIORITY
-    for c in range(topo.n_cells - 1, -1, -1):
-        p = topo.parent[c]
-        if p >= 0 and prio[c] > prio[p]:
-            prio[p] = prio[c]
-    return prio
-
-
-def _vc_of(core: Core, c: int) -> str | None:
-    root = core.state.binding_root(c)
-    if root < 0:
-        return None
-    return core.owners[core.state.bound_owner[root]].vc
-
-
-def _cell(core: Core, c: int, prio: list[int], *, deep: bool) -> dict[str, Any]:
-    topo, st = core.topo, core.state
-    total = topo.leaf_count[c]
-    used = st.used_guaranteed[c] + st.used_opportunistic[c]
-    bad = st.bad_count[c]
-    out: dict[str, Any] = {}
-    if topo.parent[c] < 0:
-        out["leafCellType"] = topo.chains[topo.cell_chain[c]].leaf_type
-    out["cellType"] = topo.cell_type[c]
-    ni = topo.cell_node[c]
-    if ni >= 0 and topo.node_cell[ni] == c:
-        out["isNodeLevel"] = True
-        out["nodeName"] = topo.node_names[ni]
-    out["cellAddress"] = topo.address[c]
-    out["cellState"] = "Used" if used else "Free"
-    out["cellHealthiness"] = "Bad" if bad and bad >= total else "Healthy"
-    out["cellPriority"] = prio[c]
-    out["totalLeafCells"] = total
-    out["usedLeafCells"] = used
-    out["freeLeafCells"] = st.free[c]
-    if bad:
-        out["badLeafCells"] = bad
-    vc = _vc_of(core, c)
-    if vc is not None:
-        out["vc"] = vc
-    if topo.pinned_id[c] is not None:
-        out["pinnedCellId"] = topo.pinned_id[c]
-    if deep and topo.children[c]:
-        out["cellChildren"] = [_cell(core, k, prio, deep=True) for k in topo.children[c]]
-    return out
-
-
-def physical_cluster(core: Core) -> list[dict[str, Any]]:
-    """`[PhysicalCellStatus]`: every top-level cell with its subtree."""
-    prio = _priorities(core)
-    topo = core.topo
-    return [_cell(core, c, prio, deep=True) for c in range(topo.n_cells) if topo.parent[c] < 0]
-
-
-def virtual_clusters(core: Core, only: str | None = None) -> dict[str, list[dict[str, Any]]]:
-    """`{vc: [VirtualCellStatus]}`: each VC's quota cells, bound (with their physical cell) or not."""
-    topo, st = core.topo, core.state
-    prio = _priorities(core)
-    out: dict[str, list[dict[str, Any]]] = {}
-    for owner in core.owners:
-        if only is not None and owner.vc != only:
-            continue
-        cells = out.setdefault(owner.vc, [])
-        for c in range(topo.n_cells):
-            if st.bound_owner[c] != owner.index:
-                continue
-            phys = _cell(core, c, prio, deep=False)
-            entry = {
-                "cellType": topo.cell_type[c],
-                "cellAddress": f"{owner.vc}/{len(cells)}",
-                "cellState": phys["cellState"],
-                "cellHealthiness": phys["cellHealthiness"],
-                "cellPriority": phys["cellPriority"],
-                "physicalCell": phys,
-            }
-            if owner.pinned_cell_id is not None:
-                entry["pinnedCellId"] = owner.pinned_cell_id
-            cells.append(entry)
-        for ch, levels in sorted(st.unbound.get(owner.index, {}).items()):
-            chain = topo.chains[ch]
-            for lvl, k in enumerate(levels):
-                for _ in range(k):
-                    cells.append(
-                        {
-                            "cellType": chain.level_types[lvl],
-                            "cellAddress": f"{owner.vc}/{len(cells)}",
-                            "cellState": "Free",
-                            "cellHealthiness": "Healthy",
-                            "cellPriority": FREE_PRIORITY,
-                            "physicalCell": None,
-                        }
-                    )
-    return out
-
-
 def affinity_group(core: Core, gang: Gang, now: float) -> dict[str, Any]:
     """HiveD's `AffinityGroup` for a gang with a reservation, plus topogang's slot detail."""
     placement = core.placement_of(gang)
@@ -282,7 +142,7 @@ def summary(core: Core, waiting: Mapping[str, Waiting], ready: bool) -> dict[str
     snap = state_snapshot(core, waiting, ready)
     return {
         "ready": ready,
-        "nodes": len(core.topo.node_names),
+        "nodes": len(core.node_names()),
         "gpus": {"total": total, "free": free, "bad": bad},
         "gangs": snap.gangs_by_phase,
         "virtualClusters": snap.vc_gpus,

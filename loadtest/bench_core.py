@@ -82,9 +82,9 @@ def replay(
 def bench(nodes: int, fill: float, decisions: int, seed: int, *, rack_size: int = 8) -> dict[str, float]:
     spec = generate_spec(nodes=nodes, rack_size=rack_size)
     core = Core(spec)
-    vcs = sorted(core.vc_owner)
+    vcs = core.vc_names()
     jobs = make_jobs(vcs, decisions, seed)
-    total = core.topo.total_leaves()
+    total = core.gpu_count
 
     preemptions = 0
 
@@ -106,7 +106,7 @@ def bench(nodes: int, fill: float, decisions: int, seed: int, *, rack_size: int 
     def core_release(job: Job) -> None:
         core.delete_gang(f"j{job.index}")
 
-    ff = FirstFit([len(x) for x in core.topo.node_leaves])
+    ff = FirstFit(core.node_gpu_counts())
 
     def ff_place(job: Job) -> bool:
         return ff.place(job.index, list(job.pods))
@@ -116,7 +116,7 @@ def bench(nodes: int, fill: float, decisions: int, seed: int, *, rack_size: int 
 
     warm = jobs[: min(2000, len(jobs))]
     replay(warm, total, fill, ff_place, ff_release)  # warm both code paths, then start clean
-    ff = FirstFit([len(x) for x in core.topo.node_leaves])
+    ff = FirstFit(core.node_gpu_counts())
     c = replay(jobs, total, fill, core_place, core_release)
     f = replay(jobs, total, fill, ff_place, ff_release)
     return {

@@ -12,8 +12,10 @@ from typing import Any
 
 from topology.core import Core
 from topology.decisions import GangPlacement, GangRequest
+from topology.gangs import live_victims, place_new
 from topology.health import doomed
-from topology.preemption import find_plan, live_victims
+from topology.preemption import find_plan
+from topology.requests import chains, suggested_ids
 
 
 def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
@@ -29,22 +31,22 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
         }
     st.begin()
     try:
-        got = core._place_new(req, now, core._suggested(req))
+        got = place_new(core, req, now, suggested_ids(core, req))
         if isinstance(got, GangPlacement):
             out["fitsNow"] = True
             out["placement"] = _placement(got)
             gang = core.gang(req.name)
             if gang is not None and gang is not existing:  # the what-if's gang: the rollback keeps it
-                core.ledger.remove(gang)
+                core.reservations.remove(gang)
                 if existing is not None:  # it took the name of the gang that really holds the cells
-                    core.ledger.add(existing)
+                    core.reservations.add(existing)
         else:
             out["fitsNow"] = False
             out["reason"] = got.reason.to_dict()
     finally:
         st.rollback()
     if not out["fitsNow"] and not req.opportunistic:
-        plan = find_plan(core, req, core._owner(req), core._suggested(req))
+        plan = find_plan(core, req, core.owner_of(req), suggested_ids(core, req))
         out["wouldPreempt"] = (
             None
             if plan is None
@@ -52,7 +54,7 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
                 {"pod": v.pod_uid, "gang": v.gang, "node": v.node} for v in live_victims(core, plan.victims)
             ]
         )
-    out["chains"] = [_chain_view(core, req, ch) for ch in core.chains_for(req)]
+    out["chains"] = [_chain_view(core, req, ch) for ch in chains(core, req)]
     out["doomed"] = [
         {
             "chain": d.chain,

@@ -4,12 +4,17 @@ HiveD binds "doomed bad cells" into VC views so a VC does not wait forever on ha
 Here the same knowledge is computed on demand from the free pool: for each chain and level, how many
 unbound quota cells could only be mapped onto cells that contain a bad GPU. Wait reasons and the
 explain API report it, so a tenant sees "bad hardware" rather than an endless "insufficient capacity".
+
+The node's side comes first: `set_node_health` marks GPUs bad from what Kubernetes reports (a node
+NotReady, GPU indices named bad, fewer GPUs allocatable than the node has). Gangs already placed are
+never moved; bad GPUs are only kept out of new placements.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from topology.cluster import Cluster
 from topology.state import CellState
 
 
@@ -59,3 +64,43 @@ def doomed(state: CellState) -> list[Doomed]:
             if healthy < need:
                 out.append(Doomed(ch.name, lvl, ch.level_types[lvl], need, healthy, tuple(bad_nodes)))
     return out
+
+
+def set_node_health(
+    cluster: Cluster,
+    node: str,
+    healthy: bool,
+    *,
+    bad_gpus: frozenset[int] = frozenset(),
+    healthy_gpus: int | None = None,
+) -> None:
+    """Mark a node's GPUs bad or healthy. A NotReady/unschedulable node (`healthy=False`) has every
+    GPU bad; otherwise `bad_gpus` names bad GPU indices, and `healthy_gpus` (device-plugin
+    allocatable) marks the highest-numbered surplus GPUs bad. Allocated gangs are never moved."""
+    topo = cluster.topo
+    ni = topo.node_index.get(node)
+    if ni is None:
+        return
+    leaves = topo.node_leaves[ni]
+    bad: set[int] = set()
+    if not healthy:
+        bad = set(leaves)
+    else:
+        bad = {leaf for leaf in leaves if topo.gpu_index[leaf] in bad_gpus}
+        if healthy_gpus is not None and healthy_gpus < len(leaves):
+            ranked = sorted(leaves, key=lambda leaf: -topo.gpu_index[leaf])
+            missing = len(leaves) - healthy_gpus - len(bad)
+            for leaf in ranked:
+                if missing <= 0:
+                    break
+                if leaf not in bad:
+                    bad.add(leaf)
+                    missing -= 1
+    for leaf in leaves:
+        cluster.state.set_leaf_bad(leaf, leaf in bad)
+
+
+def node_health(cluster: Cluster, node: str) -> tuple[int, ...]:
+    """Bad GPU indices of a node (empty when healthy)."""
+    ni = cluster.topo.node_index[node]
+    return tuple(cluster.topo.gpu_index[x] for x in cluster.topo.node_leaves[ni] if cluster.state.leaf_bad[x])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from topology.buddy import feasible, holds_guaranteed
 from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
 
 if TYPE_CHECKING:
@@ -74,9 +75,9 @@ def _pods_once(core: Core) -> list[str]:
             if s.pod_uid in where:
                 out.append(f"pod {s.pod_uid} holds slots in gangs {where[s.pod_uid]} and {gang.name}")
             where[s.pod_uid] = gang.name
-            if core.ledger.pod_gang.get(s.pod_uid) != gang.id:
+            if core.reservations.pod_gang.get(s.pod_uid) != gang.id:
                 out.append(f"pod {s.pod_uid} holds a slot of {gang.name}, but is indexed elsewhere")
-    for uid in core.ledger.pod_gang:
+    for uid in core.reservations.pod_gang:
         if uid not in where:
             out.append(f"pod {uid} is indexed to a gang but holds no slot")
     return out
@@ -120,7 +121,7 @@ def _safety(core: Core) -> list[str]:
     out = []
     st = core.state
     for ch in core.topo.chains:
-        short = st.feasible(ch.index, st.pool_counts(ch.index), st.demand[ch.index])
+        short = feasible(st, ch.index, st.pool_counts(ch.index), st.demand[ch.index])
         if short is not None:
             lvl, need, avail = short
             out.append(f"VC safety broken at chain {ch.name} level {lvl}: {need} needed, {avail} available")
@@ -165,7 +166,7 @@ def _counters(core: Core) -> list[str]:
     if owned != st.owned_free:
         out.append("owned-free counters drifted")
     for c in range(n):
-        if st.bound_owner[c] != NO_OWNER and topo.pinned_id[c] is None and not core.holds_guaranteed(c):
+        if st.bound_owner[c] != NO_OWNER and topo.pinned_id[c] is None and not holds_guaranteed(st, c):
             out.append(f"cell {topo.address[c]} stays bound to a VC with no guaranteed use")
         if st.in_pool[c] and (
             st.binding_root(c) >= 0 or (topo.parent[c] >= 0 and st.pool_root(topo.parent[c]) >= 0)

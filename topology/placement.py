@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from topology.buddy import apply_binds, bind_plan
 from topology.model import Topology
 from topology.state import NO_OWNER, CellState
 
@@ -142,67 +143,6 @@ class Placer:
             return None
         return q
 
-    def _bind_plan(self, q: list[int], chain: int, cell: int, need: int) -> list[int] | None:
-        """Quota levels to bind so that `cell` gains at least `need` leaves, fewest leaves first.
-
-        Two shapes compete: one quota cell at or above `cell`'s level covering all of it (possible
-        when `cell` is wholly unbound), or pieces inside it, smallest covering piece first. Works on
-        counts only; the real binding re-checks safety and may still refuse, in which case the
-        caller tries its next choice."""
-        st, topo = self.state, self.topo
-        ch = topo.chains[chain]
-        lvl_cell = topo.level[cell]
-        root = st.pool_root(cell)
-        whole: list[int] | None = None
-        if root >= 0:
-            if st.free[cell] < need:
-                return None
-            lvl = next((x for x in range(lvl_cell, topo.level[root] + 1) if q[x] > 0), None)
-            if lvl is not None:
-                whole = [lvl]
-            regions = [lvl_cell]
-        else:
-            if st.pool_leaves[cell] == 0:
-                return None
-            pieces = [c for c in range(cell, topo.cell_end[cell]) if st.in_pool[c]]
-            if sum(st.free[c] for c in pieces) < need:
-                return None
-            regions = [topo.level[c] for c in pieces]
-        parts = self._pieces(list(q), ch.leaf_count, ch.child_number, regions, lvl_cell, need)
-        if parts is None or (
-            whole is not None and ch.leaf_count[whole[0]] <= sum(ch.leaf_count[x] for x in parts)
-        ):
-            return whole
-        return parts
-
-    @staticmethod
-    def _pieces(
-        q: list[int],
-        leaf_count: tuple[int, ...],
-        child_number: tuple[int, ...],
-        regions: list[int],
-        top: int,
-        need: int,
-    ) -> list[int] | None:
-        """Greedy cover of `need` leaves by quota cells below `top` fitted into free `regions`."""
-        plan: list[int] = []
-        regions.sort()
-        while need > 0:
-            usable = [lvl for lvl in range(1, top + 1) if q[lvl] > 0 and any(r >= lvl for r in regions)]
-            if not usable:
-                return None
-            covering = [lvl for lvl in usable if leaf_count[lvl] >= need]
-            lvl = covering[0] if covering else usable[-1]
-            region = next(r for r in regions if r >= lvl)
-            regions.remove(region)
-            for j in range(lvl, region):
-                regions.extend([j] * (child_number[j + 1] - 1))
-            regions.sort()
-            q[lvl] -= 1
-            plan.append(lvl)
-            need -= leaf_count[lvl]
-        return plan
-
     def _choose_in(self, owner: int, chain: int, within: int, size: int) -> _Choice | None:
         """The lowest cell inside `within` (at most node level) that can hold `size` leaves."""
         topo, st = self.topo, self.state
@@ -220,7 +160,7 @@ class Placer:
                 if own < size:
                     if q is None:
                         continue
-                    plan = self._bind_plan(q, chain, c, size - own)
+                    plan = bind_plan(self.state, q, chain, c, size - own)
                     if plan is None:
                         continue
                     binds = plan
@@ -360,7 +300,7 @@ class Placer:
         self, owner: int, chain: int, cell: int, binds: list[int], sizes: list[int], gang: int, priority: int
     ) -> list[tuple[int, ...]] | None:
         """Bind what the choice needs, then place each pod inside `cell` at its lowest level."""
-        if not self._apply_binds(owner, cell, binds):
+        if not apply_binds(self.state, owner, cell, binds):
             return None
         if len(sizes) == 1 and not binds:
             # `cell` is already the lowest cell that holds the pod and nothing was bound since it
@@ -370,34 +310,13 @@ class Placer:
         out = []
         for size in sizes:
             choice = self._choose_in(owner, chain, cell, size)
-            if choice is None or not self._apply_binds(owner, choice.cell, choice.binds):
+            if choice is None or not apply_binds(self.state, owner, choice.cell, choice.binds):
                 return None
             got = self._take(owner, choice.cell, size, gang, priority)
             if got is None:
                 return None
             out.append(got)
         return out
-
-    # ------------------------------------------------------------------ binding
-    def _apply_binds(self, owner: int, cell: int, levels: list[int]) -> bool:
-        """Bind quota cells of `levels` at/above or inside `cell`, smallest free region first."""
-        st, topo = self.state, self.topo
-        for lvl in levels:
-            if lvl >= topo.level[cell]:
-                target = topo.ancestor_at(cell, lvl)
-                if target < 0 or not st.can_bind(owner, target):
-                    return False
-                st.bind(owner, target)
-                continue
-            candidates = [c for c in topo.cells_within(cell, lvl) if st.pool_root(c) >= 0]
-            candidates.sort(key=lambda c: (topo.level[st.pool_root(c)], c))
-            for c in candidates:
-                if st.can_bind(owner, c):
-                    st.bind(owner, c)
-                    break
-            else:
-                return False
-        return True
 
     # ------------------------------------------------------------------ leaves
     def _take(self, owner: int, cell: int, size: int, gang: int, priority: int) -> tuple[int, ...] | None:
@@ -482,8 +401,8 @@ class Placer:
             own = self.usable(owner, domain)
             total = sum(sizes)
             if own < total:
-                plan = self._bind_plan(q, chain, domain, total - own)
-                if plan is not None and not self._apply_binds(owner, domain, plan):
+                plan = bind_plan(self.state, q, chain, domain, total - own)
+                if plan is not None and not apply_binds(self.state, owner, domain, plan):
                     return None
         used: set[int] = set()
         out: list[tuple[int, ...]] = []
@@ -503,7 +422,7 @@ class Placer:
                 if best is None or key < best.key:
                     best = _Choice(key, choice.cell, choice.binds)
                     best_node = n
-            if best is None or not self._apply_binds(owner, best.cell, best.binds):
+            if best is None or not apply_binds(self.state, owner, best.cell, best.binds):
                 return None
             got = self._take(owner, best.cell, size, gang, priority)
             if got is None:

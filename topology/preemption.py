@@ -11,15 +11,23 @@ opportunistic and keep them running; it is undone if the preemptor still cannot 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from topology.decisions import OPPORTUNISTIC_PRIORITY, GangRequest, Victim
-from topology.ledger import Gang
+from topology.buddy import unbind_unused
+from topology.cluster import Cluster
+from topology.decisions import (
+    OPPORTUNISTIC_PRIORITY,
+    GangPlacement,
+    GangRequest,
+    Preemption,
+    Wait,
+    WaitCode,
+    WaitReason,
+)
+from topology.gangs import existing, live_victims, place_new, placement_of, record_gang, release
 from topology.placement import Shortfall
+from topology.requests import chains, suggested_ids, validate
+from topology.reservations import Gang, GangPhase
 from topology.state import NO_GANG, NO_OWNER
-
-if TYPE_CHECKING:
-    from topology.core import Core
 
 DRY_RUN_GANG = -2  # gang id used for what-if placements; never stored
 
@@ -43,34 +51,36 @@ def may_preempt(req: GangRequest, owner: int, g: Gang) -> bool:
     return g.owner == owner and g.priority < req.priority
 
 
-def find_plan(core: Core, req: GangRequest, owner: int, suggested: frozenset[int] | None) -> Plan | None:
+def find_plan(
+    cluster: Cluster, req: GangRequest, owner: int, suggested: frozenset[int] | None
+) -> Plan | None:
     """Dry run: the placement this gang gets by preempting the lowest priority tier that suffices.
 
     Only gangs that could matter are tried: same-VC lower-priority ones, and opportunistic ones on
     cells this VC owns or could bind (an opportunistic gang inside another VC's cells never helps)."""
     if req.opportunistic:
         return None
-    st = core.state
+    st = cluster.state
     candidates = sorted(
         (
             g
-            for g in core.ledger.by_id.values()
+            for g in cluster.reservations.by_id.values()
             if may_preempt(req, owner, g)
             and (g.priority >= 0 or any(st.leaf_owner[x] in (owner, NO_OWNER) for x in g.held_leaves()))
         ),
         key=lambda g: g.id,
     )
     for tier in sorted({g.priority for g in candidates}):
-        plan = _try(core, req, owner, [g for g in candidates if g.priority <= tier], suggested)
+        plan = _try(cluster, req, owner, [g for g in candidates if g.priority <= tier], suggested)
         if plan is not None:
             return plan
     return None
 
 
 def _try(
-    core: Core, req: GangRequest, owner: int, pool: list[Gang], suggested: frozenset[int] | None
+    cluster: Cluster, req: GangRequest, owner: int, pool: list[Gang], suggested: frozenset[int] | None
 ) -> Plan | None:
-    st = core.state
+    st = cluster.state
     ids = {g.id for g in pool}
     holder: dict[int, set[int]] = {}  # leaf -> gangs that must go if we take it
     st.begin()
@@ -83,8 +93,8 @@ def _try(
                 holder[leaf] = {g.id} if reserver == NO_GANG else {g.id, reserver}
                 st.release_leaf(leaf)
         sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
-        for ch in core.chains_for(req):
-            got = core.placer.place(owner, ch, sizes, DRY_RUN_GANG, req.priority, suggested)
+        for ch in chains(cluster, req):
+            got = cluster.placer.place(owner, ch, sizes, DRY_RUN_GANG, req.priority, suggested)
             if isinstance(got, Shortfall):
                 continue
             binds = [c for c in st.binds_since_begin() if st.bound_owner[c] == owner]
@@ -95,33 +105,128 @@ def _try(
         st.rollback()
 
 
-def live_victims(core: Core, gang_ids: list[int] | set[int]) -> tuple[Victim, ...]:
-    """Every running pod of the victim gangs (gang-wide), in a stable order."""
-    out = []
-    topo = core.topo
-    for gid in sorted(gang_ids):
-        g = core.ledger.by_id.get(gid)
-        if g is None:
-            continue
-        for s in g.slots:
-            if s.pod_uid is not None:
-                out.append(Victim(s.pod_uid, g.name, topo.node_names[s.node]))
-    return tuple(out)
-
-
-def downgrade(core: Core, g: Gang, preemptor: str) -> None:
+def downgrade(cluster: Cluster, g: Gang, preemptor: str) -> None:
     """Lazy preemption: `g` keeps its GPUs but runs as opportunistic, giving its VC cells back."""
-    st = core.state
+    st = cluster.state
     leaves = g.held_leaves()
     for leaf in leaves:
         st.release_leaf(leaf)
         st.allocate_leaf(leaf, g.id, OPPORTUNISTIC_PRIORITY)
     g.owner, g.priority, g.downgraded_by = NO_OWNER, OPPORTUNISTIC_PRIORITY, preemptor
     g.history.append(f"downgraded to opportunistic by {preemptor}")
-    core.unbind_unused(leaves)
+    unbind_unused(st, leaves)
 
 
 def revert_downgrade(g: Gang, owner: int, priority: int) -> None:
     """Undo `downgrade`'s ledger fields (the cell state is rolled back by the caller's transaction)."""
     g.owner, g.priority, g.downgraded_by = owner, priority, None
     g.history.append("downgrade reverted: the preemptor could not be mapped")
+
+
+def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
+    """Preempting phase: place the gang if it fits now; otherwise reserve its cells over the
+    cheapest victims (lazily downgrading opted-in same-VC victims first) and name the pods that
+    must go. Repeated calls return the same reservation and its remaining victims."""
+    held = existing(cluster, req)
+    if held is not None:
+        if held.phase is GangPhase.PREEMPTING:
+            return Preemption(held.name, live_victims(cluster, held.victims))
+        return placement_of(cluster, held)
+    validate(cluster, req)
+    suggested = suggested_ids(cluster, req)
+    got = place_new(cluster, req, now, suggested)
+    if not isinstance(got, Wait) or req.opportunistic:
+        return got
+    owner = cluster.owner_of(req)
+    st = cluster.state
+    st.begin()
+    lazy = _lazy_downgrade(cluster, req, owner, suggested)
+    if lazy:
+        placed = place_new(cluster, req, now, suggested)
+        if not isinstance(placed, Wait):
+            st.commit()
+            return placed
+    plan = find_plan(cluster, req, owner, suggested)
+    if plan is None:
+        st.rollback()
+        for g, o, p in lazy:
+            revert_downgrade(g, o, p)
+        return got
+    gang = _apply_plan(cluster, req, owner, plan, now)
+    st.commit()
+    if gang.phase is GangPhase.PREEMPTING:
+        return Preemption(gang.name, live_victims(cluster, gang.victims))
+    return placement_of(cluster, gang)
+
+
+def _lazy_downgrade(
+    cluster: Cluster, req: GangRequest, owner: int, suggested: frozenset[int] | None
+) -> list[tuple[Gang, int, int]]:
+    """Downgrade the opted-in same-VC victims of a dry-run plan; return what to revert."""
+    plan = find_plan(cluster, req, owner, suggested)
+    if plan is None:
+        return []
+    out: list[tuple[Gang, int, int]] = []
+    for gid in plan.victims:
+        g = cluster.reservations.by_id[gid]
+        if g.priority >= 0 and g.request.lazy_preemption and g.phase is not GangPhase.PREEMPTING:
+            out.append((g, g.owner, g.priority))
+            downgrade(cluster, g, req.name)
+    return out
+
+
+def _apply_plan(cluster: Cluster, req: GangRequest, owner: int, plan: Plan, now: float) -> Gang:
+    """Make the preemption real: cancel victims that run nothing, bind the plan's cells, take the
+    free leaves and mark the victims' leaves as reserved for this gang."""
+    st = cluster.state
+    live: set[int] = set()
+    freed: list[int] = []
+    for gid in plan.victims:
+        g = cluster.reservations.by_id[gid]
+        if g.live_slots():
+            live.add(gid)
+        else:
+            # cancel without giving cells back yet: the plan may sit in them
+            freed.extend(leaf for s in g.slots for leaf in s.leaves)
+            g.history.append(f"cancelled: outbid by {req.name}")
+            release(cluster, g, f"cancelled: outbid by {req.name}", now, unbind=False)
+    for c in plan.binds:
+        if st.bound_owner[c] != owner:
+            st.bind(owner, c)
+    gang = record_gang(cluster, cluster.reservations.new_id(), req, owner, plan.chain, plan.leaves, now)
+    for ls in plan.leaves:
+        for leaf in ls:
+            if st.leaf_gang[leaf] == NO_GANG:
+                st.allocate_leaf(leaf, gang.id, req.priority)
+            else:
+                st.set_reserver(leaf, gang.id)
+                gang.pending.add(leaf)
+    gang.victims = live
+    if live:
+        cluster.preemptors.add(gang.id)
+    gang.history.append(f"preempting {len(live)} gangs")
+    unbind_unused(cluster.state, freed)
+    return gang
+
+
+def wait_preempting(cluster: Cluster, g: Gang) -> Wait:
+    """What a member of a gang that waits for its victims to go is told (filter answers Wait)."""
+    victims = live_victims(cluster, g.victims)
+    msg = f"gang {g.name} holds a reservation and waits for {len(victims)} preempted pods to go"
+    return Wait(WaitReason(WaitCode.PREEMPTING, g.request.vc, msg, needed=len(g.pending)), victims)
+
+
+def preemptible(cluster: Cluster, req: GangRequest, wait: Wait, suggested: frozenset[int] | None) -> Wait:
+    """The filtering phase's answer for a gang that does not fit: Wait(PREEMPTIBLE) naming the
+    victims when it would fit by preempting them (nothing is reserved yet), else `wait` as it is."""
+    plan = find_plan(cluster, req, cluster.owner_of(req), suggested)
+    if plan is None:
+        return wait
+    victims = live_victims(cluster, plan.victims)
+    r = wait.reason
+    msg = (
+        f"gang {req.name} fits by preempting {len(victims)} pods of {len(plan.victims)} lower-priority gangs"
+    )
+    return Wait(
+        WaitReason(WaitCode.PREEMPTIBLE, req.vc, msg, r.chain, r.level, r.cell_type, r.needed), victims
+    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from topology.core import Core
 from topology.decisions import AdoptedPod
-from topology.ledger import GangPhase
+from topology.reservations import GangPhase
 from topology.spec import ClusterSpec
 
 

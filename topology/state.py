@@ -3,7 +3,9 @@
 All counters that placement reads are kept incrementally here (free leaves per cell, guaranteed and
 opportunistic usage per cell, unbound leaves per cell, owned free leaves per VC and node), so a
 placement never rescans the cluster. Every mutation is recorded in an undo log when one is open,
-which lets the search try a placement on the real state and roll it back exactly.
+which lets the search try a placement on the real state and roll it back exactly. Which quota cells
+to bind, and whether a bind is safe, is `buddy`'s; here are only the moves (split on bind, merge on
+unbind).
 
 Owners: each VC has an owner id for its quota cells, and each pinned cell gets an owner id of its
 own, because HiveD lets only pods that name a pinned cell use it.
@@ -133,48 +135,6 @@ class CellState:
 
     def pool_counts(self, chain: int) -> list[int]:
         return [len(s) for s in self.pool[chain]]
-
-    # ------------------------------------------------------------------ safety
-    def feasible(self, chain: int, pool_counts: list[int], demand: list[int]) -> tuple[int, int, int] | None:
-        """HiveD's per-level check: None when every unbound quota cell can still get a physical cell,
-        else (level, needed, available) for the first level that comes up short (top-down)."""
-        ch = self.topo.chains[chain]
-        carry = 0
-        for lvl in range(ch.top_level, 0, -1):
-            avail = carry + pool_counts[lvl]
-            left = avail - demand[lvl]
-            if left < 0:
-                return (lvl, demand[lvl], avail)
-            carry = left * ch.child_number[lvl]
-        return None
-
-    def split_delta(self, root: int, target: int) -> list[int]:
-        """Pool count changes per level if `target` (inside pool cell `root`) were carved out."""
-        topo = self.topo
-        ch = topo.chains[topo.cell_chain[root]]
-        delta = [0] * (ch.top_level + 1)
-        delta[topo.level[root]] -= 1
-        for lvl in range(topo.level[target], topo.level[root]):
-            delta[lvl] += ch.child_number[lvl + 1] - 1
-        return delta
-
-    def can_bind(self, owner: int, target: int) -> bool:
-        """Would binding `target` for `owner` keep every VC's outstanding quota satisfiable?"""
-        topo = self.topo
-        chain = topo.cell_chain[target]
-        lvl = topo.level[target]
-        per_chain = self.unbound.get(owner, {}).get(chain)
-        if per_chain is None or per_chain[lvl] <= 0:
-            return False
-        root = self.pool_root(target)
-        if root < 0:
-            return False
-        counts = self.pool_counts(chain)
-        for i, d in enumerate(self.split_delta(root, target)):
-            counts[i] += d
-        demand = list(self.demand[chain])
-        demand[lvl] -= 1
-        return self.feasible(chain, counts, demand) is None
 
     # ------------------------------------------------------------------ bind / unbind
     def bind(self, owner: int, target: int, *, quota: bool = True) -> None:

@@ -33,7 +33,7 @@ from extender.conventions.resolve import Resolved, applies, references, resolve
 from extender.podspec import PodRequest
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member, Released
-from topology.ledger import Gang, GangPhase
+from topology.reservations import Gang, GangPhase
 
 if TYPE_CHECKING:
     from extender import wire
@@ -245,17 +245,7 @@ def _single(pr: PodRequest, name: str, nodes: frozenset[str] | None) -> PodReque
 def domain_nodes(core: Core, g: Gang) -> frozenset[str]:
     """The nodes of the gang's topology domain: under the lowest cell holding all its leaves, and
     at least one level above a node (a one-node core's extras may use the rest of its rack)."""
-    topo = core.topo
-    leaves = [leaf for s in g.slots for leaf in s.leaves]
-    c = topo.lca(leaves)
-    if c is None:
-        return frozenset(topo.node_names[s.node] for s in g.slots)
-    chain = topo.chain_of(c)
-    if topo.level[c] <= chain.node_level:
-        up = topo.ancestor_at(c, chain.node_level + 1)
-        if up >= 0:
-            c = up
-    return frozenset(topo.node_names[i] for i in topo.nodes_within(c))
+    return core.gang_domain(g)
 
 
 def kube_fetch(request: Callable[[str, str], Awaitable[dict[str, Any] | None]]) -> Fetch:

@@ -203,10 +203,7 @@ def _keep_until_gone(core: Core, gang: str, k: int, pods: list[_Found], now: flo
         p = recorded.get((f.node, f.gpus))
         gpus, types = (p.gpus, p.preassigned_cell_types) if p is not None else (f.gpus, ())
         adopted.append(AdoptedPod(f.request.uid, f.node, gpus, f.request.name, f.request.slot_key, types))
-    core.adopt(req, adopted, now)
-    g = core.gang(name)
-    if g is not None:
-        g.evicting, g.deadline = True, None
+    core.adopt(req, adopted, now, evicting=True)
     return f"gang {gang}: {len(pods)} pods of an earlier placement keep their GPUs until they are gone"
 
 

@@ -50,12 +50,12 @@ class ReservationStore:
         """Write through the reservations made since the last call (O(1) when there are none), and
         the reservations a new gang lazily downgraded: kube-scheduler acts on the preemptor's at
         once, and a restart that found theirs still on the VC's quota would restore them on it."""
-        last = self.s.core.ledger.last_id
+        last = self.s.core.last_gang_id()
         if last == self.seen_id:
             return
         async with self.s.lock:
             core = self.s.core
-            last = core.ledger.last_id
+            last = core.last_gang_id()
             start = self.seen_id if last > self.seen_id else 0  # a reload starts ids afresh
             self.seen_id = last
             gangs = core.gangs()

@@ -183,7 +183,7 @@ def kube_service(
             text = f"config {loaded.file} {result}, the running one stays in force: " + "; ".join(errors)
             recorder.record(own_pod, "ConfigRejected", text, warning=True)
 
-    nodes = len(scheduler.core.topo.node_names)
+    nodes = len(scheduler.core.node_names())
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     watcher.on_result = on_reload
     return Service(

@@ -152,7 +152,7 @@ class ClusterSync:
                 _, configured = views.node_fill(core, h.name)
                 core.set_node_health(h.name, h.healthy, healthy_gpus=h.healthy_gpus(configured))
             if full:
-                for name in core.topo.node_names:
+                for name in core.node_names():
                     if name not in seen:
                         core.set_node_health(name, False)
 
@@ -248,7 +248,7 @@ class ClusterSync:
 
     def _held(self, uid: str) -> bool:
         """Whether the core already has this pod in a gang slot."""
-        return uid in self.s.core.ledger.pod_gang
+        return self.s.core.holds_slot(uid)
 
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}
@@ -260,7 +260,7 @@ class ClusterSync:
             await self.s.pod_gone(uid)
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them
-        unseen = dict.fromkeys([*self.s.core.ledger.pod_gang, *self.s.pods.uids()])
+        unseen = dict.fromkeys([*self.s.core.pods_holding_slots(), *self.s.pods.uids()])
         for uid in [u for u in unseen if u not in present and u not in self.live]:
             pr = self.s.cached(uid)
             if not self._held(uid):

@@ -16,15 +16,16 @@ Read-only: callers hold the scheduler lock; nothing here mutates the core.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from extender import replies, views
+from topology import inspect
 from topology.core import Core
-from topology.ledger import Gang, GangPhase
-from topology.model import Topology
-from topology.state import NO_GANG, NO_OWNER
+from topology.inspect import GpuState
+from topology.reservations import Gang, GangPhase
 
 VERSION = 1
 
@@ -37,6 +38,13 @@ STATES = {
     RESERVED: "reserved for a gang, member not bound yet",
     PREEMPTING: "reserved for a preempting gang, victim still on it",
     BAD: "bad (unhealthy)",
+}
+CHAR = {
+    GpuState.BAD: BAD,
+    GpuState.FREE: FREE,
+    GpuState.PREEMPTING: PREEMPTING,
+    GpuState.OPPORTUNISTIC: OPPORTUNISTIC,
+    GpuState.USED: USED,
 }
 
 # what each array holds, so the document explains itself
@@ -77,58 +85,24 @@ FIELDS = {
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """The static half of the document for one topology, and each leaf's GPU position."""
+    """The static half of the document for one core's topology, and each GPU's position."""
 
-    topo: Topology
+    core: weakref.ref[Core]  # rebuilt when a reload brings a new core (the old one is not kept)
     doc: dict[str, Any]
     token: str
-    order: tuple[int, ...]  # GPU position -> leaf cell id
-    pos: dict[int, int]  # leaf cell id -> GPU position
+    order: tuple[int, ...]  # GPU position -> the core's GPU (leaf cell) id
+    pos: dict[int, int]  # the core's GPU id -> GPU position
 
 
 def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-def build_layout(topo: Topology) -> Layout:
-    order: list[int] = []
-    chains: list[list[Any]] = []
-    for ch in topo.chains:
-
-        def tree(c: int, node_level: int = ch.node_level) -> Any:
-            if topo.level[c] <= node_level:
-                ni = topo.cell_node[c]
-                return topo.node_names[ni]
-            return [topo.address[c], [tree(k) for k in topo.children[c]]]
-
-        tops = []
-        pattern: list[int] | None = None
-        exceptions: dict[str, list[int]] = {}
-        for top in ch.tops:
-            tops.append(tree(top))
-            leaves = topo.leaves[topo.leaf_lo[top] : topo.leaf_hi[top]]
-            order.extend(leaves)
-        for ni in topo.chain_nodes[ch.index]:
-            gpus = [topo.gpu_index[x] for x in topo.node_leaves[ni]]
-            if pattern is None:
-                pattern = gpus
-            elif gpus != pattern:
-                exceptions[topo.node_names[ni]] = gpus
-        chains.append(
-            [
-                ch.name,
-                ch.leaf_type,
-                list(ch.level_types),
-                ch.node_level,
-                tops,
-                pattern or [],
-                exceptions,
-                list(ch.child_number),
-            ]
-        )
+def build_layout(core: Core) -> Layout:
+    chains, order = inspect.gpu_layout(core)
     doc = {"chains": chains, "states": STATES, "fields": FIELDS}
     return Layout(
-        topo, doc, _digest(replies.dumps(doc)), tuple(order), {leaf: i for i, leaf in enumerate(order)}
+        weakref.ref(core), doc, _digest(replies.dumps(doc)), order, {leaf: i for i, leaf in enumerate(order)}
     )
 
 
@@ -139,8 +113,8 @@ class StateView:
         self._layout: Layout | None = None
 
     def layout(self, core: Core) -> Layout:
-        if self._layout is None or self._layout.topo is not core.topo:
-            self._layout = build_layout(core.topo)
+        if self._layout is None or self._layout.core() is not core:
+            self._layout = build_layout(core)
         return self._layout
 
     def document(
@@ -171,20 +145,8 @@ def dynamic(
     """Everything that changes with scheduling: GPU states, VC bindings, quotas, gangs, waits.
     `phases`: the gang ledger's phase per gang (Binding, Ready, Broken, ...) where it knows one; the
     core's own (Reserved, Bound, Preempting) otherwise."""
-    st = core.state
     pos = lay.pos
-    lg, lp, lb, lr = st.leaf_gang, st.leaf_priority, st.leaf_bad, st.leaf_reserver
-    chars: list[str] = []
-    for leaf in lay.order:
-        g = lg[leaf]
-        if lb[leaf]:
-            chars.append(BAD)
-        elif g == NO_GANG:
-            chars.append(FREE)
-        elif lr[leaf] != NO_GANG and lr[leaf] != g:
-            chars.append(PREEMPTING)
-        else:
-            chars.append(OPPORTUNISTIC if lp[leaf] < 0 else USED)
+    chars = [CHAR[x] for x in inspect.gpu_states(core, lay.order)]
 
     gangs: list[list[Any]] = []
     for gang in core.gangs():
@@ -193,14 +155,11 @@ def dynamic(
             row[3] = phases[gang.name]
         gangs.append(row)
 
-    vc_names = sorted(core.vc_owner)
+    vc_names = core.vc_names()
     vc_idx = {name: i for i, name in enumerate(vc_names)}
-    owner_vc = [vc_idx.get(o.vc, -1) for o in core.owners]
     runs: list[list[int]] = []
-    lo = st.leaf_owner
-    for i, leaf in enumerate(lay.order):
-        o = lo[leaf]
-        v = owner_vc[o] if o != NO_OWNER else -1
+    for i, vc in enumerate(inspect.gpu_vcs(core, lay.order)):
+        v = vc_idx.get(vc, -1) if vc is not None else -1
         if v < 0:
             continue
         if runs and runs[-1][2] == v and runs[-1][0] + runs[-1][1] == i:
@@ -225,7 +184,6 @@ def dynamic(
 
 
 def _gang(core: Core, gang: Gang, pos: dict[int, int], chars: list[str]) -> list[Any]:
-    topo = core.topo
     slots = []
     bound = 0
     for s in gang.slots:
@@ -242,7 +200,7 @@ def _gang(core: Core, gang: Gang, pos: dict[int, int], chars: list[str]) -> list
                     if not claimed and chars[p] in (USED, OPPORTUNISTIC):
                         chars[p] = RESERVED
         slots.append([s.index, s.pod_name or s.pod_uid, ranges(gpus), ranges(pend)])
-    chain = topo.chains[gang.chain]
+    chain = inspect.gang_chain(core, gang)
     return [
         gang.name,
         gang.request.vc,
@@ -251,8 +209,8 @@ def _gang(core: Core, gang: Gang, pos: dict[int, int], chars: list[str]) -> list
         len(gang.slots),
         bound,
         round(gang.created, 3),
-        chain.name,
-        views.lca_type(core, chain.name, gang.lca_level),
+        chain,
+        views.lca_type(core, chain, gang.lca_level),
         slots,
     ]
 
@@ -270,57 +228,10 @@ def ranges(positions: list[int]) -> list[int]:
 
 def _quotas(core: Core, vc_names: list[str]) -> list[list[Any]]:
     """Per VC: guaranteed quota vs used, opportunistic use, and the same by quota cell type."""
-    topo, st = core.topo, core.state
     usage = views.vc_usage(core)
-    # guaranteed GPUs in use, by (owner, cell type of the VC cell they are bound through)
-    used_by: dict[tuple[int, str], int] = {}
-    for gang in core.gangs():
-        if gang.priority < 0:
-            continue
-        for leaf in gang.held_leaves():
-            root = st.binding_root(leaf)
-            if root < 0:
-                continue
-            key = (st.bound_owner[root], topo.cell_type[root])
-            used_by[key] = used_by.get(key, 0) + 1
-    by_vc = {vc.name: vc for vc in core.spec.virtual_clusters}
+    by_cell = inspect.quota_cells(core)
     out = []
     for name in vc_names:
-        owner = core.vc_owner[name]
-        cells: list[list[Any]] = []
-        spec = by_vc.get(name)
-        seen: dict[tuple[int, int], list[Any]] = {}
-        for vcell in spec.virtual_cells if spec is not None else ():
-            ch = topo.chain_index[vcell.chain]
-            lvl = topo.types[vcell.cell_type].level
-            row = seen.get((ch, lvl))
-            if row is None:
-                unbound = st.unbound.get(owner, {}).get(ch, [])
-                row = [
-                    vcell.cell_type,
-                    0,
-                    topo.chains[ch].leaf_count[lvl],
-                    0,
-                    used_by.get((owner, vcell.cell_type), 0),
-                ]
-                row[3] = -(unbound[lvl] if lvl < len(unbound) else 0)
-                seen[(ch, lvl)] = row
-                cells.append(row)
-            row[1] += vcell.number
-        for row in cells:
-            row[3] += row[1]  # bound = promised - still unbound
-        for o in core.owners:
-            if o.vc == name and o.pinned_cell_id is not None:
-                c = topo.pinned_cells[o.pinned_cell_id]
-                cells.append(
-                    [
-                        f"pinned {o.pinned_cell_id}",
-                        1,
-                        topo.leaf_count[c],
-                        1,
-                        used_by.get((o.index, topo.cell_type[c]), 0),
-                    ]
-                )
         u = usage.get(name, {"quota": 0, "used": 0, "opportunistic": 0})
-        out.append([name, u["quota"], u["used"], u["opportunistic"], cells])
+        out.append([name, u["quota"], u["used"], u["opportunistic"], by_cell.get(name, [])])
     return out

@@ -191,10 +191,9 @@ class CorePolicy(Policy):
         self.name = name or ("topogang" if borrowing else "hived-like")
         self.borrowing = borrowing
         self.core = Core(cluster.spec)
-        topo = self.core.topo
-        if tuple(topo.node_names) != cluster.node_names:
+        if tuple(self.core.node_names()) != cluster.node_names:
             raise ValueError("the core numbers the cluster's nodes differently from the simulator")
-        self.node_index = dict(topo.node_index)
+        self.node_index = dict(self.core.node_index())
         self.jobs: dict[int, Job] = {}
         self.started_at: dict[int, float] = {}
         self.opportunistic: set[int] = set()

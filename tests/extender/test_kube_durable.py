@@ -22,7 +22,7 @@ from tests.extender.helpers import Clock, example, nodes, pod, run, spec
 from tests.kubefake import FakeKube, parse_path
 from topology.core import Core
 from topology.invariants import violations
-from topology.ledger import GangPhase
+from topology.reservations import GangPhase
 
 NS = "topogang-system"
 COLLECTION = rsv.collection_path(NS)
@@ -176,7 +176,7 @@ def test_a_preemption_in_flight_survives_a_restart_with_its_victims() -> None:
         r = await a.verb("filter", h0)
         g = a.s.core.gang("vision/high")
         assert g is not None and g.phase is GangPhase.PREEMPTING, r
-        victims = {a.s.core.ledger.by_id[v].name for v in g.victims}
+        victims = {a.s.core.reservations.by_id[v].name for v in g.victims}
         assert victims == {"vision/low"}
         before = where(a.s.core, "vision/high")
         await until(  # low's object went at the sync after its first bind; high's was written at once
@@ -191,7 +191,7 @@ def test_a_preemption_in_flight_survives_a_restart_with_its_victims() -> None:
         h = b.s.core.gang("vision/high")
         assert h is not None and h.phase is GangPhase.PREEMPTING
         assert where(b.s.core, "vision/high") == before
-        assert {b.s.core.ledger.by_id[v].name for v in h.victims} == victims
+        assert {b.s.core.reservations.by_id[v].name for v in h.victims} == victims
         assert violations(b.s.core) == []
         # the victims go: the restored preemptor gets their cells
         for i in range(4):

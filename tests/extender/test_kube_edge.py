@@ -488,10 +488,10 @@ def test_recovery_keeps_an_earlier_placement_being_evicted_apart() -> None:
         assert gang is not None and current is not None
         assert fresh.placement_of(gang).pods == s.core.placement_of(current).pods
         assert [sl.pod_uid for sl in gang.slots].count("b") == 1 and len(gang.slots) == 2
-        held = fresh.ledger.by_id[fresh.ledger.pod_gang["a"]]
+        held = fresh.reservations.by_id[fresh.reservations.pod_gang["a"]]
         assert held is not gang and held.evicting and held.deadline is None
         fresh.release_pod("a", 1.0)  # gone at last: its GPUs are free, the gang is untouched
-        assert fresh.ledger.by_id.get(held.id) is None and fresh.gang("nlp/pair") is gang
+        assert fresh.reservations.by_id.get(held.id) is None and fresh.gang("nlp/pair") is gang
         assert violations(fresh) == []
 
     run(go())
@@ -512,7 +512,7 @@ def test_a_finished_pod_is_not_bound_and_its_deletion_clears_what_a_late_call_le
         await sync.on_pod("MODIFIED", done)
         assert "u1" in sync.done
         b = await s.bind(bind_args(done, "a100-r1-n1"))
-        assert "finished" in b["Error"] and not s.core.ledger.pod_gang and s.cached("u1") is None
+        assert "finished" in b["Error"] and not s.core.reservations.pod_gang and s.cached("u1") is None
         await s.filter(args(done))  # a stale filter: remembered again
         assert s.cached("u1") is not None
         await sync.on_pod("DELETED", done)
@@ -542,7 +542,7 @@ def test_recovery_reserves_nothing_for_a_gang_whose_pods_are_all_being_deleted()
         report = recover(fresh, api, now=0.0, namespace_vcs={"nlp": "nlp"})
         assert violations(fresh) == [] and report.pods == 2 and report.open_slots == 0, report.lines()
         assert fresh.gang("nlp/pair") is None and fresh.gang("nlp/other") is not None
-        held = fresh.ledger.by_id[fresh.ledger.pod_gang["a"]]
+        held = fresh.reservations.by_id[fresh.reservations.pod_gang["a"]]
         assert held.evicting and held.name.startswith("nlp/pair/evicted/")
 
     run(go())

@@ -386,7 +386,7 @@ def test_evicted_members_keep_their_gpus_until_their_pods_are_gone() -> None:
         await s.filter(args(newer))  # a new attempt supersedes the old one, whose member is evicted
         await asyncio.sleep(0)
         assert evicted == ["u0", "f0"] and s.core.gang("nlp/tf/0_a") is None
-        assert "f0" in s.core.ledger.pod_gang and violations(s.core) == []
+        assert "f0" in s.core.reservations.pod_gang and violations(s.core) == []
         assert fc_node is not None and (await s.filter(args(other, [fc_node])))["NodeNames"] == []
         await s.pod_gone("u0")
         await s.pod_gone("f0")
@@ -525,7 +525,7 @@ def test_a_bind_onto_a_gang_still_waiting_for_its_victims_is_refused() -> None:
         b = await s.bind(bind_args(p, node))
         assert "preempted pods" in b["Error"], b
         assert isinstance(s.binder, MemoryBinder) and "hi" not in s.binder.bound
-        assert "hi" not in s.core.ledger.pod_gang and violations(s.core) == []
+        assert "hi" not in s.core.reservations.pod_gang and violations(s.core) == []
         for uid in evicted:
             await s.pod_gone(uid)
         assert await s.bind(bind_args(p, node)) == {"Error": ""}

@@ -87,8 +87,8 @@ def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
     out = []
     core = s.core
     by_uid = {kpods.uid(p): p for p in pods}
-    for uid, gid in sorted(core.ledger.pod_gang.items()):
-        gang = core.ledger.by_id.get(gid)
+    for uid, gid in sorted(core.reservations.pod_gang.items()):
+        gang = core.reservations.by_id.get(gid)
         slot = gang.slot_of(uid) if gang is not None else None
         if gang is None or slot is None:
             out.append(f"core: pod {uid} maps to gang {gid}, which has no slot for it")
@@ -112,7 +112,7 @@ def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
         if info is None:
             continue
         uid = kpods.uid(p)
-        held = core.ledger.by_id.get(core.ledger.pod_gang.get(uid, -1))
+        held = core.reservations.by_id.get(core.reservations.pod_gang.get(uid, -1))
         slot = held.slot_of(uid) if held is not None else None
         what = "terminating pod" if terminating(p) else "pod"
         if slot is None:

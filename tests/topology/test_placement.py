@@ -38,7 +38,7 @@ def test_eight_gpu_job_takes_a_whole_node() -> None:
     bind(core, gang("small", "a", (1, 1)), "p0", 1)
     d = bind(core, gang("big", "a", (1, 8)), "p1", 8)
     assert d.gpu_indices == tuple(range(8))
-    small_node = core.placement_of(core.ledger.by_name["small"]).nodes[0]
+    small_node = core.placement_of(core.reservations.by_name["small"]).nodes[0]
     assert d.node != small_node
 
 
@@ -154,7 +154,7 @@ def test_sub_node_vc_cells_in_one_node_host_one_multi_gpu_pod() -> None:
     small = Core(rack_cluster(racks=1, vcs={"a": [("NODE", 2)], "r": [("NODE.HALF", 2)]}))
     bind(small, gang("two", "r", (1, 2)), "p1", 2)
     d2 = bind(small, gang("six", "r", (1, 6)), "p2", 6)
-    assert d2.node == small.placement_of(small.ledger.by_name["two"]).nodes[0]
+    assert d2.node == small.placement_of(small.reservations.by_name["two"]).nodes[0]
 
 
 def test_suggested_nodes_are_honoured() -> None:
@@ -212,7 +212,8 @@ def test_unclaimed_reservation_expires_and_frees_everything() -> None:
     released = core.expire(60.0)
     assert [r.gang for r in released] == ["g"] and released[0].evict_pod_uids == ("p1",)
     assert core.gang("g") is None and violations(core) == []
-    held = core.ledger.by_id[core.ledger.pod_gang["p1"]]  # p1 runs until it is gone: so do its GPUs
+    held = core.gang_of_pod("p1")
+    assert held is not None  # p1 runs until it is gone: so do its GPUs
     assert held.name.startswith("g/evicted/") and len(held.held_leaves()) == 8
     core.release_pod("p1", 61.0)
     assert snapshot(core) == initial and core.gangs() == []

@@ -179,7 +179,7 @@ def test_an_expiring_victim_keeps_its_running_pods_gpus_from_the_preemptor() -> 
     assert [(r.gang, r.evict_pod_uids) for r in released] == [("low", ("low-0",))]
     g = core.gang("hi")
     assert g is not None and g.phase.value == "Preempting"  # still waiting for low-0 to go
-    assert "low-0" in core.ledger.pod_gang and violations(core) == []
+    assert "low-0" in core.reservations.pod_gang and violations(core) == []
     assert isinstance(core.schedule(hi, "h0", 8, 32.0), Wait)
     core.release_pod("low-0", 40.0)
     assert g.phase.value == "Reserved" and violations(core) == []
@@ -232,7 +232,7 @@ def test_no_member_claims_a_slot_while_its_gang_waits_for_victims() -> None:
         assert "preempted" in err.message
     else:
         raise AssertionError("a slot was claimed on GPUs a victim still holds")
-    assert "h0" not in core.ledger.pod_gang and violations(core) == []
+    assert "h0" not in core.reservations.pod_gang and violations(core) == []
     assert core.open_slots("hi", 8) == []  # nothing for a filter or prioritize to offer either
     kill(core, p)
     assert g.phase.value == "Reserved"
@@ -249,5 +249,5 @@ def test_the_invariants_name_a_slot_claimed_over_a_victim() -> None:
     g = core.gang("hi")
     assert g is not None and violations(core) == []
     g.slots[0].pod_uid = "h0"  # what a claim that did not check the phase would leave
-    core.ledger.pod_gang["h0"] = g.id
+    core.reservations.pod_gang["h0"] = g.id
     assert any("still held by a victim" in v for v in violations(core)), violations(core)

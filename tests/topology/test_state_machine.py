@@ -26,8 +26,8 @@ from topology.decisions import (
     Wait,
 )
 from topology.invariants import snapshot, violations
-from topology.ledger import Gang, GangPhase
 from topology.reconfigure import reconfigure
+from topology.reservations import Gang, GangPhase
 
 SPEC = rack_cluster(
     racks=2,
@@ -142,7 +142,7 @@ class CoreMachine(RuleBasedStateMachine):
     def kill_victims(self, data: st.DataObject) -> None:
         g = data.draw(st.sampled_from([g for g in self.core.gangs() if g.victims]))
         for vid in sorted(g.victims):
-            victim = self.core.ledger.by_id.get(vid)
+            victim = self.core.reservations.by_id.get(vid)
             for s in list(victim.slots) if victim is not None else []:
                 if s.pod_uid is not None:
                     self.core.release_pod(s.pod_uid, self.now)
@@ -177,12 +177,12 @@ class CoreMachine(RuleBasedStateMachine):
             return
         raise AssertionError(f"a member of {g.name} claimed a slot while the gang waits for victims")
 
-    @precondition(lambda self: bool(self.core.ledger.pod_gang))
+    @precondition(lambda self: bool(self.core.reservations.pod_gang))
     @rule(data=st.data(), finished=st.booleans())
     def delete_member(self, data: st.DataObject, finished: bool) -> None:
-        uid = data.draw(st.sampled_from(sorted(self.core.ledger.pod_gang)))
+        uid = data.draw(st.sampled_from(sorted(self.core.reservations.pod_gang)))
         self.core.release_pod(uid, self.now, finished=finished)
-        assert uid not in self.core.ledger.pod_gang
+        assert uid not in self.core.reservations.pod_gang
 
     @precondition(lambda self: bool(self.core.gangs()))
     @rule(data=st.data())

@@ -1,7 +1,7 @@
 """Gang reservations: what each placed gang holds and which pod has claimed which slot.
 
 A reservation is made for the whole gang when its first member is scheduled; members then claim its
-slots one by one. The ledger is the single source of truth for "which GPUs belong to which gang", so
+slots one by one. `Reservations` is the single source of truth for "which GPUs belong to which gang", so
 every invariant (no GPU twice, gangs whole) can be checked against it.
 """
 
@@ -78,8 +78,9 @@ class Gang:
         return None
 
 
-class Ledger:
-    """Gangs by name and id, and which gang each pod belongs to."""
+class Reservations:
+    """Gangs by name and id, and which gang each pod belongs to. (Not "ledger": that word names the
+    FrameworkBarrier's gang ledger in `extender/`.)"""
 
     def __init__(self) -> None:
         self.by_name: dict[str, Gang] = {}

@@ -1,0 +1,220 @@
+"""Gangs re-created where their pods already run: after a restart, and across a reconfiguration.
+
+`adopt` takes running pods as facts: it never fails, reports what it cannot account for, and keeps a
+guaranteed gang whose cells no longer fit its VC running as opportunistic. `restore` brings back a
+reservation persisted before a restart (nothing runs in it yet), whole on its recorded cells or not
+at all. Both bind the VC's quota cells again through `buddy.bind_for`, the type recorded at bind
+time first, so the VC gets the same cells back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from topology.buddy import bind_for
+from topology.cluster import Cluster
+from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangPlacement, GangRequest, held_no_quota
+from topology.gangs import placement_of
+from topology.model import Topology
+from topology.reservations import Gang, GangPhase, Slot
+from topology.state import NO_GANG, NO_OWNER
+
+
+def adopt(
+    cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: float, *, evicting: bool = False
+) -> GangPlacement:
+    """Re-create a gang from where its pods already run (bind annotations after a restart, or a
+    running allocation across a reconfiguration). Never fails: leaves it cannot account for are
+    reported in the gang's history, and a guaranteed gang whose cells no longer fit its VC keeps
+    running downgraded to opportunistic."""
+    topo = cluster.topo
+    gang = cluster.reservations.by_name.get(req.name)
+    if gang is None:
+        gang = _adopt_new(cluster, req, pods, now)
+    for p in pods:
+        if not p.pod_uid or gang.slot_of(p.pod_uid) is not None:
+            continue
+        slot = next(
+            (
+                s
+                for s in gang.slots
+                if s.pod_uid is None
+                and topo.node_names[s.node] == p.node
+                and tuple(topo.gpu_index[x] for x in s.leaves) == tuple(sorted(p.gpu_indices))
+            ),
+            None,
+        )
+        if slot is None and gang.lost > 0:
+            slot = _adopt_slot(cluster, gang, p)
+        if slot is None:
+            gang.history.append(f"pod {p.pod_uid} on {p.node} {p.gpu_indices} matches no slot")
+            continue
+        slot.pod_uid, slot.pod_name = p.pod_uid, p.pod_name
+        cluster.reservations.pod_gang[p.pod_uid] = gang.id
+    if gang.phase is GangPhase.BOUND:
+        gang.deadline = None
+    if evicting and cluster.reservations.by_name.get(req.name) is gang:
+        gang.evicting, gang.deadline = True, None
+    return placement_of(cluster, gang)
+
+
+def restore(
+    cluster: Cluster, req: GangRequest, slots: list[AdoptedPod], now: float, deadline: float | None
+) -> GangPlacement | str:
+    """Re-create a reservation persisted before a restart, on exactly its recorded cells.
+
+    Unlike `adopt`, nothing runs here yet, so nothing needs saving at any cost: the reservation
+    comes back whole or not at all (the reason is returned, and the gang simply places afresh).
+    A leaf still held by a lower-priority gang is reserved over it again (a preemption in flight:
+    that gang is a victim once more); a leaf held by an equal or higher priority, missing from the
+    config, or a VC that no longer exists refuses the restore. A gang already known (its bound
+    members were adopted first) is left as it is."""
+    existing = cluster.reservations.by_name.get(req.name)
+    if existing is not None:
+        return placement_of(cluster, existing)
+    if req.vc not in cluster.vc_owner:
+        return f"VC {req.vc} is not in the config"
+    topo, st = cluster.topo, cluster.state
+    owner = NO_OWNER if _held_no_quota(slots) else cluster.owner_of(req)
+    priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
+    gid = cluster.reservations.new_id()
+    rows: list[tuple[AdoptedPod, list[int]]] = []
+    hints: dict[int, str] = {}
+    seen: set[int] = set()
+    victims: set[int] = set()
+    for p in slots:
+        leaves: list[int] = []
+        for g, leaf, cell_type in _gpus(topo, p):
+            if leaf is None:
+                return f"GPU {g} of node {p.node} is not in the cluster"
+            if leaf in seen:
+                return f"GPU {g} of node {p.node} is recorded twice"
+            holder = st.leaf_gang[leaf]
+            if holder != NO_GANG:
+                other = cluster.reservations.by_id.get(holder)
+                if other is None or other.priority >= priority or st.leaf_reserver[leaf] != NO_GANG:
+                    return f"GPU {g} of node {p.node} is held by gang {other.name if other else holder}"
+                victims.add(holder)
+            seen.add(leaf)
+            leaves.append(leaf)
+            hints[leaf] = cell_type
+        rows.append((p, leaves))
+    if not rows or any(not ls for _, ls in rows):
+        return "the reservation records no GPUs"
+    st.begin()
+    if owner != NO_OWNER and not bind_for(cluster.state, owner, sorted(seen), hints):
+        st.rollback()
+        return f"its cells no longer fit VC {req.vc}"
+    gang = Gang(
+        id=gid,
+        name=req.name,
+        request=req,
+        owner=owner,
+        chain=topo.cell_chain[min(seen)],
+        priority=priority,
+        slots=[
+            Slot(i, len(ls), p.slot_key, topo.cell_node[ls[0]], tuple(ls)) for i, (p, ls) in enumerate(rows)
+        ],
+        created=now,
+        deadline=deadline,
+        lca_level=topo.lca_level(sorted(seen)),
+        history=["restored from a persisted reservation"],
+    )
+    for leaf in sorted(seen):
+        if st.leaf_gang[leaf] == NO_GANG:
+            st.allocate_leaf(leaf, gid, priority)
+        else:
+            st.set_reserver(leaf, gid)
+            gang.pending.add(leaf)
+    st.commit()
+    cluster.reservations.add(gang)
+    gang.victims = victims
+    if victims:
+        cluster.preemptors.add(gid)
+    return placement_of(cluster, gang)
+
+
+def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: float) -> Gang:
+    topo, st = cluster.topo, cluster.state
+    owner = cluster.owner_of(req) if req.vc in cluster.vc_owner and not _held_no_quota(pods) else NO_OWNER
+    priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
+    gid = cluster.reservations.new_id()
+    slots: list[Slot] = []
+    history: list[str] = []
+    claimed: list[int] = []
+    hints: dict[int, str] = {}
+    lost = 0
+    for p in pods:
+        leaves: list[int] = []
+        for g, leaf, cell_type in _gpus(topo, p):
+            if leaf is None:
+                history.append(f"pod {p.pod_uid}: GPU {g} of node {p.node} is not in the cluster")
+            elif st.leaf_gang[leaf] != -1 or leaf in claimed:
+                history.append(f"pod {p.pod_uid}: GPU {g} of node {p.node} is already held")
+            else:
+                leaves.append(leaf)
+                claimed.append(leaf)
+                hints[leaf] = cell_type
+        if not leaves:
+            lost += 1
+            continue
+        slots.append(
+            Slot(len(slots), len(p.gpu_indices), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves))
+        )
+    if owner != NO_OWNER and not bind_for(cluster.state, owner, claimed, hints):
+        history.append(f"cells no longer fit VC {req.vc}: kept running as opportunistic")
+        owner, priority = NO_OWNER, OPPORTUNISTIC_PRIORITY
+    for leaf in claimed:
+        st.allocate_leaf(leaf, gid, priority)
+    chain = topo.cell_chain[claimed[0]] if claimed else 0
+    gang = Gang(
+        id=gid,
+        name=req.name,
+        request=req,
+        owner=owner,
+        chain=chain,
+        priority=priority,
+        slots=slots,
+        created=now,
+        deadline=now + req.ttl_seconds,
+        lca_level=topo.lca_level(claimed) if claimed else 0,
+        history=history,
+        lost=lost + max(0, req.pod_count - len(pods)),
+    )
+    if not slots:
+        gang.history.append("nothing left to adopt")
+        return gang
+    cluster.reservations.add(gang)
+    return gang
+
+
+def _adopt_slot(cluster: Cluster, gang: Gang, p: AdoptedPod) -> Slot | None:
+    """A member recovered after the others (pods are listed one by one after a restart)."""
+    topo, st = cluster.topo, cluster.state
+    leaves = [topo.leaf_of(p.node, g) for g in sorted(p.gpu_indices)]
+    if any(x is None or st.leaf_gang[x] != NO_GANG for x in leaves):
+        return None
+    found = [x for x in leaves if x is not None]
+    hints = dict(zip(found, p.cell_types, strict=False))
+    if not found or (gang.owner != NO_OWNER and not bind_for(cluster.state, gang.owner, found, hints)):
+        return None
+    for leaf in found:
+        st.allocate_leaf(leaf, gang.id, gang.priority)
+    slot = Slot(len(gang.slots), len(found), p.slot_key, topo.cell_node[found[0]], tuple(found))
+    gang.slots.append(slot)
+    gang.placement = None
+    gang.lost -= 1
+    return slot
+
+
+def _gpus(topo: Topology, p: AdoptedPod) -> Iterator[tuple[int, int | None, str]]:
+    """Each GPU a pod records, in index order: (index, its leaf cell or None when the cluster has no
+    such GPU, the quota cell type recorded for it or "")."""
+    types = dict(zip(p.gpu_indices, p.cell_types, strict=False))
+    for g in sorted(p.gpu_indices):
+        yield g, topo.leaf_of(p.node, g), types.get(g, "")
+
+
+def _held_no_quota(pods: list[AdoptedPod]) -> bool:
+    """Rebinding the VC's cells of a gang that held none would take quota its preemptor now holds."""
+    return held_no_quota((p.gpu_indices, p.cell_types) for p in pods)

@@ -1,0 +1,146 @@
+"""A gang request as the core accepts it: the only place its ranges are checked.
+
+`validate` raises a `UserError` that names the field when a request can never be scheduled as written
+(an empty name, an unknown VC, a priority out of range, a member that is not positive, more leaf cells
+than the cluster has, a pod bigger than any node, no chain with quota). Validity depends on the config
+alone, so each shape is checked once and remembered with the chains it may use.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from topology.cluster import Cluster
+from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, UserError
+
+_MAX_SHAPES = 4096
+_MAX_SHAPE_MEMBERS = 16  # bounds the shape cache in bytes: a key holds the members (merged, ≤ 1 per size)
+
+
+def validate(cluster: Cluster, req: GangRequest, leaf_number: int | None = None) -> None:
+    """Raise `UserError` naming the field when `req` can never be scheduled as written."""
+    key = _shape_key(req)
+    if leaf_number is None and req.name and key in cluster.valid_shapes:
+        return
+    _validate(cluster, req, leaf_number)
+    if len(cluster.valid_shapes) < _MAX_SHAPES and len(req.members) <= _MAX_SHAPE_MEMBERS:
+        cluster.valid_shapes[key] = tuple(chains(cluster, req))
+
+
+def _validate(cluster: Cluster, req: GangRequest, leaf_number: int | None) -> None:
+    if not req.name:
+        raise UserError("affinityGroup.name", "is empty")
+    if not req.vc:
+        raise UserError("virtualCluster", "is empty")
+    if req.vc not in cluster.vc_owner:
+        raise UserError("virtualCluster", f"VC {req.vc} does not exist")
+    if req.priority < OPPORTUNISTIC_PRIORITY:
+        raise UserError("priority", f"{req.priority} is less than -1")
+    if req.priority > MAX_PRIORITY:
+        raise UserError("priority", f"{req.priority} is greater than {MAX_PRIORITY}")
+    if not req.members:
+        raise UserError("affinityGroup.members", "is empty")
+    for i, m in enumerate(req.members):
+        if m.pod_number <= 0:
+            raise UserError(f"affinityGroup.members[{i}].podNumber", f"{m.pod_number} is not positive")
+        if m.leaf_number <= 0:
+            raise UserError(f"affinityGroup.members[{i}].leafCellNumber", f"{m.leaf_number} is not positive")
+    if req.leaf_total > cluster.gpu_count:  # before anything is built per pod or per leaf
+        raise UserError(
+            "affinityGroup.members",
+            f"the gang needs {req.leaf_total} leaf cells, more than the whole cluster's "
+            f"{cluster.gpu_count}: it can never run",
+        )
+    if leaf_number is not None:
+        if leaf_number <= 0:
+            raise UserError("leafCellNumber", f"{leaf_number} is not positive")
+        if all(m.leaf_number != leaf_number for m in req.members):
+            raise UserError(
+                "affinityGroup.members",
+                f"no member has leafCellNumber {leaf_number}, so this pod is not part of gang {req.name}",
+            )
+    if req.slot_keys is not None and len(req.slot_keys) != req.pod_count:
+        raise UserError("slotKeys", f"{len(req.slot_keys)} keys for {req.pod_count} pods")
+    if req.pinned_cell_id is not None:
+        if req.opportunistic:
+            raise UserError(
+                "pinnedCellId", f"opportunistic pod not supported to use pinned cell {req.pinned_cell_id}"
+            )
+        if (req.vc, req.pinned_cell_id) not in cluster.pinned_owner:
+            raise UserError("pinnedCellId", f"VC {req.vc} does not have pinned cell {req.pinned_cell_id}")
+    found = chains(cluster, req)
+    topo = cluster.topo
+    if not found:
+        if req.leaf_type is not None and req.leaf_type not in topo.chains_by_leaf_type:
+            raise UserError("leafCellType", f"the cluster has no leaf cell type {req.leaf_type}")
+        raise UserError(
+            "leafCellType" if req.leaf_type else "virtualCluster",
+            f"VC {req.vc} has no quota" + (f" of leaf cell type {req.leaf_type}" if req.leaf_type else ""),
+        )
+    biggest = max(m.leaf_number for m in req.members)
+    node_max = max(topo.chain_node_max[ch] for ch in found)
+    if biggest > node_max:
+        raise UserError(
+            "leafCellNumber",
+            f"{biggest} leaf cells in one pod exceed the largest node ({node_max}); split the pod",
+        )
+
+
+def chains(cluster: Cluster, req: GangRequest) -> list[int]:
+    """Chains the gang may use, in a fixed order."""
+    known = cluster.valid_shapes.get(_shape_key(req))
+    if known is not None:
+        return list(known)
+    topo = cluster.topo
+    if req.pinned_cell_id is not None:
+        owner = cluster.pinned_owner.get((req.vc, req.pinned_cell_id))
+        if owner is None:
+            return []
+        return [topo.cell_chain[topo.pinned_cells[req.pinned_cell_id]]]
+    if req.leaf_type is not None:
+        pool = list(topo.chains_by_leaf_type.get(req.leaf_type, ()))
+    else:
+        pool = list(range(len(topo.chains)))
+    if req.opportunistic:
+        return pool
+    owner = cluster.vc_owner[req.vc]
+    mine = cluster.state.unbound[owner]  # every chain the VC has quota on, bound or not
+    return [ch for ch in pool if ch in mine]
+
+
+def suggested_ids(cluster: Cluster, req: GangRequest) -> frozenset[int] | None:
+    """The ids of the nodes kube-scheduler suggests (None: any node); names not in the cluster drop."""
+    names = req.suggested_nodes
+    if names is None:
+        return None
+    last = cluster.last_suggested
+    if last is not None and last[0] is names:
+        return last[1]
+    ids: set[int | None] = set(map(cluster.topo.node_index.get, names))  # C loops, no generator
+    ids.discard(None)  # names not in the cluster
+    got = cast(frozenset[int], frozenset(ids))
+    cluster.last_suggested = (names, got)
+    return got
+
+
+def same_shape(a: GangRequest, b: GangRequest) -> bool:
+    """Two requests for one gang name agree on what was reserved (VC, priority, members, pinned cell)."""
+    return (
+        a.vc == b.vc
+        and a.priority == b.priority
+        and sorted((m.leaf_number, m.pod_number) for m in a.members)
+        == sorted((m.leaf_number, m.pod_number) for m in b.members)
+        and a.pinned_cell_id == b.pinned_cell_id
+    )
+
+
+def _shape_key(req: GangRequest) -> tuple[object, ...]:
+    """What validity and chain choice depend on (not the name, TTL or suggested nodes)."""
+    return (
+        req.vc,
+        req.priority,
+        req.members,
+        req.leaf_type,
+        req.pinned_cell_id,
+        None if req.slot_keys is None else len(req.slot_keys),
+    )
