@@ -7,8 +7,9 @@ once instead of per call, and lookups keyed by it hit by identity. A repeat cost
 compare, in C; a body that ends with the very bytes of a list seen lately is not even decoded whole.
 
 One `NodeLists` per server (the `Scheduler` owns the extender's): what it holds is bounded by
-`NODE_LISTS` lists and `NODE_LIST_BYTES`, and it checks nothing itself: `extender.wire` checks a
-list before it is shared, and only ever hands it lists it has checked.
+`NODE_LISTS` lists and a budget in bytes sized to the cluster (`budget_for`: a few copies of the
+cluster's own list, however long the lists callers send), and it checks nothing itself:
+`extender.wire` checks a list before it is shared, and only ever hands it lists it has checked.
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ NODE_LISTS = 8  # distinct node lists remembered (kube-scheduler sends one, most
 # `positions`), so one 70,000-node list fits; a larger list is checked and used, but not remembered
 NODE_LIST_BYTES = 32 * 1024 * 1024
 NAME_COST = 220
+MIN_BUDGET = 4 * 1024 * 1024
+
+
+def budget_for(nodes: int) -> int:
+    """Bytes worth spending on node lists for a cluster of `nodes` nodes: room for eight lists of its
+    own size (kube-scheduler sends one, or a few while nodes come and go), at least 4 MiB, at most
+    `NODE_LIST_BYTES`. A list of names the cluster does not have is of no use to remember."""
+    return max(MIN_BUDGET, min(NODE_LIST_BYTES, NODE_LISTS * (NAME_COST + 64) * nodes))
+
+
 MIN_SHARED = 32  # shorter lists (prioritize's survivors) are not remembered
 
 _KEY = b'"NodeNames":'
@@ -58,7 +69,8 @@ def _head(body: bytes, at: int) -> bytes | None:
 class NodeLists:
     """Checked node lists, most recently used last, with the raw bytes they came in."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int = NODE_LIST_BYTES) -> None:
+        self.max_bytes = max_bytes
         self._node_lists: OrderedDict[tuple[str, ...], _NodeList] = OrderedDict()
         self._by_id: dict[int, _NodeList] = {}  # id of an interned tuple (alive while in `_node_lists`)
         self._tails: dict[bytes, _NodeList] = {}  # the raw `"NodeNames":[...]}` ending a body -> its list
@@ -155,14 +167,14 @@ class NodeLists:
     def _intern(self, names: tuple[str, ...], value: object) -> tuple[str, ...]:
         """Remember a checked node list: later requests with an equal list get this very tuple."""
         cost = NAME_COST * len(names) + sum(map(len, names))
-        if cost > NODE_LIST_BYTES // 2:
+        if cost > self.max_bytes // 2:
             self._pending.clear()
             return names
         got = self._node_lists[names] = _NodeList(names, cost)
         self._by_id[id(names)] = got
         got.tail = self._tail_of(value, got)
         total = sum(n.cost for n in self._node_lists.values())
-        while len(self._node_lists) > NODE_LISTS or total > NODE_LIST_BYTES:
+        while len(self._node_lists) > NODE_LISTS or total > self.max_bytes:
             _, old = self._node_lists.popitem(last=False)
             total -= old.cost
             del self._by_id[id(old.names)]

@@ -40,7 +40,7 @@ MAX_SPEC_BYTES = SPEC_LIMITS.max_bytes
 # a gang of more pods than this can run on no cluster (the largest are ~100k GPUs); the scheduler
 # passes its own cluster's GPU count, so slot keys are never expanded for a gang that cannot fit
 MAX_PODS = 131_072
-SPEC_CACHE_BYTES = 8 * 1024 * 1024
+SPEC_CACHE_BYTES = 4 * 1024 * 1024  # thousands of distinct specs: HiveD's are a few hundred bytes
 
 FC_NAMESPACE = "FC_FRAMEWORK_NAMESPACE"
 FC_FRAMEWORK = "FC_FRAMEWORK_NAME"
@@ -154,6 +154,10 @@ def framework_task(pod: Mapping[str, Any]) -> FrameworkTask | None:
         return None
     ns, fw, attempt, role, index = (str(v) for v in values)
     if not (index.isascii() and index.isdigit()) or len(index) > 9:  # int() refuses "²" and 5,000 digits
+        return None
+    meta = pod.get("metadata")
+    own = (meta.get("namespace") if isinstance(meta, dict) else None) or "default"
+    if ns != own:  # FrameworkController creates a framework's pods in its namespace: this is no task of it
         return None
     return FrameworkTask(ns, fw, attempt, role, int(index))
 

@@ -28,7 +28,7 @@ from extender.conventions.edge import Conventions
 from extender.ledger import GangLedger
 from extender.ledger_metrics import LedgerCollector
 from extender.metrics import Metrics
-from extender.nodelists import NodeLists
+from extender.nodelists import NodeLists, budget_for
 from extender.podcache import PodCache
 from extender.podspec import PodRequest, annotation_of, is_enabled
 from extender.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
@@ -99,7 +99,8 @@ class Scheduler:
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
         self.waiting: dict[str, Waiting] = {}
         self.promises = Promises()  # slots held for a while for the pod sent to them
-        self.node_lists = NodeLists()  # kube-scheduler's node lists, shared from request to request
+        # kube-scheduler's node lists, shared from request to request, within a budget for this cluster
+        self.node_lists = NodeLists(budget_for(len(core.node_names())))
         self._inflight: dict[str, asyncio.Future[str]] = {}
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.ledger)
@@ -108,7 +109,20 @@ class Scheduler:
     # ------------------------------------------------------------------------------ pod requests
     async def request_of(self, pod: wire.WirePod) -> PodRequest:
         """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
-        return await podrequests.read(self, pod)
+        before = self.pods.get(pod.uid)
+        pr = await podrequests.read(self, pod)
+        if before is not None and before.gang != pr.gang:
+            await self._left(before.gang, pod.uid)
+        return pr
+
+    async def _left(self, gang: str, uid: str) -> None:
+        """A pod whose spec now names another gang has left its old one (a pending pod's annotations
+        can be edited): a reservation that no pod is left to claim goes now, as when its last pod is
+        deleted, rather than holding its cells until its TTL."""
+        async with self.lock:
+            self._released(self._abandoned(gang, uid))
+            if not self.pods.others_in(gang, uid):
+                self.waiting.pop(gang, None)
 
     def forget_pod(self, uid: str) -> None:
         self.pods.forget(uid)

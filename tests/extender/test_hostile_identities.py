@@ -106,3 +106,42 @@ def test_a_bind_that_fails_before_the_binding_is_written_leaves_nothing_claimed(
         assert violations(s.core) == []
 
     run(go())
+
+
+def test_a_pod_of_another_namespace_cannot_pose_as_a_frameworks_task() -> None:
+    """FrameworkController creates a framework's pods in the framework's namespace: a tenant's pod in
+    nlp naming vision's framework (a newer attempt, even) is no task of it, and supersedes nothing."""
+
+    async def go() -> None:
+        s = scheduler()
+        await place(s, fc_pod("u0", 0))
+        await place(s, fc_pod("u1", 1))
+        forged = pod(
+            "forged",
+            "fw-worker-0",
+            "nlp",
+            spec("nlp", 8, 1, "nlp/forged"),
+            annotations=fc_annotations("vision", "fw", "9_newer", "worker", 0),
+        )
+        await s.filter(args(forged))
+        gang = s.core.gang("vision/fw/0_a")
+        assert gang is not None and [sl.pod_uid for sl in gang.slots] == ["u0", "u1"]
+        assert s.core.gang("vision/fw/9_newer") is None
+        assert violations(s.core) == []
+
+    run(go())
+
+
+def test_a_pending_pod_whose_spec_names_another_gang_lets_the_old_reservation_go() -> None:
+    async def go() -> None:
+        s = scheduler()
+        p = pod("u-m", "m", "vision", spec("vision", 8, 1, "vision/first"))
+        assert (await s.filter(args(p)))["NodeNames"]
+        assert s.core.gang("vision/first") is not None
+        edited = pod("u-m", "m", "vision", spec("vision", 8, 1, "vision/second"))
+        assert (await s.filter(args(edited)))["NodeNames"]
+        assert s.core.gang("vision/first") is None  # nobody is left to claim it
+        assert s.core.gang("vision/second") is not None
+        assert violations(s.core) == []
+
+    run(go())
