@@ -14,6 +14,15 @@ from topology.decisions import UserError, Wait, WaitCode
 PREEMPTION_CODES = (WaitCode.PREEMPTIBLE, WaitCode.PREEMPTING)
 
 
+class VerbError(Exception):
+    """A request the verb rejects with an HTTP status (preempt has no Error field)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
 def user_error(pod_key: str, annotation: str, err: UserError) -> str:
     """HiveD's user-error wording, naming the pod, the annotation and the field."""
     return f"topogang: User Error: [{pod_key}]: {annotation}: {err.field}: {err.message}"

@@ -36,11 +36,12 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from extender import replies, views, wire
+from extender.answers import VerbError
 from extender.explain_api import explain_route
 from extender.httpproto import BodyTooLargeError, read_body
 from extender.metrics import CONTENT_TYPE, Metrics
 from extender.ui import ui_routes
-from extender.verbs import Scheduler, VerbError
+from extender.verbs import Scheduler
 
 log = logging.getLogger("topogang.extender")
 

@@ -1,11 +1,13 @@
-"""Work the verbs start and do not wait for (evictions): its failure is logged, not lost, and the task
-is held until it ends (asyncio keeps only a weak reference to a running task)."""
+"""Work that runs beside the requests: what the verbs start and do not wait for (evictions), and what
+the service repeats on a timer (expiry, gang timeouts, config reload). A failure is logged, not lost;
+a spawned task is held until it ends (asyncio keeps only a weak reference to a running task), and a
+repeated one goes on after a bad round."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("topogang.extender")
 
@@ -22,3 +24,14 @@ def spawn(coro: Awaitable[None]) -> None:
     task = asyncio.get_running_loop().create_task(run())
     _background.add(task)
     task.add_done_callback(_background.discard)
+
+
+async def every(interval: float, work: Callable[[], Awaitable[object]], what: str) -> None:
+    """`work()` every `interval` seconds while the service runs: one failing round (a bug, a bad
+    config) must never stop expiry, timeouts or reloads for good."""
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await work()
+        except Exception:
+            log.exception("%s failed", what)

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from config.load import ConfigError, load_config
+from extender.background import every
 from extender.verbs import Scheduler
 from topology.reconfigure import reconfigure
 
@@ -123,12 +124,7 @@ class ConfigWatcher:
             self.on_result(result, errors)
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.check()
-            except Exception:  # a reload bug must never stop the extender
-                log.exception("config reload failed")
+        await every(self.interval, self.check, "config reload")  # a reload bug never stops the extender
 
     def route(self) -> Route:
         async def config_status(request: Request) -> Response:

@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from config.load import LoadedConfig, load_config
 from extender.app import JSON, Service, build_app
+from extender.background import every
 from extender.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
 from extender.ledger_api import ledger_routes
 from extender.metrics import Metrics
@@ -156,7 +157,7 @@ def build_standalone(
     return Service(
         scheduler=scheduler,
         background=[
-            lambda: scheduler.run_expiry(expiry_interval(ttl)),
+            lambda: every(expiry_interval(ttl), scheduler.expire, "reservation expiry"),
             lambda: gangs.run(scheduler),
             watcher.run,
         ],

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from extender import podrequests, replies, views, wire
-from extender.answers import slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
+from extender.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.background import spawn
 from extender.bindinfo import bind_annotations
 from extender.conventions.edge import Conventions
@@ -48,15 +48,6 @@ from topology.decisions import (
 log = logging.getLogger("topogang.extender")
 
 MAX_SCORE = 10
-
-
-class VerbError(Exception):
-    """A request the verb rejects with an HTTP status (preempt has no Error field)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 class Scheduler:
@@ -500,11 +491,3 @@ class Scheduler:
         if evict and self.evictor is not None:
             await self.evictor(evict, "gang reservation expired before all members arrived")
         return released
-
-    async def run_expiry(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.expire()
-            except Exception:
-                log.exception("reservation expiry failed")

@@ -28,6 +28,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+from extender.background import every
 from extender.conventions.common import ObjRef
 from extender.conventions.resolve import Resolved, applies, references, resolve
 from extender.podspec import PodRequest
@@ -212,12 +213,7 @@ class Conventions:
         )
 
     async def run(self, s: Host, interval: float = 0.25) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.tick(s)
-            except Exception:
-                log.exception("gang timeouts failed")
+        await every(interval, lambda: self.tick(s), "gang timeouts")
 
 
 def _track(d: OrderedDict[str, float], key: str, value: float) -> None:

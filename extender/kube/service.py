@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from config.load import LoadedConfig
 from extender.app import Service
+from extender.background import every
 from extender.conventions import edge as conventions
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
@@ -127,7 +128,7 @@ def kube_service(
                 del frameworks[fw]  # re-read on the next lookup anyway; kept, every one would stay
 
     leader_tasks = [
-        lambda: scheduler.run_expiry(expiry_interval(ttl)),
+        lambda: every(expiry_interval(ttl), scheduler.expire, "reservation expiry"),
         lambda: gangs.run(scheduler),
         store.run,
     ]
