@@ -173,6 +173,7 @@ def test_plain_gpu_pod_and_what_is_left_to_podspec() -> None:
         ),
         "v",
     )
+    fc["FC_FRAMEWORK_NAMESPACE"] = "vision"  # the pod's own: FrameworkController creates it there
     assert resolve(pod("x", gpus=2, annotations={**fc, "FC_TASK_INDEX": "0"}), "u", "vision", "x") is None
 
 
