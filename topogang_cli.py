@@ -65,7 +65,7 @@ def _simulate(argv: Sequence[str]) -> int:
 
 
 def _barrier(argv: Sequence[str]) -> int:
-    from extender.barrier import main as barrier_main
+    from extender.gangs.barrier import main as barrier_main
 
     return barrier_main(argv)
 

@@ -25,9 +25,9 @@ from typing import Any
 import uvloop
 
 from config.load import ConfigError, LoadedConfig, load_config
-from extender.app import Service, build_app
+from extender.http.app import Service, build_app
+from extender.ops.tls import TlsSettings, VerbsGuard
 from extender.standalone import EXAMPLE_CONFIG, build_standalone
-from extender.tls import TlsSettings, VerbsGuard
 
 
 def parse_listen(text: str, default_host: str) -> tuple[str, int]:
@@ -188,7 +188,7 @@ def run(
     the scheduling verbs, which the main listener then refuses."""
     import uvicorn
 
-    from extender.httpproto import JSONErrorsHttpTools
+    from extender.http.httpproto import JSONErrorsHttpTools
 
     tls = tls or TlsSettings()
     scheme = "https" if tls.enabled else "http"

@@ -27,14 +27,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from config.load import LoadedConfig, load_config
-from extender.app import JSON, Service, build_app
-from extender.background import every
-from extender.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
-from extender.ledger_api import ledger_routes
-from extender.metrics import Metrics
-from extender.ports import BindError, BindTarget
-from extender.reload import ConfigWatcher
-from extender.verbs import Scheduler
+from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
+from extender.http.app import JSON, Service, build_app
+from extender.http.ledger_api import ledger_routes
+from extender.http.ports import BindError, BindTarget
+from extender.http.verbs import Scheduler
+from extender.ops.background import every
+from extender.ops.metrics import Metrics
+from extender.ops.reload import ConfigWatcher
 from topology.core import Core
 
 log = logging.getLogger("topogang.extender")

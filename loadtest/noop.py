@@ -2,9 +2,9 @@
 
     python -m loadtest.noop --port 9097 [--config cluster.yaml | --nodes 1000]
 
-Same starlette app construction as `extender.app` (Route + the JSON response class), same uvicorn
+Same starlette app construction as `extender.http.app` (Route + the JSON response class), same uvicorn
 settings as `topogang serve` (uvloop, httptools, no access log), same request handling (the body read
-and parsed with `extender.wire`, typed by its parsers), and a trivial decision: filter passes every
+and parsed with `extender.http.wire`, typed by its parsers), and a trivial decision: filter passes every
 node it is given, prioritize scores them all 0, bind and preempt succeed without doing anything. It also
 answers the reads a load generator makes first (`/v1/inspect`, the physical cluster's node names) and
 the standalone pod deletion, so `loadtest/locustfile.py` runs unchanged against it.
@@ -22,9 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from extender import replies, wire
-from extender.app import JSON
-from extender.nodelists import NodeLists
+from extender.http import replies, wire
+from extender.http.app import JSON
+from extender.http.nodelists import NodeLists
 
 Handler = Callable[[object], Any]
 

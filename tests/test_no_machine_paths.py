@@ -29,7 +29,7 @@ SIBLING_CHECKOUT = re.compile(r"\.\./shared\b")  # files beside the repository, 
 # (file, path): container-internal locations, the same wherever the image or pod runs.
 ALLOWED = {
     ("Dockerfile", "/" + "tmp/requirements.txt"),  # scratch file of the image build
-    ("extender/barrier.py", "/" + "mnt/frameworkbarrier"),  # FrameworkBarrier's output dir in the pod
+    ("extender/gangs/barrier.py", "/" + "mnt/frameworkbarrier"),  # FrameworkBarrier's output dir in the pod
 }
 
 

@@ -3,8 +3,8 @@
 A pod without a topogang/HiveD scheduling spec still forms a gang when it follows one of these
 conventions; the first that applies wins, in this order:
 
-1. an explicit `topogang.io/pod-scheduling-spec` (or HiveD's key) — `extender.podspec`;
-2. FrameworkController identity (`FC_FRAMEWORK_*` annotations) — `extender.podspec`;
+1. an explicit `topogang.io/pod-scheduling-spec` (or HiveD's key) — `extender.gangs.podspec`;
+2. FrameworkController identity (`FC_FRAMEWORK_*` annotations) — `extender.gangs.podspec`;
 3. the Kubernetes Workload API: `spec.workloadRef` + Workload `podGroups[].policy.gang.minCount`
    (or `spec.schedulingGroup` + PodGroup) — `workload`;
 4. scheduler-plugins coscheduling: label `scheduling.x-k8s.io/pod-group` + PodGroup
@@ -26,5 +26,5 @@ A group's minMember is the core gang, placed all-or-nothing; members beyond it j
 the core's topology domain (`edge`). Pods opt in as before (the `…/pod-scheduling-enable` limit), or
 with `schedulerName: topogang` and an `nvidia.com/gpu` request (`optin`).
 
-This package's `__init__` imports nothing: `extender.podspec` imports `optin` from it.
+This package's `__init__` imports nothing: `extender.gangs.podspec` imports `optin` from it.
 """

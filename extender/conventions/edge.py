@@ -28,16 +28,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-from extender.background import every
 from extender.conventions.common import ObjRef
 from extender.conventions.resolve import Resolved, applies, references, resolve
-from extender.podspec import PodRequest
+from extender.gangs.podspec import PodRequest
+from extender.ops.background import every
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member, Released
 from topology.reservations import Gang, GangPhase
 
 if TYPE_CHECKING:
-    from extender import wire
+    from extender.http import wire
 
 log = logging.getLogger("topogang.conventions")
 
@@ -57,7 +57,7 @@ PATHS = {
 
 
 class Host(Protocol):
-    """What the conventions need of the scheduler that owns them (`extender.verbs.Scheduler`)."""
+    """What the conventions need of the scheduler that owns them (`extender.http.verbs.Scheduler`)."""
 
     @property
     def core(self) -> Core: ...

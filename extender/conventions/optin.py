@@ -1,6 +1,6 @@
 """Which pods the conventions make ours, and how many GPUs a pod asks for.
 
-No import from `extender.podspec`: `podspec.is_enabled` imports this module (the opt-in by a GPU
+No import from `extender.gangs.podspec`: `podspec.is_enabled` imports this module (the opt-in by a GPU
 request), so this module stays at the bottom of the import graph.
 """
 

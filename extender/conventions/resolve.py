@@ -22,11 +22,11 @@ from extender.conventions.common import (
     text,
 )
 from extender.conventions.optin import GPU_RESOURCE, pod_gpus
-from extender.podspec import PodRequest, framework_task, merge_members, spec_text
+from extender.gangs.podspec import PodRequest, framework_task, merge_members, spec_text
 from topology.decisions import GangRequest, Member, UserError
 
 # highest first; an explicit topogang/HiveD spec and FrameworkController identity come before all of
-# these and are `extender.podspec`'s (a pod with either never reaches this module)
+# these and are `extender.gangs.podspec`'s (a pod with either never reaches this module)
 ORDER = ("workload", "coscheduling", "volcano", "yunikorn", "spark")
 SOFT_BACKSTOP = 2.0  # a Soft gang's core TTL is this many times its timeout (the edge softens it first)
 
@@ -51,7 +51,7 @@ class Resolved:
 
 def applies(pod: Mapping[str, Any]) -> bool:
     """Conventions decide only for pods with neither a topogang/HiveD spec nor FrameworkController
-    identity (those are `extender.podspec`'s, whatever labels they also carry)."""
+    identity (those are `extender.gangs.podspec`'s, whatever labels they also carry)."""
     return spec_text(pod)[1] is None and framework_task(pod) is None
 
 
@@ -114,7 +114,7 @@ def resolve(
     existing: Existing | None = None,
 ) -> Resolved | None:
     """The pod's gang from the conventions it follows; None when none applies and it asks for no GPUs
-    (then `extender.podspec` answers). Raises `UserError` naming the label, annotation or field."""
+    (then `extender.gangs.podspec` answers). Raises `UserError` naming the label, annotation or field."""
     if not applies(pod):
         return None
     gpus = pod_gpus(pod)

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from extender.bindinfo import ISOLATION_ANNOTATIONS
+from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS
+from extender.http.ports import BindError, BindTarget
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
-from extender.ports import BindError, BindTarget
 
 
 def binding_body(target: BindTarget, node: str, annotations: Mapping[str, str]) -> dict[str, Any]:

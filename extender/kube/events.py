@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from extender.background import spawn
 from extender.kube.client import ApiError, AsyncKube
-from extender.metrics import Metrics
+from extender.ops.background import spawn
+from extender.ops.metrics import Metrics
 
 log = logging.getLogger("topogang.kube")
 

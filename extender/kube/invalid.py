@@ -6,7 +6,7 @@ once bound, whose bind info) cannot be read is skipped, never a reason for start
 watch to stop. Skipping alone would leave its owner guessing why the pod stays Pending (or why its
 allocation was not restored), so it gets a Warning Event naming the annotation, the place inside it
 and the reason, which is what `kubectl describe pod` shows. The filter refuses the same pod with the
-same words (`extender.answers.user_error`); every other pod keeps being scheduled.
+same words (`extender.http.answers.user_error`); every other pod keeps being scheduled.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.bindinfo import BIND_INFO_ANNOTATIONS, decode_bind_info
+from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, decode_bind_info
+from extender.gangs.podspec import MAX_PODS, SPEC_ANNOTATIONS, pod_request, spec_text
 from extender.kube import pods as kpods
-from extender.podspec import MAX_PODS, SPEC_ANNOTATIONS, pod_request, spec_text
 from topology.decisions import UserError
 
 INVALID_SPEC = "InvalidSchedulingSpec"  # Event reason: the pod waits until its spec is fixed

@@ -1,6 +1,6 @@
 """Rebuild the core's allocations from the pods Kubernetes already runs (after a restart).
 
-Every live, bound pod that opts in carries its decision in its annotations (`extender.bindinfo`):
+Every live, bound pod that opts in carries its decision in its annotations (`extender.gangs.bindinfo`):
 its node and GPUs, and its whole gang's placement. Pods are grouped by gang (the same identity the
 filter uses), and each gang is re-created in one `Core.adopt` call with every slot of its placement:
 slots whose member is not bound yet are adopted under a placeholder and opened again at once, so the
@@ -21,9 +21,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from extender.bindinfo import ISOLATION_ANNOTATIONS, BindInfo, PlacedPod, decode_isolation, pod_bind_info
+from extender.gangs.bindinfo import (
+    ISOLATION_ANNOTATIONS,
+    BindInfo,
+    PlacedPod,
+    decode_isolation,
+    pod_bind_info,
+)
+from extender.gangs.podspec import PodRequest, is_enabled, pod_request
 from extender.kube import pods as kpods
-from extender.podspec import PodRequest, is_enabled, pod_request
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member, UserError, held_no_quota
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from extender import reservations as rsv
+from extender.gangs import reservations as rsv
+from extender.http.verbs import Scheduler
 from extender.kube.client import ApiError, AsyncKube
-from extender.verbs import Scheduler
 
 log = logging.getLogger("topogang.kube")
 

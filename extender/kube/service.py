@@ -23,9 +23,12 @@ from typing import Any
 from urllib.parse import quote
 
 from config.load import LoadedConfig
-from extender.app import Service
-from extender.background import every
 from extender.conventions import edge as conventions
+from extender.gangs.ledger_records import Record, TransitionHook
+from extender.gangs.podspec import PodRequest
+from extender.http.app import Service
+from extender.http.ledger_api import ledger_routes
+from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
@@ -34,13 +37,10 @@ from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.reservations import ReservationStore
 from extender.kube.sync import ClusterSync
-from extender.ledger_api import ledger_routes
-from extender.ledger_records import Record, TransitionHook
-from extender.metrics import Metrics
-from extender.podspec import PodRequest
-from extender.reload import ConfigWatcher
+from extender.ops.background import every
+from extender.ops.metrics import Metrics
+from extender.ops.reload import ConfigWatcher
 from extender.standalone import expiry_interval
-from extender.verbs import Scheduler
 from topology.core import Core
 
 log = logging.getLogger("topogang.kube")

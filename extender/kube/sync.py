@@ -23,14 +23,14 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from extender import views
+from extender.gangs.podspec import is_enabled
+from extender.http import views
+from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.recovery import recover
-from extender.podspec import is_enabled
-from extender.verbs import Scheduler
 
 log = logging.getLogger("topogang.kube")
 

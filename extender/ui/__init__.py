@@ -21,11 +21,11 @@ from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from extender import replies, views
+from extender.http import replies, views
 from extender.ui.state import StateView
 
 if TYPE_CHECKING:
-    from extender.verbs import Scheduler
+    from extender.http.verbs import Scheduler
 
 log = logging.getLogger("topogang.extender")
 GZIP_OVER = 4096  # bytes: a 1,000-node document is ~80 kB, ~13 kB gzipped
@@ -40,7 +40,7 @@ class _JSON(Response):
 
 
 def ledger_phases(scheduler: Scheduler) -> dict[str, str]:
-    """The gang ledger's phase of each gang it knows (`extender.ledger`, what /v1/gangs serves),
+    """The gang ledger's phase of each gang it knows (`extender.gangs.ledger`, what /v1/gangs serves),
     read without refreshing anything; {} when the scheduler has no ledger."""
     records = getattr(getattr(scheduler, "gang_ledger", None), "records", None)
     if not isinstance(records, dict):
@@ -58,7 +58,7 @@ def ui_routes(scheduler: Scheduler) -> list[BaseRoute]:
 
     async def state(request: Request) -> Response:
         q = request.query_params
-        async with scheduler.lock:  # an exception here is the app's to answer (`extender.app.Guard`)
+        async with scheduler.lock:  # an exception here is the app's to answer (`extender.http.app.Guard`)
             doc = view.document(
                 scheduler.core,
                 views.waiting_gangs(scheduler.waiting),

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender import replies, views
+from extender.http import replies, views
 from topology import inspect
 from topology.core import Core
 from topology.inspect import GpuState

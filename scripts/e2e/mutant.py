@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from extender import wire  # noqa: E402  (the repository must be importable first)
-from extender.podspec import PodRequest, spec_text  # noqa: E402
-from extender.verbs import Scheduler  # noqa: E402
+from extender.gangs.podspec import PodRequest, spec_text  # noqa: E402
+from extender.http import wire  # noqa: E402  (the repository must be importable first)
+from extender.http.verbs import Scheduler  # noqa: E402
 from topology.core import Core  # noqa: E402
 from topology.decisions import Member  # noqa: E402
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from extender.framework import injector
+from extender.gangs.framework import injector
 from tests.barrier.test_framework import framework
 
 ROOT = Path(__file__).resolve().parents[2]

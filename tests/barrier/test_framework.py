@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from extender.framework import (
+from extender.gangs.framework import (
     barrier_passed,
     decompressed,
     injector,

@@ -3,7 +3,7 @@ any Ready gang by name, and a plain affinity group's members carry `taskIndex: n
 
 from __future__ import annotations
 
-from extender.barrier import framework_from_gang
+from extender.gangs.barrier import framework_from_gang
 
 
 def test_members_without_task_index_are_numbered_in_order() -> None:

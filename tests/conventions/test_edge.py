@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from extender import wire
 from extender.conventions import edge
 from extender.conventions.common import ObjRef
+from extender.http import wire
 from tests.conventions.manifests import coscheduling_podgroup, pod, volcano_podgroup
 from tests.extender.helpers import Clock, scheduler
 from tests.kubefake import FakeApiServer, FakeKube, Fault

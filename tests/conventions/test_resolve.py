@@ -9,7 +9,7 @@ import pytest
 
 from extender.conventions.common import ObjRef
 from extender.conventions.resolve import Resolved, references, resolve
-from extender.podspec import is_enabled
+from extender.gangs.podspec import is_enabled
 from tests.conventions.manifests import (
     coscheduling_podgroup,
     pod,

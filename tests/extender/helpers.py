@@ -8,11 +8,11 @@ from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
 from config.load import LoadedConfig, load_config
-from extender import wire
-from extender.metrics import Metrics
-from extender.ports import Binder
+from extender.http import wire
+from extender.http.ports import Binder
+from extender.http.verbs import Scheduler
+from extender.ops.metrics import Metrics
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
-from extender.verbs import Scheduler
 from topology.core import Core
 
 T = TypeVar("T")

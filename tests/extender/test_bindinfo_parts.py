@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.bindinfo import encode_bind_info
+from extender.gangs.bindinfo import encode_bind_info
 from topology.decisions import GangPlacement, PodPlacement
 
 LONG = "team-" + "x" * 70 + " with spaces and: colons " + "y" * 40

@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from extender import reservations as rsv
 from extender.cli import parse_listen
-from extender.podspec import ENABLE_RESOURCES
+from extender.gangs import reservations as rsv
+from extender.gangs.podspec import ENABLE_RESOURCES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

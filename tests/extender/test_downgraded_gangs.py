@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from extender import reservations as rsv
-from extender.bindinfo import BIND_INFO_ANNOTATIONS, BindInfo, decode_bind_info
+from extender.gangs import reservations as rsv
+from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, BindInfo, decode_bind_info
+from extender.http.verbs import Scheduler
 from extender.kube.recovery import recover
 from extender.kube.reservations import ReservationStore
 from extender.standalone import MemoryBinder
-from extender.verbs import Scheduler
 from tests.extender.helpers import args, bind_args, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_kube_edge import bound_pods
 from tests.extender.test_verbs import place

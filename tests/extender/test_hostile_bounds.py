@@ -10,10 +10,11 @@ import re
 import pytest
 
 from config.untrusted import SPEC_LIMITS, Limits, UntrustedError, read_json, read_yaml
-from extender import podspec, wire
 from extender.conventions.yunikorn import task_groups
-from extender.nodelists import NODE_LIST_BYTES, NodeLists
-from extender.podcache import PodCache
+from extender.gangs import podspec
+from extender.http import wire
+from extender.http.nodelists import NODE_LIST_BYTES, NodeLists
+from extender.http.podcache import PodCache
 from tests.extender.helpers import args, pod, run, scheduler, spec
 from topology.decisions import UserError
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from extender import verbs
+from extender.http import verbs
 from tests.extender.helpers import args, bind_args, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_verbs import place
 from topology.invariants import violations

@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from extender import reservations as rsv
-from extender.app import Service, build_app
+from extender.gangs import reservations as rsv
+from extender.http.app import Service, build_app
 from extender.kube.client import pod_path
 from extender.kube.events import EventRecorder, ObjectRef
 from extender.kube.leader import LeaderElector, LeaseSettings, lease_path
 from extender.kube.service import kube_service
-from extender.metrics import Metrics
+from extender.ops.metrics import Metrics
 from tests.extender.helpers import Clock, example, nodes, pod, run, spec
 from tests.kubefake import FakeKube, parse_path
 from topology.core import Core

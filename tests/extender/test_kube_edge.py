@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from extender.bindinfo import (
+from extender.gangs.bindinfo import (
     BIND_INFO_ANNOTATIONS,
     ISOLATION_ANNOTATIONS,
     decode_bind_info,
@@ -17,6 +17,7 @@ from extender.bindinfo import (
     encode_bind_info,
     pod_bind_info,
 )
+from extender.http.ports import BindError, BindTarget
 from extender.kube import service as kube_service_module
 from extender.kube.binder import KubeBinder, binding_body
 from extender.kube.client import pod_path
@@ -24,7 +25,6 @@ from extender.kube.nodes import node_health
 from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
-from extender.ports import BindError, BindTarget
 from extender.standalone import MemoryBinder
 from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec
 from tests.extender.test_verbs import place

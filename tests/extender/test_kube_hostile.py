@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, encode_bind_info
-from extender.framework import FrameworkError, barrier_passed, task_role_statuses, with_ips_hidden
+from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, encode_bind_info
+from extender.gangs.framework import FrameworkError, barrier_passed, task_role_statuses, with_ips_hidden
+from extender.gangs.podspec import framework_task
 from extender.kube.client import pod_path
 from extender.kube.invalid import INVALID_BIND_INFO, INVALID_SPEC, invalid, printable
 from extender.kube.recovery import recover
 from extender.kube.service import kube_service
-from extender.podspec import framework_task
 from tests.extender.helpers import SPEC, Clock, example, fc_annotations, nodes, pod, run, spec
 from tests.extender.test_kube_durable import NS, Running, cluster, start, until
 from topology.core import Core

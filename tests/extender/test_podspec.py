@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.podspec import (
+from extender.gangs.podspec import (
     PodRequest,
     framework_members,
     framework_task,

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from extender import views, wire
-from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, decode_bind_info
-from extender.ports import BindError, BindTarget
+from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, decode_bind_info
+from extender.http import views, wire
+from extender.http.ports import BindError, BindTarget
+from extender.http.verbs import Scheduler
 from extender.standalone import MemoryBinder
-from extender.verbs import Scheduler
 from tests.extender.helpers import Clock, args, bind_args, fc_annotations, nodes, pod, run, scheduler, spec
 from topology.invariants import snapshot, violations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender import replies, wire
+from extender.http import replies, wire
 
 POD = {"metadata": {"name": "w-0", "namespace": "ml", "uid": "u-1"}, "spec": {}, "status": {}}
 

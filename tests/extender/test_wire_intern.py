@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from extender import wire
-from extender.nodelists import MIN_SHARED, NODE_LISTS, NodeLists
+from extender.http import wire
+from extender.http.nodelists import MIN_SHARED, NODE_LISTS, NodeLists
 
 LISTS = NodeLists()  # as the server's (the Scheduler's)
 

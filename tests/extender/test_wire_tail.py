@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender import wire
-from extender.nodelists import NodeLists
+from extender.http import wire
+from extender.http.nodelists import NodeLists
 
 LISTS = NodeLists()  # as the server's (the Scheduler's)
 

@@ -36,7 +36,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from config.untrusted import SPEC_LIMITS
-from extender.podspec import FC_ATTEMPT, FC_FRAMEWORK, FC_INDEX, FC_NAMESPACE, FC_ROLE
+from extender.gangs.podspec import FC_ATTEMPT, FC_FRAMEWORK, FC_INDEX, FC_NAMESPACE, FC_ROLE
 
 T = TypeVar("T")
 

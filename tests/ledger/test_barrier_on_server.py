@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from extender.framework import injector
+from extender.gangs.framework import injector
 from tests.barrier.test_framework import framework
 from tests.integration.test_server import filter_
 from tests.ledger.conftest import Job

@@ -1,4 +1,4 @@
-"""`extender.ledger` on its own: phases, counts, attempts, tombstones, wake-ups, over a real core."""
+"""`extender.gangs.ledger` on its own: phases, counts, attempts, tombstones, wake-ups, over a real core."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from extender.ledger import GangLedger
-from extender.ledger_records import Phase, Record, newer, parse_phase, reached, rfc3339
-from extender.podspec import PodRequest, pod_request
-from extender.views import Waiting
+from extender.gangs.ledger import GangLedger
+from extender.gangs.ledger_records import Phase, Record, newer, parse_phase, reached, rfc3339
+from extender.gangs.podspec import PodRequest, pod_request
+from extender.http.views import Waiting
 from tests.extender.helpers import Clock, example
 from tests.ledger.fc import fc_pod, members
 from topology.core import Core

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from extender.framework import injector
+from extender.gangs.framework import injector
 from tests.barrier.test_framework import framework
 from tests.integration.test_server import filter_
 from tests.ledger.conftest import Job, node_names

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, BindInfo, pod_bind_info
+from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, BindInfo, pod_bind_info
+from extender.gangs.podspec import is_enabled
+from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
-from extender.podspec import is_enabled
-from extender.verbs import Scheduler
 from topology.invariants import violations
 
 Obj = Mapping[str, Any]

@@ -51,16 +51,18 @@ from typing import Any
 from starlette.applications import Starlette
 
 from config.load import LoadedConfig, load_config
-from extender import bindinfo, kubesched, podspec, wire
-from extender.app import Service, build_app
+from extender import kubesched
+from extender.gangs import bindinfo, podspec
+from extender.gangs.ledger import FORGET_PENDING_SECONDS, TOMBSTONE_SECONDS
+from extender.http import wire
+from extender.http.app import Service, build_app
+from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import pod_path
 from extender.kube.reservations import ReservationStore
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
-from extender.ledger import FORGET_PENDING_SECONDS, TOMBSTONE_SECONDS
 from extender.standalone import EXAMPLE_CONFIG, expiry_interval
-from extender.verbs import Scheduler
 from tests.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
 from tests.soak import checks, vclock
 from tests.soak.jobs import Job, new_job

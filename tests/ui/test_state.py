@@ -12,11 +12,11 @@ import pytest
 
 from config.generate import generate_yaml
 from config.load import load_config
-from extender.app import build_app
+from extender.http.app import build_app
+from extender.http.verbs import Scheduler
+from extender.http.views import Waiting
 from extender.standalone import build_standalone
 from extender.ui.state import STATES, ranges
-from extender.verbs import Scheduler
-from extender.views import Waiting
 from tests.extender import helpers
 from topology.decisions import GangRequest, Member, WaitCode, WaitReason
 

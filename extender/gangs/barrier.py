@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from extender.framework import Framework, FrameworkError, barrier_passed, decompressed, injector
+from extender.gangs.framework import Framework, FrameworkError, barrier_passed, decompressed, injector
 
 EXIT_PASS = 0
 EXIT_TIMEOUT = 201  # FrameworkController: ContainerTransientConflictFailed (retried with back-off)

@@ -13,7 +13,7 @@ Every answer is JSON. A verb never answers 5xx: bad input gets the protocol's `E
 preempt, a 4xx), and an unexpected exception is logged with the request's identity, counted in
 `topogang_internal_errors_total` and answered as an error in the verb's own shape (preempt: no
 victims, which is always safe). Other routes answer JSON 404/405 for unknown paths and methods, and
-a JSON 500 only for a fault of the server itself; malformed HTTP gets a JSON 400 (`extender.httpproto`).
+a JSON 500 only for a fault of the server itself; malformed HTTP gets a JSON 400 (`extender.http.httpproto`).
 """
 
 from __future__ import annotations
@@ -35,13 +35,13 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from extender import replies, views, wire
-from extender.answers import VerbError
-from extender.explain_api import explain_route
-from extender.httpproto import BodyTooLargeError, read_body
-from extender.metrics import CONTENT_TYPE, Metrics
+from extender.http import replies, views, wire
+from extender.http.answers import VerbError
+from extender.http.explain_api import explain_route
+from extender.http.httpproto import BodyTooLargeError, read_body
+from extender.http.verbs import Scheduler
+from extender.ops.metrics import CONTENT_TYPE, Metrics
 from extender.ui import ui_routes
-from extender.verbs import Scheduler
 
 log = logging.getLogger("topogang.extender")
 

@@ -24,8 +24,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from config.load import ConfigError, load_config
-from extender.background import every
-from extender.verbs import Scheduler
+from extender.http.verbs import Scheduler
+from extender.ops.background import every
 from topology.reconfigure import reconfigure
 
 log = logging.getLogger("topogang.reload")

@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from extender import podrequests, wire
-from extender.httpproto import BodyTooLargeError, read_body
-from extender.verbs import Scheduler
+from extender.http import podrequests, wire
+from extender.http.httpproto import BodyTooLargeError, read_body
+from extender.http.verbs import Scheduler
 from topology.decisions import UserError
 from topology.explain import explain
 

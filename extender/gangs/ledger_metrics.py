@@ -1,4 +1,4 @@
-"""The gang ledger's Prometheus gauges (registered beside the scheduler's own, `extender.metrics`)."""
+"""The gang ledger's Prometheus gauges (registered beside the scheduler's own, `extender.ops.metrics`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from extender.ledger import GangLedger
-from extender.ledger_records import WaitingOf
+from extender.gangs.ledger import GangLedger
+from extender.gangs.ledger_records import WaitingOf
 from topology.core import Core
 
 

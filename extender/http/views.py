@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.metrics import StateSnapshot
+from extender.ops.metrics import StateSnapshot
 from topology.core import Core
 from topology.decisions import WaitReason
 from topology.inspect import cluster_leaves as cluster_leaves

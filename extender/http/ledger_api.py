@@ -33,11 +33,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from extender.app import JSON
-from extender.barrier import framework_from_gang
-from extender.framework import Framework, FrameworkError, with_ips_hidden, with_pod_ips
-from extender.ledger_records import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
-from extender.verbs import Scheduler
+from extender.gangs.barrier import framework_from_gang
+from extender.gangs.framework import Framework, FrameworkError, with_ips_hidden, with_pod_ips
+from extender.gangs.ledger_records import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
+from extender.http.app import JSON
+from extender.http.verbs import Scheduler
 
 log = logging.getLogger("topogang.extender")
 

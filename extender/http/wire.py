@@ -1,4 +1,4 @@
-"""kube-scheduler's extender requests, parsed into typed arguments (the replies: `extender.replies`).
+"""kube-scheduler's extender requests, parsed into typed arguments (the replies: `extender.http.replies`).
 
 kube-scheduler marshals its untagged Go structs, so request keys are PascalCase and nil values are
 explicit `null`; Go decodes our replies case-insensitively. We read keys case-insensitively too (some
@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from config.untrusted import BODY_DEPTH, UntrustedError, check_depth
-from extender.nodelists import MIN_SHARED, NodeLists
+from extender.http.nodelists import MIN_SHARED, NodeLists
 
 MAX_NAME = 253  # a Kubernetes object name is at most 253 characters
 

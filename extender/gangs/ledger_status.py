@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from extender.ledger_records import API_VERSION, Counts, Phase, PodFacts, Record, WaitingOf, rfc3339
-from extender.views import lca_type
+from extender.gangs.ledger_records import API_VERSION, Counts, Phase, PodFacts, Record, WaitingOf, rfc3339
+from extender.http.views import lca_type
 from topology.core import Core
 from topology.decisions import WaitCode
 from topology.reservations import Gang, GangPhase

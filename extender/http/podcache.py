@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from extender.bounded import ByteLRU
-from extender.podspec import PodRequest
+from extender.gangs.podspec import PodRequest
 from topology.core import Core
 from topology.decisions import UserError
 

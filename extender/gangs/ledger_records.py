@@ -1,8 +1,8 @@
 """What the gang ledger keeps of a gang: its phases as FrameworkBarrier reads them, its identity
 (a FrameworkController attempt or an affinity group), its members' facts and its counts.
 
-Plain data and the order of the phases; the ledger's changes live in `extender.ledger`, the
-derivation of a phase and the `GangStatus` document in `extender.ledger_status`.
+Plain data and the order of the phases; the ledger's changes live in `extender.gangs.ledger`, the
+derivation of a phase and the `GangStatus` document in `extender.gangs.ledger_status`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from extender.views import Waiting
+from extender.http.views import Waiting
 from topology.reservations import Gang
 
 API_VERSION = "topogang.io/v1alpha1"

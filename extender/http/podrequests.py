@@ -11,17 +11,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from extender import wire
-from extender.answers import user_error
 from extender.conventions.edge import Conventions, Host
-from extender.podcache import PodCache
-from extender.podspec import PodRequest, annotation_of, is_enabled, pod_request, spec_text
-from extender.ports import FrameworkLookup, PodLookup
+from extender.gangs.podspec import PodRequest, annotation_of, is_enabled, pod_request, spec_text
+from extender.http import wire
+from extender.http.answers import user_error
+from extender.http.podcache import PodCache
+from extender.http.ports import FrameworkLookup, PodLookup
 from topology.decisions import UserError
 
 
 class Reader(Host, Protocol):
-    """What reading a request takes of the scheduler (`extender.verbs.Scheduler`)."""
+    """What reading a request takes of the scheduler (`extender.http.verbs.Scheduler`)."""
 
     @property
     def conventions(self) -> Conventions: ...

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.ledger_records import (
+from extender.gangs.ledger_records import (
     Counts,
     Identity,
     Phase,
@@ -43,8 +43,8 @@ from extender.ledger_records import (
     newer,
     rfc3339,
 )
-from extender.ledger_status import document, evaluate
-from extender.podspec import PodRequest, framework_task, pod_annotations
+from extender.gangs.ledger_status import document, evaluate
+from extender.gangs.podspec import PodRequest, framework_task, pod_annotations
 from topology.core import Core
 from topology.decisions import Released
 from topology.reservations import Gang

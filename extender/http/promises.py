@@ -8,8 +8,8 @@ promises, and any left past their time go at expiry.
 
 from __future__ import annotations
 
-from extender.podcache import POD_CACHE_SIZE
-from extender.podspec import PodRequest
+from extender.gangs.podspec import PodRequest
+from extender.http.podcache import POD_CACHE_SIZE
 from topology.core import Core
 from topology.decisions import PodPlacement
 

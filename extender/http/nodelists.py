@@ -9,7 +9,7 @@ compare, in C; a body that ends with the very bytes of a list seen lately is not
 One `NodeLists` per server (the `Scheduler` owns the extender's): what it holds is bounded by
 `NODE_LISTS` lists and a budget in bytes sized to the cluster (`budget_for`: a few copies of the
 cluster's own list, however long the lists callers send), and it checks nothing itself:
-`extender.wire` checks a list before it is shared, and only ever hands it lists it has checked.
+`extender.http.wire` checks a list before it is shared, and only ever hands it lists it has checked.
 """
 
 from __future__ import annotations

@@ -20,20 +20,20 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from extender import podrequests, replies, views, wire
-from extender.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
-from extender.background import spawn
-from extender.bindinfo import bind_annotations
 from extender.conventions.edge import Conventions
-from extender.ledger import GangLedger
-from extender.ledger_metrics import LedgerCollector
-from extender.metrics import Metrics
-from extender.nodelists import NodeLists, budget_for
-from extender.podcache import PodCache
-from extender.podspec import PodRequest, annotation_of, is_enabled
-from extender.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
-from extender.promises import Promises
-from extender.views import Waiting
+from extender.gangs.bindinfo import bind_annotations
+from extender.gangs.ledger import GangLedger
+from extender.gangs.ledger_metrics import LedgerCollector
+from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
+from extender.http import podrequests, replies, views, wire
+from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
+from extender.http.nodelists import NodeLists, budget_for
+from extender.http.podcache import PodCache
+from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
+from extender.http.promises import Promises
+from extender.http.views import Waiting
+from extender.ops.background import spawn
+from extender.ops.metrics import Metrics
 from topology.core import Core
 from topology.decisions import (
     GangPlacement,
@@ -94,7 +94,7 @@ class Scheduler:
         self.node_lists = NodeLists(budget_for(len(core.node_names())))
         self._inflight: dict[str, asyncio.Future[str]] = {}
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
-        self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.ledger)
+        self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
 
     # ------------------------------------------------------------------------------ pod requests

@@ -2,7 +2,7 @@
 
 Go decodes them case-insensitively; a filter reply takes the form its request used (node names, or
 the full node objects for a scheduler without `nodeCacheCapable`). See
-`reference/extender-protocol.md` §1 and the request side in `extender.wire`.
+`reference/extender-protocol.md` §1 and the request side in `extender.http.wire`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from extender import wire
-from extender.wire import node_name
+from extender.http import wire
+from extender.http.wire import node_name
 
 
 def dumps(value: object) -> bytes:

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from extender.podspec import PodRequest
+from extender.gangs.podspec import PodRequest
 
 
 class BindError(Exception):
