@@ -8,10 +8,11 @@ alone, so each shape is checked once and remembered with the chains it may use.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 from topology.cluster import Cluster
-from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, UserError
+from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, Member, UserError
 
 _MAX_SHAPES = 4096
 _MAX_SHAPE_MEMBERS = 16  # bounds the shape cache in bytes: a key holds the members (merged, ≤ 1 per size)
@@ -27,24 +28,57 @@ def validate(cluster: Cluster, req: GangRequest, leaf_number: int | None = None)
         cluster.valid_shapes[key] = tuple(chains(cluster, req))
 
 
+# ---------------------------------------------------------------------------- one range at a time
+# Each check below is the only one of its range: the core's `validate` runs them on a whole request,
+# and the pod contract (`extender.gangs.podspec`) runs them as it reads a spec, so a bad field is
+# named in HiveD's words, the same whichever reads it first.
+def check_name(name: str) -> None:
+    if not name:
+        raise UserError("affinityGroup.name", "AffinityGroup.Name is empty")
+
+
+def check_priority(priority: int) -> None:
+    if priority < OPPORTUNISTIC_PRIORITY:
+        raise UserError("priority", f"Priority is less than -1 ({priority})")
+    if priority > MAX_PRIORITY:
+        raise UserError("priority", f"Priority is greater than {MAX_PRIORITY} ({priority})")
+
+
+def check_leaf_number(leaf_number: int) -> None:
+    """A pod's own `leafCellNumber`."""
+    if leaf_number <= 0:
+        raise UserError("leafCellNumber", f"LeafCellNumber is non-positive ({leaf_number})")
+
+
+def check_member(i: int, pod_number: int, leaf_number: int) -> None:
+    path = f"affinityGroup.members[{i}]"
+    if pod_number <= 0:
+        raise UserError(f"{path}.podNumber", "AffinityGroup.Members has non-positive PodNumber")
+    if leaf_number <= 0:
+        raise UserError(f"{path}.leafCellNumber", "AffinityGroup.Members has non-positive LeafCellNumber")
+
+
+def check_contains(members: Sequence[Member], leaf_number: int) -> None:
+    """The pod is one of its gang's members (HiveD's words, typo included: users search for them)."""
+    if all(m.leaf_number != leaf_number for m in members):
+        raise UserError(
+            "affinityGroup.members",
+            "AffinityGroup.Members does not contains current Pod "
+            f"(no member has leafCellNumber {leaf_number})",
+        )
+
+
 def _validate(cluster: Cluster, req: GangRequest, leaf_number: int | None) -> None:
-    if not req.name:
-        raise UserError("affinityGroup.name", "is empty")
+    check_name(req.name)
     if not req.vc:
         raise UserError("virtualCluster", "is empty")
     if req.vc not in cluster.vc_owner:
         raise UserError("virtualCluster", f"VC {req.vc} does not exist")
-    if req.priority < OPPORTUNISTIC_PRIORITY:
-        raise UserError("priority", f"{req.priority} is less than -1")
-    if req.priority > MAX_PRIORITY:
-        raise UserError("priority", f"{req.priority} is greater than {MAX_PRIORITY}")
+    check_priority(req.priority)
     if not req.members:
         raise UserError("affinityGroup.members", "is empty")
     for i, m in enumerate(req.members):
-        if m.pod_number <= 0:
-            raise UserError(f"affinityGroup.members[{i}].podNumber", f"{m.pod_number} is not positive")
-        if m.leaf_number <= 0:
-            raise UserError(f"affinityGroup.members[{i}].leafCellNumber", f"{m.leaf_number} is not positive")
+        check_member(i, m.pod_number, m.leaf_number)
     if req.leaf_total > cluster.gpu_count:  # before anything is built per pod or per leaf
         raise UserError(
             "affinityGroup.members",
@@ -52,13 +86,8 @@ def _validate(cluster: Cluster, req: GangRequest, leaf_number: int | None) -> No
             f"{cluster.gpu_count}: it can never run",
         )
     if leaf_number is not None:
-        if leaf_number <= 0:
-            raise UserError("leafCellNumber", f"{leaf_number} is not positive")
-        if all(m.leaf_number != leaf_number for m in req.members):
-            raise UserError(
-                "affinityGroup.members",
-                f"no member has leafCellNumber {leaf_number}, so this pod is not part of gang {req.name}",
-            )
+        check_leaf_number(leaf_number)
+        check_contains(req.members, leaf_number)
     if req.slot_keys is not None and len(req.slot_keys) != req.pod_count:
         raise UserError("slotKeys", f"{len(req.slot_keys)} keys for {req.pod_count} pods")
     if req.pinned_cell_id is not None:

@@ -32,7 +32,8 @@ from typing import Any
 from config.untrusted import SPEC_LIMITS, UntrustedError, read_yaml, text_size
 from extender.bounded import ByteLRU
 from extender.conventions.optin import gpu_opt_in
-from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, Member, UserError
+from topology.decisions import GangRequest, Member, UserError
+from topology.requests import check_contains, check_leaf_number, check_member, check_name, check_priority
 
 ENABLE_RESOURCES = ("topogang.io/pod-scheduling-enable", "hivedscheduler.microsoft.com/pod-scheduling-enable")
 SPEC_ANNOTATIONS = ("topogang.io/pod-scheduling-spec", "hivedscheduler.microsoft.com/pod-scheduling-spec")
@@ -274,10 +275,8 @@ def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
         leaves = _int(m, "leafCellNumber", f"{path}.leafCellNumber")
         if leaves is None and "gpuNumber" in m:
             leaves = _int(m, "gpuNumber", f"{path}.leafCellNumber")
-        if pods is None or pods <= 0:
-            raise UserError(f"{path}.podNumber", "AffinityGroup.Members has non-positive PodNumber")
-        if leaves is None or leaves <= 0:
-            raise UserError(f"{path}.leafCellNumber", "AffinityGroup.Members has non-positive LeafCellNumber")
+        check_member(i, pods or 0, leaves or 0)  # a missing number is as good as zero
+        assert pods is not None and leaves is not None
         members.append(Member(pods, leaves))
         roles.append(_str(m, "taskRole", f"{path}.taskRole"))
     return members, roles
@@ -352,13 +351,9 @@ def pod_request(
             )
     priority = _int(spec, "priority", "priority", 0)
     assert priority is not None
-    if priority < OPPORTUNISTIC_PRIORITY:
-        raise UserError("priority", f"Priority is less than -1 ({priority})")
-    if priority > MAX_PRIORITY:
-        raise UserError("priority", f"Priority is greater than {MAX_PRIORITY} ({priority})")
-    leaf_number = _int(spec, "leafCellNumber", "leafCellNumber")
-    if leaf_number is None or leaf_number <= 0:
-        raise UserError("leafCellNumber", f"LeafCellNumber is non-positive ({leaf_number or 0})")
+    check_priority(priority)
+    leaf_number = _int(spec, "leafCellNumber", "leafCellNumber") or 0
+    check_leaf_number(leaf_number)
     pinned = _str(spec, "pinnedCellId", "pinnedCellId")
     leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
     task = framework_task(pod)
@@ -378,9 +373,8 @@ def pod_request(
     else:
         if not isinstance(group, dict):
             raise UserError("affinityGroup", "expected a mapping with name and members, or null")
-        group_name = _str(group, "name", "affinityGroup.name")
-        if group_name is None:
-            raise UserError("affinityGroup.name", "AffinityGroup.Name is empty")
+        group_name = _str(group, "name", "affinityGroup.name") or ""
+        check_name(group_name)
         members, roles = _members(group)
         _at_most(members, max_pods, "affinityGroup.members")
         named = [r for r in roles if r is not None]
@@ -399,12 +393,7 @@ def pod_request(
         else:
             members = merge_members(members)
         gang = task.gang if task is not None else group_name
-    if all(m.leaf_number != leaf_number for m in members):
-        raise UserError(
-            "affinityGroup.members",
-            "AffinityGroup.Members does not contains current Pod "
-            f"(no member has leafCellNumber {leaf_number})",
-        )
+    check_contains(members, leaf_number)
     if slot_keys is not None and task is not None:
         slot_key = task.slot_key
         if slot_key not in slot_keys:
