@@ -171,15 +171,5 @@ def resolve(
         members=members,
         ttl_seconds=timeout * SOFT_BACKSTOP if is_soft else timeout,
     )
-    pr = PodRequest(
-        uid=uid,
-        namespace=namespace,
-        name=name,
-        request=request,
-        leaf_number=leaf,
-        slot_key=None,
-        task=None,
-        ignore_suggested_nodes=False,
-        spec_annotation=c.key,
-    )
+    pr = PodRequest(uid, namespace, name, request, leaf, spec_annotation=c.key)
     return Resolved(pr, c.source, timeout, is_soft, request.pod_count)

@@ -83,10 +83,10 @@ class PodRequest:
     name: str
     request: GangRequest
     leaf_number: int
-    slot_key: str | None
-    task: FrameworkTask | None
-    ignore_suggested_nodes: bool
-    spec_annotation: str
+    slot_key: str | None = None
+    task: FrameworkTask | None = None
+    ignore_suggested_nodes: bool = False
+    spec_annotation: str = SPEC_ANNOTATIONS[0]  # where the request came from, for its errors
 
     @property
     def gang(self) -> str:
