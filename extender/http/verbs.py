@@ -24,7 +24,7 @@ from extender.conventions.edge import Conventions
 from extender.gangs.bindinfo import bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
-from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
+from extender.gangs.podspec import SPEC_ANNOTATIONS, PodRequest, annotation_of, is_enabled
 from extender.http import podrequests, replies, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
@@ -102,14 +102,15 @@ class Scheduler:
         """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
         before = self.pods.get(pod.uid)
         pr = await podrequests.read(self, pod)
-        if before is not None and before.gang != pr.gang:
+        if before is not None and before.gang != pr.gang and _from_spec(before) and _from_spec(pr):
             await self._left(before.gang, pod.uid)
         return pr
 
     async def _left(self, gang: str, uid: str) -> None:
         """A pod whose spec now names another gang has left its old one (a pending pod's annotations
         can be edited): a reservation that no pod is left to claim goes now, as when its last pod is
-        deleted, rather than holding its cells until its TTL."""
+        deleted, rather than holding its cells until its TTL. (A convention's elastic extra changes
+        gang by design, between the gang and its extras: that is no leaving.)"""
         async with self.lock:
             self._released(self._abandoned(gang, uid))
             if not self.pods.others_in(gang, uid):
@@ -491,3 +492,7 @@ class Scheduler:
         if evict and self.evictor is not None:
             await self.evictor(evict, "gang reservation expired before all members arrived")
         return released
+
+
+def _from_spec(pr: PodRequest) -> bool:
+    return pr.spec_annotation in SPEC_ANNOTATIONS
