@@ -12,6 +12,7 @@ import base64
 import copy
 import gzip
 import zlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -165,22 +166,7 @@ def injector(f: Framework) -> str:
 def with_pod_ips(f: Framework, ips: dict[tuple[str, int], str]) -> Framework:
     """A copy whose tasks show the given pod IPs ((role, index) -> IP; others unchanged), in the
     shape the statuses came in: the ledger knows a pod's IP before FrameworkController records it."""
-    out = copy.deepcopy(f)
-    statuses = task_role_statuses(out)
-    if statuses is None:
-        return out
-    for role in statuses:
-        for i, t in enumerate(_list(role.get("taskStatuses"))):
-            if not isinstance(t, dict):
-                continue
-            ip = ips.get((str(role.get("name")), _number(t.get("index"), "taskStatuses[].index", i)))
-            if ip:
-                att = t.get("attemptStatus")
-                if not isinstance(att, dict):
-                    att = t["attemptStatus"] = {}
-                att["podIP"] = ip
-    _store(out, statuses)
-    return out
+    return _edit_tasks(f, lambda task, attempt: ips.get(task) or attempt.get("podIP"))
 
 
 def _store(f: Framework, statuses: list[dict[str, Any]]) -> None:
@@ -198,16 +184,28 @@ def with_ips_hidden(f: Framework, keep: set[tuple[str, int]] | None) -> Framewor
     statuses are returned in the shape they came in (compressed stays compressed)."""
     if keep is None:
         return f
+    return _edit_tasks(f, lambda task, at: at.get("podIP") if task in keep or not at.get("podIP") else None)
+
+
+def _edit_tasks(f: Framework, pod_ip: Callable[[tuple[str, int], dict[str, Any]], object]) -> Framework:
+    """A copy in which each task's pod IP is `pod_ip((role, index), attemptStatus)`, with the statuses
+    stored back in the shape they came in (compressed stays compressed). A task's status is only
+    written where the IP changes, so an untouched task keeps exactly what it had."""
     out = copy.deepcopy(f)
     statuses = task_role_statuses(out)
     if statuses is None:
         return out
     for role in statuses:
         for i, t in enumerate(_list(role.get("taskStatuses"))):
-            idx = _number(t.get("index"), "taskStatuses[].index", i) if isinstance(t, dict) else i
-            if isinstance(t, dict) and (str(role.get("name")), idx) not in keep:
-                att = t.get("attemptStatus")
-                if isinstance(att, dict) and att.get("podIP"):
-                    att["podIP"] = None
+            if not isinstance(t, dict):
+                continue
+            task = (str(role.get("name")), _number(t.get("index"), "taskStatuses[].index", i))
+            att = t.get("attemptStatus")
+            old = att.get("podIP") if isinstance(att, dict) else None
+            ip = pod_ip(task, att if isinstance(att, dict) else {})
+            if ip != old:
+                if not isinstance(att, dict):
+                    att = t["attemptStatus"] = {}
+                att["podIP"] = ip
     _store(out, statuses)
     return out
