@@ -59,8 +59,15 @@ clean:
 ##      modules into ~/.cache/topogang-e2e (first build ~20-40 min on 2 cores, then seconds), then the e2e tests
 .PHONY: e2e
 e2e: $(STAMP)
-	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok frameworkcontroller frameworkbarrier
+	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok helm frameworkcontroller frameworkbarrier
 	TOPOGANG_E2E=1 $(BIN)/pytest tests/e2e
+
+## manifests: render deploy/*.yaml from the Helm chart deploy/helm/topogang, the one source of both (helm
+##            built from Go modules by scripts/e2e/build-bins.sh, cached in ~/.cache/topogang-e2e)
+.PHONY: manifests
+manifests: $(RUN_STAMP)
+	bash scripts/e2e/build-bins.sh helm
+	$(BIN)/python scripts/manifests.py
 
 ## soak: the Kubernetes mode against an in-memory API server with randomized faults and restarts,
 ##       longer than the suite's (SOAK_OPS operations for each of SOAK_SEEDS); prints the figures

@@ -4,8 +4,8 @@
 # deviations are marked "Changed vs recipe".
 #
 # usage: scripts/e2e/build-bins.sh [--print-bin-dir] [TARGET...]
-#   TARGET: etcd kube-apiserver kube-scheduler kwok frameworkcontroller frameworkbarrier   (default: all)
-#   The first four are required (exit 1 if one fails). The FrameworkController pair is optional: a failure is
+#   TARGET: etcd kube-apiserver kube-scheduler kwok helm frameworkcontroller frameworkbarrier   (default: all)
+#   The first five are required (exit 1 if one fails). The FrameworkController pair is optional: a failure is
 #   printed loudly and remembered (stamps/<name>.failed), and the script still exits 0 when the required ones exist.
 #
 # Idempotent: each binary has a stamp file holding its build key (version, recipe revision, `go version`);
@@ -29,7 +29,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 # Bump when the way a binary is built changes, so stale caches are rebuilt.
 RECIPE_REV=1
-REQUIRED=(etcd kube-apiserver kube-scheduler kwok)
+REQUIRED=(etcd kube-apiserver kube-scheduler kwok helm)
 OPTIONAL=(frameworkcontroller frameworkbarrier)
 
 log() { printf '[%s] build-bins: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -67,6 +67,7 @@ version_of() {
 	etcd) echo "$ETCD_VERSION" ;;
 	kube-apiserver | kube-scheduler) echo "$K8S_VERSION" ;;
 	kwok) echo "$KWOK_VERSION" ;;
+	helm) echo "$HELM_VERSION" ;;
 	frameworkcontroller | frameworkbarrier) echo "$FC_VERSION" ;;
 	*) die "unknown target $1" ;;
 	esac
@@ -193,6 +194,15 @@ build_kwok() {
 }
 
 # ---------------------------------------------------------------------------------------------------------------
+# helm: plain `go install helm.sh/helm/v4/cmd/helm@version` (its go.mod has no replace; go 1.26.0). The version
+# flag is what helm's own Makefile sets (-X helm.sh/helm/v4/internal/version.version).
+build_helm() {
+	local gobin="$E2E_BIN/.gobin"
+	(cd "$E2E_HOME" && timed helm "$gobin/helm" env GOBIN="$gobin" "${GO[@]}" install -trimpath \
+		-ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$HELM_VERSION" helm.sh/helm/v4/cmd/helm@"$HELM_VERSION")
+}
+
+# ---------------------------------------------------------------------------------------------------------------
 # FrameworkController (frameworkcontroller, frameworkbarrier), github.com/microsoft/frameworkcontroller.
 # Not in the recipe. Facts (checked on the dev machine):
 #   - The module proxy serves github.com/microsoft/frameworkcontroller@v1.0.1 (the last tag; HEAD only adds docs)
@@ -303,6 +313,7 @@ for n in "${TARGETS[@]}"; do
 	etcd) fn=(build_etcd) ;;
 	kube-apiserver | kube-scheduler) fn=(build_k8s "$n") ;;
 	kwok) fn=(build_kwok) ;;
+	helm) fn=(build_helm) ;;
 	frameworkcontroller | frameworkbarrier) fn=(fc_build "$n") ;;
 	esac
 	# Subshell with its own errexit, not in an `if` (that would disable errexit inside it): `die` or any failing

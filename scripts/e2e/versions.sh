@@ -17,6 +17,9 @@ KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 # FrameworkController: last tag; HEAD (d6e7078, 2023-04) only adds docs/slides on top of it. The proxy serves
 # this exact version although `go list -m -versions github.com/microsoft/frameworkcontroller` fails (403).
 FC_VERSION=${FC_VERSION:-v1.0.1}
+# Helm: renders the chart deploy/helm/topogang (the e2e installs through it; deploy/*.yaml are rendered from it).
+# Helm 4 (the current major); the chart is apiVersion v2, so Helm 3.x installs it as well.
+HELM_VERSION=${HELM_VERSION:-v4.3.1}
 
 E2E_VERSIONS="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_fc-${FC_VERSION}"
 E2E_HOME=${TOPOGANG_E2E_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/topogang-e2e/$E2E_VERSIONS}

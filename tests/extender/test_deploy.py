@@ -18,6 +18,13 @@ def docs(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
 
 
+def extender_objects() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The extender's Deployment and Service (in helm's install order in the file: Service first)."""
+    kinds = {d["kind"]: d for d in docs("extender.yaml")}
+    assert sorted(kinds) == ["Deployment", "Service"]
+    return kinds["Deployment"], kinds["Service"]
+
+
 def test_kube_scheduler_configuration_follows_the_protocol_rules() -> None:
     (cfg,) = docs("kube-scheduler-config.yaml")
     assert (cfg["apiVersion"], cfg["kind"]) == (
@@ -47,7 +54,7 @@ def test_the_service_behind_the_url_prefix_exists() -> None:
     host = cfg["extenders"][0]["urlPrefix"].split("//", 1)[1].split("/", 1)[0]
     name, ns = host.split(".")[:2]
     port = int(host.rsplit(":", 1)[1])
-    deployment, service = docs("extender.yaml")
+    deployment, service = extender_objects()
     assert (service["kind"], service["metadata"]["name"], service["metadata"]["namespace"]) == (
         "Service",
         name,
@@ -61,7 +68,7 @@ def test_the_service_behind_the_url_prefix_exists() -> None:
 
 
 def test_extender_deployment_is_probed_and_locked_down() -> None:
-    deployment, _ = docs("extender.yaml")
+    deployment, _ = extender_objects()
     spec = deployment["spec"]
     assert spec["replicas"] >= 2 and "--leader-elect" in spec["template"]["spec"]["containers"][0]["args"]
     pod = spec["template"]["spec"]

@@ -1,0 +1,49 @@
+{{/*
+The KubeSchedulerConfiguration of the second kube-scheduler, a template of the file
+deploy/kube-scheduler-config.yaml is rendered from (`make manifests`); the ConfigMap in
+scheduler-config.yaml holds it.
+*/}}
+{{- define "topogang.schedulerConfig" -}}
+{{- $tls := .Values.extender.tls -}}
+# The second kube-scheduler that sends GPU gang pods to topogang (reference/extender-protocol.md §3, §7.1).
+#
+# Pods opt in with `spec.schedulerName: {{ .Values.scheduler.name }}` and a limit `topogang.io/pod-scheduling-enable: 1`
+# (HiveD's `hivedscheduler.microsoft.com/pod-scheduling-enable` works too).
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: {{ .Values.scheduler.leaderElection }}                   # a distinct Lease: never fights the default scheduler's
+  resourceLock: leases
+  resourceNamespace: {{ include "topogang.namespace" . }}
+  resourceName: {{ include "topogang.scheduler" . }}
+percentageOfNodesToScore: 100         # the extender must see every feasible node to choose a topology
+podInitialBackoffSeconds: 1
+podMaxBackoffSeconds: 10
+profiles:
+- schedulerName: {{ .Values.scheduler.name }}
+extenders:
+- urlPrefix: {{ include "topogang.extenderUrl" . | quote }}
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  preemptVerb: preempt
+  bindVerb: bind                      # topogang writes the Binding (with the GPU-index annotations)
+  weight: {{ .Values.scheduler.extenderWeight }}                          # score 10 on the pod's own slot adds 1000 to the in-tree scores
+  enableHTTPS: {{ $tls.enabled }}
+  {{- if $tls.enabled }}
+  tlsConfig:
+    serverName: {{ include "topogang.extenderHost" . }}
+    caFile: /etc/topogang-scheduler-tls/ca.crt
+    {{- if $tls.clientCA.enabled }}
+    certFile: /etc/topogang-scheduler-tls/tls.crt   # the client certificate the verbs listener requires
+    keyFile: /etc/topogang-scheduler-tls/tls.key
+    {{- end }}
+  {{- end }}
+  httpTimeout: {{ .Values.scheduler.httpTimeout }}
+  nodeCacheCapable: true              # node names only; topogang keeps its own node view
+  ignorable: false                    # a skipped extender would break the all-or-nothing guarantee
+  managedResources:                   # only pods asking for these reach the extender
+  {{- range .Values.managedResources }}
+  - name: {{ .name }}
+    ignoredByScheduler: {{ .ignoredByScheduler }}
+  {{- end }}
+{{- end -}}
