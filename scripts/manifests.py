@@ -48,17 +48,19 @@ class HelmError(RuntimeError):
 
 def helm_binary() -> Path | None:
     """$TOPOGANG_HELM, else the helm that scripts/e2e/build-bins.sh built; None if neither exists."""
-    override = os.environ.get("TOPOGANG_HELM")
-    if override:
-        return Path(override)
+    path = Path(os.environ.get("TOPOGANG_HELM") or bin_dir() / "helm")
+    return path if os.access(path, os.X_OK) else None
+
+
+def bin_dir() -> Path:
+    """Where scripts/e2e/build-bins.sh puts what it builds (scripts/e2e/versions.sh decides)."""
     out = subprocess.run(
         ["bash", str(REPO / "scripts" / "e2e" / "build-bins.sh"), "--print-bin-dir"],
         capture_output=True,
         text=True,
         check=True,
     )
-    path = Path(out.stdout.strip()) / "helm"
-    return path if os.access(path, os.X_OK) else None
+    return Path(out.stdout.strip())
 
 
 def helm(binary: Path, *args: str) -> str:

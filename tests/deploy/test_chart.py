@@ -1,0 +1,187 @@
+"""The Helm chart deploy/helm/topogang, rendered by the real helm: lint-clean, deploy/*.yaml are exactly
+what it renders, non-default values reach every object they should, and values that would install something
+broken are refused with the value to change. The e2e suite installs its cluster through the same chart
+(tests/e2e/chart.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from extender.cli import _parser as serve_parser
+from extender.ops.tls import TlsSettings
+from scripts import manifests
+
+EXAMPLE = manifests.REPO / "config" / "examples" / "example-cluster.yaml"
+NS = "gpu-scheduling"
+# TLS on with client-CA verbs, 3 replicas, an existing ConfigMap, and every other value changed too
+NON_DEFAULT = (
+    "--set", "existingConfigMap=cluster-topology",
+    "--set", "configKey=cluster.yaml",
+    "--set", f"namespace={NS}",
+    "--set", "extender.replicas=3",
+    "--set", "extender.leaderElection.leaseName=tg-leader",
+    "--set", "extender.leaderElection.leaseSeconds=20",
+    "--set", "extender.tls.enabled=true",
+    "--set", "extender.tls.secretName=extender-serving",
+    "--set", "extender.tls.clientCA.enabled=true",
+    "--set", "extender.tls.clientCA.secretName=scheduler-client-ca",
+    "--set", "scheduler.tls.secretName=scheduler-client",
+    "--set", "extender.image.repository=registry.example/topogang",
+    "--set", "extender.image.tag=0.2.0",
+    "--set", "extender.resources.requests.cpu=2",
+    "--set", "extender.nodeSelector.pool=system",
+    "--set", "scheduler.name=gpu-gang",
+    "--set", "scheduler.image.tag=v1.35.4",
+    "--set", "scheduler.nodeSelector.pool=system",
+    "--set", "managedResources[0].name=example.com/gang",
+    "--set", "managedResources[0].ignoredByScheduler=true",
+)  # fmt: skip
+
+
+def render(helm: Path, *values: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(manifests.template(helm, *values)) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"{len(found)} {kind} {name or ''} in the render"
+    return found[0]
+
+
+def scheduler_config(docs: list[dict[str, Any]], name: str = "topogang-scheduler-config") -> dict[str, Any]:
+    cfg = yaml.safe_load(one(docs, "ConfigMap", name)["data"]["kube-scheduler-config.yaml"])
+    assert isinstance(cfg, dict)
+    return cfg
+
+
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    (c,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert isinstance(c, dict)
+    return c
+
+
+def mounted(deployment: dict[str, Any], path: str) -> dict[str, Any]:
+    """The volume behind a file path in the container (its longest matching mount)."""
+    pod = deployment["spec"]["template"]["spec"]
+    mount = max(
+        (m for m in container(deployment)["volumeMounts"] if path.startswith(m["mountPath"] + "/")),
+        key=lambda m: len(m["mountPath"]),
+    )
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert isinstance(volume, dict)
+    return volume
+
+
+def test_helm_lint_is_clean(helm: Path) -> None:
+    for values in (("--set-file", f"config={EXAMPLE}"), NON_DEFAULT):
+        out = manifests.helm(helm, "lint", "--strict", str(manifests.CHART), *values)
+        assert "1 chart(s) linted, 0 chart(s) failed" in out
+        assert "[WARNING]" not in out and "[ERROR]" not in out, out
+
+
+def test_deploy_manifests_are_what_the_chart_renders(helm: Path) -> None:
+    stale = manifests.differences(helm)
+    assert not stale, f"deploy/{', deploy/'.join(stale)} differ from the chart: run `make manifests`"
+
+
+def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
+    docs = render(helm, "--set-file", f"config={EXAMPLE}")
+    assert {d["metadata"].get("namespace", "topogang-system") for d in docs} - {"kube-system"} == {
+        "topogang-system"
+    }
+    assert one(docs, "Namespace")["metadata"]["name"] == "topogang-system"
+    assert one(docs, "CustomResourceDefinition")["metadata"]["name"] == "gangreservations.topogang.io"
+    # the config is the file given, byte for byte
+    assert one(docs, "ConfigMap", "topogang-config")["data"]["config.yaml"] == EXAMPLE.read_text()
+    ext = one(docs, "Deployment", "topogang-extender")
+    args = serve_parser().parse_args(container(ext)["args"])
+    assert ext["spec"]["replicas"] == 2 and args.leader_elect and args.lease_name == "topogang-extender"
+    assert mounted(ext, args.config)["configMap"]["name"] == "topogang-config"
+    assert args.kube and args.tls_cert is None and args.listen == ":9096"
+    cfg = scheduler_config(docs)
+    assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
+    sched = one(docs, "Deployment", "topogang-scheduler")
+    assert mounted(sched, "/etc/topogang-scheduler/kube-scheduler-config.yaml")["configMap"]["name"] == (
+        "topogang-scheduler-config"
+    )
+
+
+def test_non_default_values_tls_three_replicas_existing_configmap(helm: Path) -> None:
+    docs = render(helm, *NON_DEFAULT)
+    # an existing ConfigMap: the chart makes none for the config, and mounts that one under its key
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "ConfigMap"] == ["topogang-scheduler-config"]
+    ext = one(docs, "Deployment", "topogang-extender")
+    c = container(ext)
+    args = serve_parser().parse_args(c["args"])
+    assert args.config == "/etc/topogang/cluster.yaml"
+    assert mounted(ext, args.config)["configMap"]["name"] == "cluster-topology"
+    # the namespace, everywhere (the scheduler's authentication reader stays in kube-system)
+    assert one(docs, "Namespace")["metadata"]["name"] == NS
+    namespaced = [d for d in docs if "namespace" in d["metadata"]]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {NS, "kube-system"}
+    assert {s["namespace"] for d in docs for s in d.get("subjects", [])} == {NS}
+    # 3 replicas, leader election on the named Lease, which the Role lets it use
+    assert ext["spec"]["replicas"] == 3
+    assert (args.leader_elect, args.lease_name, args.lease_seconds) == (True, "tg-leader", 20.0)
+    lease_rules = one(docs, "Role", "topogang-extender-state")["rules"]
+    assert any(r.get("resourceNames") == ["tg-leader"] and "update" in r["verbs"] for r in lease_rules)
+    # TLS and client-CA verbs: the CLI accepts the flags, every file is mounted from its Secret
+    tls = TlsSettings(args.tls_cert, args.tls_key, args.client_ca)
+    assert tls.enabled and not tls.problems() and args.verbs_listen == ":9443"
+    assert mounted(ext, args.tls_cert)["secret"]["secretName"] == "extender-serving"
+    assert mounted(ext, args.tls_key)["secret"]["secretName"] == "extender-serving"
+    assert mounted(ext, args.client_ca)["secret"]["secretName"] == "scheduler-client-ca"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 9096, "verbs": 9443}
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    svc = one(docs, "Service", "topogang-extender")
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 9096, "verbs": 9443}
+    # kube-scheduler calls the verbs listener over HTTPS with its client certificate, from its Secret
+    cfg = scheduler_config(docs)
+    (call,) = cfg["extenders"]
+    assert call["urlPrefix"] == f"https://topogang-extender.{NS}.svc:9443/v1/extender"
+    assert call["enableHTTPS"] is True and call["tlsConfig"]["serverName"] == f"topogang-extender.{NS}.svc"
+    sched = one(docs, "Deployment", "topogang-scheduler")
+    for key in ("caFile", "certFile", "keyFile"):
+        assert mounted(sched, call["tlsConfig"][key])["secret"]["secretName"] == "scheduler-client"
+    # scheduler name, managed resources, its own Lease in the namespace
+    assert [p["schedulerName"] for p in cfg["profiles"]] == ["gpu-gang"]
+    assert call["managedResources"] == [{"name": "example.com/gang", "ignoredByScheduler": True}]
+    assert (cfg["leaderElection"]["resourceNamespace"], cfg["leaderElection"]["resourceName"]) == (
+        NS,
+        "topogang-scheduler",
+    )
+    # image, resources, node selector
+    assert c["image"] == "registry.example/topogang:0.2.0"
+    assert c["resources"]["requests"]["cpu"] == 2 and c["resources"]["limits"]["memory"] == "2Gi"
+    assert ext["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "system"}
+    assert container(sched)["image"] == "registry.k8s.io/kube-scheduler:v1.35.4"
+    assert sched["spec"]["template"]["spec"]["nodeSelector"] == {"pool": "system"}
+
+
+def with_config(*values: str) -> tuple[str, ...]:
+    return ("--set", "existingConfigMap=x", *values)
+
+
+@pytest.mark.parametrize(
+    ("values", "names"),
+    [
+        ((), "--set-file config=my-cluster.yaml"),
+        (with_config("--set", "extender.leaderElection.enabled=false"), "leaderElection"),
+        (with_config("--set", "extender.tls.enabled=true"), "extender.tls.secretName"),
+        (
+            with_config("--set", "extender.tls.enabled=true", "--set", "extender.tls.secretName=s"),
+            "scheduler.tls.secretName",
+        ),
+        (with_config("--set", "extender.tls.clientCA.enabled=true"), "extender.tls.enabled"),
+    ],
+)
+def test_values_that_would_install_something_broken_are_refused(
+    helm: Path, values: tuple[str, ...], names: str
+) -> None:
+    with pytest.raises(manifests.HelmError, match="topogang: ") as err:
+        manifests.template(helm, *values)
+    assert names in str(err.value)
