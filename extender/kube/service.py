@@ -174,6 +174,14 @@ def kube_service(
             on_lost()
 
     async def step_down() -> None:
+        """A clean shutdown: first leave the GangReservation objects as the core has them (a gang
+        released since the last sync would otherwise come back, memberless, at the next start and
+        hold its cells until its TTL), then hand the Lease over."""
+        if store_ready[0] and (elector is None or elector.leading):
+            try:
+                await store.sync()
+            except Exception:
+                log.exception("the last sync of gang reservations failed")
         if elector is not None:
             await elector.release()
 

@@ -13,6 +13,7 @@ import pytest
 
 from extender.gangs import reservations as rsv
 from extender.http.app import Service, build_app
+from extender.kube import reservations
 from extender.kube.client import pod_path
 from extender.kube.events import EventRecorder, ObjectRef
 from extender.kube.leader import LeaderElector, LeaseSettings, lease_path
@@ -158,6 +159,30 @@ def test_a_reservation_nobody_has_bound_yet_survives_a_restart() -> None:
         assert got == {n for n, _ in before}
         await until("the object deleted", lambda: kube.server.list(COLLECTION)[0] == [])
         assert p1["metadata"]["uid"] == "p1" and violations(b.s.core) == []
+        await b.stop()
+
+    run(go())
+
+
+def test_a_clean_stop_deletes_the_object_of_a_gang_released_since_the_last_sync(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(reservations, "SYNC_SECONDS", 3600.0)  # no periodic sync after the first
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock)
+        p0 = submit(kube, "p0", "pair-0", "vision", spec("vision", 8, 2, "vision/pair"))
+        assert (await a.verb("filter", p0))["NodeNames"]
+        kube.server.delete(pod_path("vision", "pair-0"))  # the job goes before any member is bound
+        await until("the gang released", lambda: a.s.core.gang("vision/pair") is None)
+        assert len(kube.server.list(COLLECTION)[0]) == 1  # its object, until the next sync
+        await a.stop()
+        for fn in a.service.on_stop:
+            await fn()
+        assert kube.server.list(COLLECTION)[0] == []
+        b = await start(kube, clock)
+        assert b.s.core.gang("vision/pair") is None  # nothing memberless comes back to hold cells
         await b.stop()
 
     run(go())
