@@ -9,7 +9,8 @@ The fixture runs the scripts under scripts/e2e (the single source of versions, f
 build-bins.sh (seconds when the binaries are cached in ~/.cache/topogang-e2e, 20+ minutes cold), cluster-up.sh
 in a pytest tmp dir (logs stay there: `pytest --basetemp` or the path printed on failure), and always
 cluster-down.sh. cluster-up.sh also gets this process's pid, so a watchdog tears the cluster down if pytest is
-killed before it can.
+killed before it can. topogang itself is installed through the Helm chart (tests/e2e/chart.py says what is
+applied from it and what runs as a local process).
 """
 
 from __future__ import annotations
@@ -33,15 +34,16 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes import config as kube_config
-from kubernetes import utils as kube_utils
 from kubernetes.client.exceptions import ApiException
 
-from tests.e2e import helpers
+from scripts import manifests
+from tests.e2e import chart, helpers
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts" / "e2e"
 GO_FALLBACK = Path("/usr/local/go/bin/go")
-REQUIRED_BINS = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
+REQUIRED_BINS = ("etcd", "kube-apiserver", "kube-scheduler", "kwok", "helm")
+TOPOLOGY = REPO / "config" / "examples" / "example-cluster.yaml"  # cluster-up.sh's default
 # Optional in build-bins.sh (the module proxy may refuse FrameworkController): without them only the
 # FrameworkController test skips, loudly, or fails when TOPOGANG_E2E_REQUIRE_FC=1 (.ci/run sets it once
 # they are built, so a harness regression cannot turn that test into a quiet skip).
@@ -103,6 +105,7 @@ class E2ECluster:
     workdir: Path
     env: dict[str, str]
     api: client.ApiClient = field(repr=False)
+    chart: chart.ChartRender = field(repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -169,6 +172,12 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
             pytrace=False,
         )
     _report["build"] = f"binaries ready in {time.monotonic() - t0:.1f}s (log {build_log})"
+    helm = manifests.helm_binary()
+    assert helm is not None, "build-bins.sh built no helm"
+    topology = Path(os.environ.get("TOPOGANG_E2E_TOPOLOGY") or TOPOLOGY)
+    rendered = chart.render(helm, topology, base)
+    env["TOPOGANG_E2E_TOPOLOGY"] = str(topology)
+    env["TOPOGANG_E2E_SCHEDULER_CONFIG"] = str(chart.scheduler_config_file(rendered))
 
     workdir = base / "cluster"
     env["TOPOGANG_E2E_OWNER_PID"] = str(os.getpid())
@@ -194,7 +203,8 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
         api = kube_config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=cluster_env["KUBECONFIG"]
         )
-        yield E2ECluster(workdir=workdir, env=cluster_env, api=api)
+        chart.install(api, rendered)
+        yield E2ECluster(workdir=workdir, env=cluster_env, api=api, chart=rendered)
     finally:
         t2 = time.monotonic()
         down = subprocess.run(
@@ -297,24 +307,15 @@ def extender_command() -> list[str]:
     return [sys.executable, str(REPO / "topogang_cli.py")]
 
 
-RBAC = REPO / "deploy" / "rbac.yaml"
-EXTENDER_ACCOUNT = ("topogang-system", "topogang-extender")  # namespace, ServiceAccount in RBAC
+EXTENDER_ACCOUNT = ("topogang-system", "topogang-extender")  # namespace, ServiceAccount in the chart
 TOKEN_SECONDS = 24 * 3600
 
 
 def service_account_kubeconfig(cluster: E2ECluster) -> Path:
-    """A kubeconfig for the extender's own ServiceAccount, with exactly the rights deploy/rbac.yaml gives
-    it: the manifests are applied as shipped and a token is requested for the account (TokenRequest;
-    no controller-manager runs here to mint one). Running the e2e extender with it, not with the
-    admin's certificate, makes every test a check that the RBAC covers what the extender does."""
-    api_client = cluster.api
-    for doc in yaml.safe_load_all(RBAC.read_text(encoding="utf-8")):
-        if doc:
-            try:
-                kube_utils.create_from_dict(api_client, doc)  # type: ignore[no-untyped-call]
-            except kube_utils.FailToCreateError as err:
-                if any(getattr(e, "status", None) != 409 for e in err.api_exceptions):
-                    raise
+    """A kubeconfig for the extender's own ServiceAccount, with exactly the rights the chart's RBAC gives
+    it (installed with the cluster, tests/e2e/chart.py): a token is requested for the account
+    (TokenRequest; no controller-manager runs here to mint one). Running the e2e extender with it, not
+    with the admin's certificate, makes every test a check that the RBAC covers what the extender does."""
     ns, account = EXTENDER_ACCOUNT
     request = client.AuthenticationV1TokenRequest.model_validate(
         {"spec": {"audiences": [], "expirationSeconds": TOKEN_SECONDS}}
@@ -342,24 +343,19 @@ def service_account_kubeconfig(cluster: E2ECluster) -> Path:
 
 
 class Extender:
-    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env),
-    connecting with `kubeconfig` (the admin's when None)."""
+    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env), run
+    with the chart's container args and env (tests/e2e/chart.py), connecting with `kubeconfig` (the
+    admin's when None)."""
 
     def __init__(self, cluster: E2ECluster, kubeconfig: Path | None = None) -> None:
         self.cluster = cluster
         self.port = int(cluster.env["EXTENDER_PORT"])
         self.url = f"http://127.0.0.1:{self.port}"
         self.kubeconfig = kubeconfig or cluster.kubeconfig
-        self.argv = [
-            *extender_command(),
-            "serve",
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--config",
-            cluster.env["TOPOLOGY"],
-            "--listen",
-            f"127.0.0.1:{self.port}",
-        ]
+        args, self.env = chart.extender_args(
+            cluster.chart, cluster.core, kubeconfig=self.kubeconfig, port=self.port, workdir=cluster.workdir
+        )
+        self.argv = [*extender_command(), "serve", *args]
         self.starts = 0
         self.process: Process | None = None
 
@@ -367,7 +363,7 @@ class Extender:
         assert self.process is None or not self.process.alive(), "extender already running"
         self.starts += 1
         log = self.cluster.workdir / "logs" / f"extender-{self.starts}.log"
-        self.process = Process("extender", self.argv, log, cwd=REPO)
+        self.process = Process("extender", self.argv, log, cwd=REPO, env={**os.environ, **self.env})
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float = 60.0) -> None:

@@ -1,0 +1,125 @@
+"""The e2e cluster is installed through the Helm chart deploy/helm/topogang, as a platform team installs it.
+
+`helm template` renders the chart exactly as `helm install topogang deploy/helm/topogang --set-file
+config=TOPOLOGY` would (the real helm, built from Go modules by scripts/e2e/build-bins.sh), and the e2e uses
+that render for everything this control plane can run:
+
+- applied to kube-apiserver as rendered, every object: the Namespace, the GangReservation CRD, the
+  ServiceAccounts and RBAC, the config ConfigMap, the scheduler's ConfigMap, the extender's Service and
+  both Deployments. kube-apiserver validates and stores them all; the Deployments never become pods, since
+  no controller-manager runs and KWOK's nodes have no container runtime;
+- kube-scheduler runs the KubeSchedulerConfiguration of the rendered ConfigMap, with only what
+  scripts/e2e/scheduler_config.py changes for a local process (urlPrefix to the local port, its
+  kubeconfig, leader election off);
+- the extender runs as a local process with the rendered Deployment's container args and env
+  (`extender_args`): `--kube` becomes `--kubeconfig` with its ServiceAccount's token, `--listen :9096`
+  the local port, `--config` the file its ConfigMap holds as read back from the API server (what the
+  kubelet would mount), and POD_NAMESPACE / POD_NAME the values of their fieldRefs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes import utils as kube_utils
+
+from scripts import manifests
+from tests.e2e import helpers
+
+EXTENDER = "topogang-extender"  # the Deployment's name for the release `topogang`
+SCHEDULER_CONFIG = "topogang-scheduler-config"
+
+
+@dataclass(frozen=True)
+class ChartRender:
+    """The chart's objects as rendered, and the file with all of them (kept with the cluster's logs)."""
+
+    docs: list[dict[str, Any]]
+    path: Path
+
+    def one(self, kind: str, name: str) -> dict[str, Any]:
+        (found,) = [d for d in self.docs if d["kind"] == kind and d["metadata"]["name"] == name]
+        return found
+
+    @property
+    def extender(self) -> dict[str, Any]:
+        return self.one("Deployment", EXTENDER)
+
+    @property
+    def namespace(self) -> str:
+        return str(self.extender["metadata"]["namespace"])
+
+
+def render(helm: Path, topology: Path, out_dir: Path) -> ChartRender:
+    """The chart rendered for this cluster's topology; also writes the scheduler's ConfigMap alone to
+    `scheduler_config_file` (scripts/e2e/cluster-up.sh reads a KubeSchedulerConfiguration from it)."""
+    text = manifests.template(helm, "--set-file", f"config={topology}")
+    path = out_dir / "chart-rendered.yaml"
+    path.write_text(text, encoding="utf-8")
+    out = ChartRender([d for d in yaml.safe_load_all(text) if d], path)
+    scheduler_config_file(out).write_text(yaml.safe_dump(out.one("ConfigMap", SCHEDULER_CONFIG)), "utf-8")
+    return out
+
+
+def scheduler_config_file(chart: ChartRender) -> Path:
+    return chart.path.with_name("chart-scheduler-config.yaml")
+
+
+def install(api: client.ApiClient, chart: ChartRender) -> None:
+    """Every rendered object, created in helm's install order (one that exists already is left as is)."""
+    for doc in chart.docs:
+        try:
+            kube_utils.create_from_dict(api, doc)  # type: ignore[no-untyped-call]
+        except kube_utils.FailToCreateError as err:
+            if any(getattr(e, "status", None) != 409 for e in err.api_exceptions):
+                raise
+    ext = client.ApiextensionsV1Api(api)
+    for crd in (d for d in chart.docs if d["kind"] == "CustomResourceDefinition"):
+
+        def established(name: str = crd["metadata"]["name"]) -> bool:
+            got: Any = ext.read_custom_resource_definition(name)
+            return any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or []))
+
+        helpers.wait_until(f"the CRD {crd['metadata']['name']} established", established, 30)
+
+
+def extender_args(
+    chart: ChartRender, core: client.CoreV1Api, *, kubeconfig: Path, port: int, workdir: Path
+) -> tuple[list[str], dict[str, str]]:
+    """`topogang serve`'s arguments and the env of the chart's extender container, for a local process."""
+    deployment = chart.extender
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = list(container["args"])
+    assert args.count("--kube") == 1, f"the chart's extender args have no single --kube: {args}"
+    args[args.index("--kube")] = f"--kubeconfig={kubeconfig}"
+    args[args.index("--listen") + 1] = f"127.0.0.1:{port}"
+    at = args.index("--config") + 1
+    args[at] = str(mounted_config(chart, core, args[at], workdir))
+    ns, name = chart.namespace, f"{deployment['metadata']['name']}-e2e"
+    fields = {"metadata.namespace": ns, "metadata.name": name}
+    env = {
+        e["name"]: e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        for e in container.get("env", [])
+    }
+    return args, env
+
+
+def mounted_config(chart: ChartRender, core: client.CoreV1Api, path: str, workdir: Path) -> Path:
+    """The file at `path` in the extender container: its ConfigMap's key, read from the API server."""
+    deployment = chart.extender
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    key = path.removeprefix(mount["mountPath"] + "/")
+    cm = core.read_namespaced_config_map(volume["configMap"]["name"], chart.namespace)
+    assert cm.data and key in cm.data, f"ConfigMap {volume['configMap']['name']} has no key {key}"
+    out = workdir / "extender-config" / key
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(cm.data[key], encoding="utf-8")
+    return out
