@@ -1,20 +1,19 @@
 """The e2e cluster is installed through the Helm chart deploy/helm/topogang, as a platform team installs it.
 
-`helm template` renders the chart exactly as `helm install topogang deploy/helm/topogang --set-file
-config=TOPOLOGY` would (the real helm, built from Go modules by scripts/e2e/build-bins.sh), and the e2e uses
-that render for everything this control plane can run:
+The real helm (built from Go modules by scripts/e2e/build-bins.sh) runs the README's install against the
+e2e API server: `helm install topogang deploy/helm/topogang --set-file config=TOPOLOGY`. It creates every
+object of the chart: the Namespace, the GangReservation CRD, the ServiceAccounts and RBAC, the config
+ConfigMap, the scheduler's ConfigMap, the extender's Service and both Deployments. The Deployments never
+become pods (no controller-manager runs, and KWOK's nodes have no container runtime), so what they would
+run is run as local processes from the same chart, rendered by `helm template` with the same values:
 
-- applied to kube-apiserver as rendered, every object: the Namespace, the GangReservation CRD, the
-  ServiceAccounts and RBAC, the config ConfigMap, the scheduler's ConfigMap, the extender's Service and
-  both Deployments. kube-apiserver validates and stores them all; the Deployments never become pods, since
-  no controller-manager runs and KWOK's nodes have no container runtime;
-- kube-scheduler runs the KubeSchedulerConfiguration of the rendered ConfigMap, with only what
-  scripts/e2e/scheduler_config.py changes for a local process (urlPrefix to the local port, its
-  kubeconfig, leader election off);
-- the extender runs as a local process with the rendered Deployment's container args and env
-  (`extender_args`): `--kube` becomes `--kubeconfig` with its ServiceAccount's token, `--listen :9096`
-  the local port, `--config` the file its ConfigMap holds as read back from the API server (what the
-  kubelet would mount), and POD_NAMESPACE / POD_NAME the values of their fieldRefs.
+- kube-scheduler runs the KubeSchedulerConfiguration of the scheduler's ConfigMap (needed before the API
+  server is up, hence the render), with only what scripts/e2e/scheduler_config.py changes for a local
+  process (urlPrefix to the local port, its kubeconfig, leader election off);
+- the extender runs with the Deployment's container args and env (`extender_args`): `--kube` becomes
+  `--kubeconfig` with its ServiceAccount's token, `--listen :9096` the local port, `--config` the file its
+  ConfigMap holds as read back from the API server (what the kubelet would mount), and POD_NAMESPACE /
+  POD_NAME the values of their fieldRefs.
 """
 
 from __future__ import annotations
@@ -25,13 +24,13 @@ from typing import Any
 
 import yaml
 from kubernetes import client
-from kubernetes import utils as kube_utils
 
 from scripts import manifests
 from tests.e2e import helpers
 
 EXTENDER = "topogang-extender"  # the Deployment's name for the release `topogang`
 SCHEDULER_CONFIG = "topogang-scheduler-config"
+CRD = "gangreservations.topogang.io"
 
 
 @dataclass(frozen=True)
@@ -54,10 +53,17 @@ class ChartRender:
         return str(self.extender["metadata"]["namespace"])
 
 
+RELEASE = "topogang"
+
+
+def values(topology: Path) -> tuple[str, ...]:
+    return ("--set-file", f"config={topology}")
+
+
 def render(helm: Path, topology: Path, out_dir: Path) -> ChartRender:
     """The chart rendered for this cluster's topology; also writes the scheduler's ConfigMap alone to
     `scheduler_config_file` (scripts/e2e/cluster-up.sh reads a KubeSchedulerConfiguration from it)."""
-    text = manifests.template(helm, "--set-file", f"config={topology}")
+    text = manifests.template(helm, *values(topology), release=RELEASE)
     path = out_dir / "chart-rendered.yaml"
     path.write_text(text, encoding="utf-8")
     out = ChartRender([d for d in yaml.safe_load_all(text) if d], path)
@@ -69,22 +75,27 @@ def scheduler_config_file(chart: ChartRender) -> Path:
     return chart.path.with_name("chart-scheduler-config.yaml")
 
 
-def install(api: client.ApiClient, chart: ChartRender) -> None:
-    """Every rendered object, created in helm's install order (one that exists already is left as is)."""
-    for doc in chart.docs:
-        try:
-            kube_utils.create_from_dict(api, doc)  # type: ignore[no-untyped-call]
-        except kube_utils.FailToCreateError as err:
-            if any(getattr(e, "status", None) != 409 for e in err.api_exceptions):
-                raise
+def install(helm: Path, kubeconfig: Path, topology: Path, api: client.ApiClient) -> str:
+    """`helm install` of the chart, as the README says; helm's output. Returns once the CRD serves."""
+    out = manifests.helm(
+        helm,
+        "install",
+        RELEASE,
+        str(manifests.CHART),
+        *values(topology),
+        "--kubeconfig",
+        str(kubeconfig),
+        "--timeout",
+        "2m",
+    )
     ext = client.ApiextensionsV1Api(api)
-    for crd in (d for d in chart.docs if d["kind"] == "CustomResourceDefinition"):
 
-        def established(name: str = crd["metadata"]["name"]) -> bool:
-            got: Any = ext.read_custom_resource_definition(name)
-            return any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or []))
+    def established() -> bool:
+        got: Any = ext.read_custom_resource_definition(CRD)
+        return any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or []))
 
-        helpers.wait_until(f"the CRD {crd['metadata']['name']} established", established, 30)
+    helpers.wait_until(f"the CRD {CRD} established", established, 30)
+    return out
 
 
 def extender_args(

@@ -93,7 +93,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for key in ("skip", "fc-skip"):
         if key in _report:
             terminalreporter.write_sep("!", _report[key], yellow=True, bold=True)
-    for key in ("build", "up", "extender", "down"):
+    for key in ("build", "up", "helm", "extender", "down"):
         if key in _report:
             terminalreporter.write_line(f"e2e {key}: {_report[key]}")
 
@@ -203,7 +203,8 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
         api = kube_config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=cluster_env["KUBECONFIG"]
         )
-        chart.install(api, rendered)
+        installed = chart.install(helm, Path(cluster_env["KUBECONFIG"]), topology, api)
+        _report["helm"] = " ".join(x for x in installed.splitlines() if x.startswith(("NAME:", "STATUS:")))
         yield E2ECluster(workdir=workdir, env=cluster_env, api=api, chart=rendered)
     finally:
         t2 = time.monotonic()

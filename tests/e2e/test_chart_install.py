@@ -1,5 +1,6 @@
-"""topogang is installed through its Helm chart (tests/e2e/chart.py): every object the chart renders is in
-the API server, and the session's extender runs as the chart's Deployment says (its Lease, its config)."""
+"""topogang is installed through its Helm chart (`helm install`, tests/e2e/chart.py): every object the chart
+renders is in the API server, and the session's extender runs as the chart's Deployment says (its Lease,
+its config)."""
 
 from __future__ import annotations
 
