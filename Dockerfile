@@ -27,6 +27,6 @@ RUN pip install --no-deps . && rm -rf build *.egg-info
 USER 10001:10001
 EXPOSE 9096
 ENTRYPOINT ["topogang", "serve"]
-# In a cluster (deploy/extender.yaml passes the same); `docker run IMAGE --listen 0.0.0.0:9096` serves
-# the bundled example cluster standalone instead.
+# In a cluster the chart (and deploy/extender.yaml) passes these plus the log level and leader election;
+# `docker run IMAGE --listen 0.0.0.0:9096` serves the bundled example cluster standalone instead.
 CMD ["--kube", "--config", "/etc/topogang/config.yaml", "--listen", ":9096"]
