@@ -1,6 +1,6 @@
 """topogang is installed through its Helm chart (`helm install`, tests/e2e/chart.py): every object the chart
 renders is in the API server, and the session's extender runs as the chart's Deployment says (its Lease,
-its config)."""
+its config). (Named to run after test_control_plane, whose first tests need no extender running.)"""
 
 from __future__ import annotations
 
