@@ -159,6 +159,37 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
     return placement_of(cluster, gang)
 
 
+def lazy_place(
+    cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None
+) -> GangPlacement | None:
+    """HiveD's lazy preemption, in either phase: when the gang would displace lazy-preemptible
+    same-VC gangs, downgrade them to opportunistic (they keep running on their GPUs, giving their
+    VC cells back) and place the gang again. If it now fits with no victim at all, typically by
+    binding the VC's cell to another free physical cell, that is the answer and the downgrade
+    stands; otherwise everything is undone and the caller goes on to real preemption."""
+    if req.opportunistic:
+        return None
+    owner = cluster.owner_of(req)
+    if not any(
+        g.request.lazy_preemption and g.priority >= 0 and may_preempt(req, owner, g)
+        for g in cluster.reservations.by_id.values()
+    ):
+        return None  # nobody to downgrade: no dry run
+    st = cluster.state
+    st.begin()
+    lazy = _lazy_downgrade(cluster, req, owner, suggested)
+    if lazy:
+        placed = place_new(cluster, req, now, suggested)
+        if not isinstance(placed, Wait):
+            st.commit()
+            return placed
+    st.rollback()
+    for g, o, p in lazy:  # quietly: a filter call that changed nothing leaves no trace
+        g.owner, g.priority, g.downgraded_by = o, p, None
+        g.history.pop()
+    return None
+
+
 def _lazy_downgrade(
     cluster: Cluster, req: GangRequest, owner: int, suggested: frozenset[int] | None
 ) -> list[tuple[Gang, int, int]]:
