@@ -105,3 +105,18 @@ def test_every_case_of_the_table_is_run() -> None:
     }
     assert set(CASES["pods"]) <= scheduled
     assert all(s.get("hived") for s in CASES["scenarios"])
+
+
+def test_every_deviation_is_documented() -> None:
+    """A step that answers differently from HiveD names its reason, and the reason is in the docs'
+    table (`| D<n> |`), with HiveD's own answer kept next to topogang's."""
+    table = (Path(__file__).resolve().parents[3] / "docs" / "hived-conformance.md").read_text()
+    used = set()
+    for s in CASES["scenarios"]:
+        for step in s["steps"]:
+            if "hived" in step or "deviation" in step:
+                assert "hived" in step and "deviation" in step and step["hived"] != step["expect"], step
+                used.add(step["deviation"])
+    assert used, "no deviations at all: then the table should go too"
+    for d in sorted(used):
+        assert f"| {d} |" in table, d
