@@ -140,12 +140,10 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
     owner = cluster.owner_of(req)
     st = cluster.state
     st.begin()
-    lazy = _lazy_downgrade(cluster, req, owner, suggested)
-    if lazy:
-        placed = place_new(cluster, req, now, suggested)
-        if not isinstance(placed, Wait):
-            st.commit()
-            return placed
+    lazy, placed = _downgrade_then_place(cluster, req, owner, now, suggested)
+    if placed is not None:
+        st.commit()
+        return placed
     plan = find_plan(cluster, req, owner, suggested)
     if plan is None:
         st.rollback()
@@ -177,17 +175,25 @@ def lazy_place(
         return None  # nobody to downgrade: no dry run
     st = cluster.state
     st.begin()
-    lazy = _lazy_downgrade(cluster, req, owner, suggested)
-    if lazy:
-        placed = place_new(cluster, req, now, suggested)
-        if not isinstance(placed, Wait):
-            st.commit()
-            return placed
+    lazy, placed = _downgrade_then_place(cluster, req, owner, now, suggested)
+    if placed is not None:
+        st.commit()
+        return placed
     st.rollback()
     for g, o, p in lazy:  # quietly: a filter call that changed nothing leaves no trace
         g.owner, g.priority, g.downgraded_by = o, p, None
         g.history.pop()
     return None
+
+
+def _downgrade_then_place(
+    cluster: Cluster, req: GangRequest, owner: int, now: float, suggested: frozenset[int] | None
+) -> tuple[list[tuple[Gang, int, int]], GangPlacement | None]:
+    """Inside the caller's transaction: downgrade the opted-in victims, then place the gang again.
+    Returns what to revert, and the placement when the gang now fits with no victim."""
+    lazy = _lazy_downgrade(cluster, req, owner, suggested)
+    placed = place_new(cluster, req, now, suggested) if lazy else None
+    return lazy, None if placed is None or isinstance(placed, Wait) else placed
 
 
 def _lazy_downgrade(

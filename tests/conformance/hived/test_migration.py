@@ -18,7 +18,7 @@ from config.load import load_config
 from extender.kube.client import pod_path
 from extender.kube.service import kube_service
 from tests.conformance.hived.driver import CONFIG
-from tests.extender.helpers import Clock, run
+from tests.extender.helpers import Clock, ready_node, run
 from tests.extender.test_kube_durable import Running, until
 from tests.kubefake import FakeKube
 from topology.invariants import violations
@@ -155,18 +155,7 @@ def hived_cluster(kube: FakeKube) -> None:
     """Every node of HiveD's design config, Ready, with all its GPUs allocatable (1.0.0.2 has ten:
     eight DGX1-P100 and two CT1)."""
     for n, gpus in GPUS.items():
-        kube.server.put(
-            f"/api/v1/nodes/{n}",
-            {
-                "metadata": {"name": n},
-                "spec": {},
-                "status": {
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                    "capacity": {"nvidia.com/gpu": str(gpus)},
-                    "allocatable": {"nvidia.com/gpu": str(gpus)},
-                },
-            },
-        )
+        kube.server.put(f"/api/v1/nodes/{n}", ready_node(n, gpus, gpus))
 
 
 def hived_bound_pods() -> list[dict[str, Any]]:
