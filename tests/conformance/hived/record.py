@@ -10,13 +10,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.conformance.hived.driver import cluster_for, load_cases
+from tests.conformance.hived.driver import cluster_for
 from tests.conformance.hived.test_hived_table import CASES, RUNNABLE, SCENARIOS, expanded, run_step
 
 
 def main(argv: list[str]) -> int:
     names = argv or RUNNABLE
-    load_cases()
     moved = 0
     for name in names:
         scenario = SCENARIOS[name]
