@@ -201,8 +201,9 @@ def check_cells(spec: ClusterSpec, tc: TypeCheck, layout: Layout) -> list[Proble
     written = spec_by_path(spec)
     problems: list[Problem] = []
     node_of: dict[int, int] = {}  # cell index -> index of its node-level cell
-    nodes: dict[str, str] = {}
-    gpus: dict[tuple[int, int], str] = {}
+    nodes: dict[tuple[str, str], str] = {}  # (node name, chain) -> config path
+    gpus: dict[tuple[str, int], str] = {}  # (node name, GPU index): one machine, all its chains
+    repeated: set[int] = set()  # node cells already reported as duplicates (their GPUs are not)
     addresses: dict[tuple[int | None, str], str] = {}
     pins: dict[str, ExpandedCell] = {}
     for c in layout.cells:
@@ -218,15 +219,24 @@ def check_cells(spec: ClusterSpec, tc: TypeCheck, layout: Layout) -> list[Proble
             err = dns1123_subdomain_error(c.node)
             if err:
                 problems.append(Problem(where, f"invalid node name: {err}"))
-            if c.node in nodes:
-                problems.append(Problem(where, f"duplicate node name {c.node!r} (also at {nodes[c.node]})"))
+            # One machine may carry cells of several chains (HiveD's design config: a node with a CT1
+            # pair on GPUs 8-9 and a DGX1-P100 board on 0-7); within one chain it is one cell.
+            if (c.node, c.chain) in nodes:
+                problems.append(
+                    Problem(
+                        where,
+                        f"duplicate node name {c.node!r} in chain {c.chain} "
+                        f"(also at {nodes[(c.node, c.chain)]}); a node may appear once per chain",
+                    )
+                )
+                repeated.add(c.index)
             else:
-                nodes[c.node] = c.config_path
-        elif c.level == 1 and c.gpu_index is not None and c.index in node_of:
+                nodes[(c.node, c.chain)] = c.config_path
+        elif c.level == 1 and c.gpu_index is not None and node_of.get(c.index, -1) not in (-1, *repeated):
             node_name = layout.cells[node_of[c.index]].node
             if c.gpu_index < 0:
                 problems.append(Problem(where, f"GPU index must be 0 or more, got {c.gpu_index}"))
-            key = (node_of[c.index], c.gpu_index)
+            key = (node_name or "", c.gpu_index)
             if key in gpus:
                 problems.append(
                     Problem(

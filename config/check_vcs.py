@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from config.check_cluster import TypeCheck
-from config.names import dns1123_label_error
+from config.names import dns1123_label_error, vc_name_error
 from config.problems import ConfigWarning
 from config.quota import Demand
 from topology.layout import ExpandedCell, Problem, TypeInfo
@@ -47,7 +47,7 @@ def check_vcs(spec: ClusterSpec, tc: TypeCheck, chains: list[str], pins: dict[st
             out.problems.append(Problem(base, f"VC {vc.name!r} is defined twice"))
             continue
         seen.add(vc.name)
-        err = dns1123_label_error(vc.name)
+        err = vc_name_error(vc.name)
         if err:
             out.problems.append(Problem(base, f"invalid VC name: {err}"))
         if not vc.virtual_cells and not vc.pinned_cell_ids:

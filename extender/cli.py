@@ -50,6 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--port", type=int, default=None, help="port to listen on (overrides the config's)")
     ap.add_argument("--kube", action="store_true", help="run against Kubernetes (in-cluster or $KUBECONFIG)")
     ap.add_argument("--kubeconfig", default=None, help="kubeconfig file (implies --kube)")
+    ap.add_argument(
+        "--keep-victims",
+        action="store_true",
+        help="standalone: preemption victims stay bound until DELETE /v1/standalone/pods/{uid} "
+        "(as kube-scheduler deletes them in a cluster); default: evicted at once",
+    )
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     ap.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", default=None, help="private key of --tls-cert (PEM)")
@@ -131,7 +137,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
 
 def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> Service:
     if not kube:
-        return build_standalone(loaded)
+        return build_standalone(loaded, keep_victims=args.keep_victims)
     from extender.kube.leader import LeaseSettings
     from extender.kube.service import DEFAULT_NAMESPACE, build_kube_service
 

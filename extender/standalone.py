@@ -5,8 +5,11 @@ exactly as in a cluster; "binding" records the pod's node and annotations in mem
 no API server to report pods going away, it adds one route a kube-scheduler never calls:
 
     DELETE /v1/standalone/pods/{uid}[?finished=true]   the pod was deleted (or completed)
+    PUT    /v1/standalone/nodes/{name}  {"ready": bool, "badGpus": [int]}   a node's health changed
 
-and it evicts preemption victims and expired members itself, as the Kubernetes edge would. A bound
+and it evicts preemption victims and expired members itself, as the Kubernetes edge would (with
+`keep_victims`, preemption victims stay bound until a DELETE says they are gone, as when
+kube-scheduler deletes them in a cluster: HiveD's conformance cases step through that). A bound
 pod gets a fake, deterministic pod IP (`fake_pod_ip`: from its node and GPUs), so the gang ledger
 reaches Ready and `topogang barrier` works end to end without a cluster.
 """
@@ -41,6 +44,7 @@ log = logging.getLogger("topogang.extender")
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "config" / "examples" / "example-cluster.yaml"
 CONFIG_ENV = "TOPOGANG_CONFIG"
+PREEMPTED = "preempted by"  # the reason the scheduler gives when it evicts preemption victims
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,7 @@ def build_standalone(
     *,
     clock: Callable[[], float] = time.monotonic,
     ttl_seconds: float | None = None,
+    keep_victims: bool = False,
 ) -> Service:
     """A ready-to-serve standalone service for a loaded config."""
     extras = loaded.extras
@@ -110,6 +115,9 @@ def build_standalone(
     )
 
     async def evict(uids: Sequence[str], reason: str) -> None:
+        if keep_victims and reason.startswith(PREEMPTED):
+            log.info("preemption victims %s stay until deleted: %s", ", ".join(uids), reason)
+            return
         for uid in uids:
             log.info("evicting pod %s: %s", uid, reason)
             binder.unbind(uid)
@@ -132,6 +140,25 @@ def build_standalone(
                 "evict": list(released.evict_pod_uids) if released is not None else [],
             }
         )
+
+    async def node_health(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("ready", True), bool):
+            want = 'body: expected {"ready": true|false, "badGpus": [int, ...]}'
+            return JSON({"error": want}, status_code=400)
+        bad = body.get("badGpus") or []
+        if not isinstance(bad, list) or not all(isinstance(g, int) and not isinstance(g, bool) for g in bad):
+            return JSON({"error": "badGpus: expected a list of GPU indices"}, status_code=400)
+        async with scheduler.lock:
+            if not scheduler.core.has_node(name):
+                return JSON({"error": f"node {name} is not in the cluster config"}, status_code=404)
+            scheduler.core.set_node_health(name, bool(body.get("ready", True)), bad_gpus=frozenset(bad))
+            bad_now = list(scheduler.core.node_health(name))
+        return JSON({"node": name, "badGpus": bad_now})
 
     async def bindings(request: Request) -> Response:
         return JSON(
@@ -165,6 +192,7 @@ def build_standalone(
         routes=[
             Route("/v1/standalone/pods/{uid}", delete_pod, methods=["DELETE"]),
             Route("/v1/standalone/bindings", bindings, methods=["GET"]),
+            Route("/v1/standalone/nodes/{name}", node_health, methods=["PUT"]),
             *ledger_routes(scheduler),
             watcher.route(),
         ],

@@ -40,8 +40,9 @@ class Core(Cluster):
 
     # ------------------------------------------------------------------ placing gangs
     def reserve(self, req: GangRequest, now: float) -> GangPlacement | Wait:
-        """Filtering phase: place the whole gang (or find it placed). When it fits only by preemption,
-        answer Wait(PREEMPTIBLE) with the victims and reserve nothing. Raises `UserError`."""
+        """Filtering phase: place the whole gang (or find it placed), lazily downgrading opted-in
+        victims when that alone makes room. When it fits only by preemption, answer
+        Wait(PREEMPTIBLE) with the victims and reserve nothing. Raises `UserError`."""
         held = gangs.existing(self, req)
         if held is not None:  # a member of a placed gang: no node-list work at all
             if held.phase is GangPhase.PREEMPTING:
@@ -52,6 +53,9 @@ class Core(Cluster):
         got = gangs.place_new(self, req, now, suggested)
         if not isinstance(got, Wait) or req.opportunistic:
             return got
+        lazily = preemption.lazy_place(self, req, now, suggested)  # HiveD does this in filter too
+        if lazily is not None:
+            return lazily
         return preemption.preemptible(self, req, got, suggested)
 
     def preempt(self, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
@@ -229,12 +233,12 @@ class Core(Cluster):
 
     # ------------------------------------------------------------------ the cluster, read-only
     def node_names(self) -> Sequence[str]:
-        """Every node of the config, in the core's order (a node's position is its id)."""
-        return self.topo.node_names
+        """Every Kubernetes node of the config, once each, in the config's order."""
+        return self.topo.machines
 
     def node_index(self) -> Mapping[str, int]:
         """Each node's position in `node_names`; shared, so never to be changed."""
-        return self.topo.node_index
+        return self.topo.machine_index
 
     def has_node(self, node: str) -> bool:
         """Is `node` in the config?"""
@@ -242,15 +246,12 @@ class Core(Cluster):
 
     def node_fill(self, node: str) -> tuple[int, int]:
         """(free healthy GPUs, GPUs) of a node; (0, 0) for a node the config does not have."""
-        ni = self.topo.node_index.get(node)
-        if ni is None:
-            return 0, 0
-        cell = self.topo.node_cell[ni]
-        return self.state.free[cell], self.topo.leaf_count[cell]
+        cells = [self.topo.node_cell[ni] for ni in self.topo.node_parts.get(node, ())]
+        return sum(self.state.free[c] for c in cells), sum(self.topo.leaf_count[c] for c in cells)
 
     def node_gpu_counts(self) -> list[int]:
         """GPUs per node, in `node_names` order."""
-        return [len(x) for x in self.topo.node_leaves]
+        return [len(self.topo.machine_leaves(name)) for name in self.topo.machines]
 
     def largest_node(self) -> int:
         """GPUs of the largest node."""

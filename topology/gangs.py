@@ -259,11 +259,11 @@ def pick_slot(
     cluster: Cluster, gang: Gang, leaf_number: int, node: str | None, slot_key: str | None
 ) -> Slot | None:
     """The slot a pod of this shape would claim (on `node`, by `slot_key` when given), if any."""
-    ni = cluster.topo.node_index.get(node, -2) if node is not None else None
+    names = cluster.topo.node_names
     for s in gang.slots:
         if s.leaf_number != leaf_number or s.finished:
             continue
-        if ni is not None and s.node != ni:
+        if node is not None and names[s.node] != node:
             continue
         if slot_key is not None and s.key is not None:
             if s.key == slot_key:

@@ -66,6 +66,34 @@ def doomed(state: CellState) -> list[Doomed]:
     return out
 
 
+def healthy_pool_cells(state: CellState, chain: int, level: int) -> int:
+    """Wholly healthy cells of `level` that the chain's free pool can still give."""
+    topo = state.topo
+    ch = topo.chains[chain]
+    return sum(
+        1
+        for hi in range(level, ch.top_level + 1)
+        for p in state.pool[chain][hi]
+        for c in topo.cells_within(p, level)
+        if state.bad_count[c] == 0
+    )
+
+
+def doomed_of(state: CellState, owner: int) -> dict[tuple[int, int], int]:
+    """(chain, level) -> how many of one owner's unbound quota cells there could now only be bound to
+    bad hardware: HiveD's per-VC test (`vcFreeCellNum > healthy free cells`), so each VC's view marks
+    that many of its free cells bad, while another VC with fewer free cells there still sees healthy
+    ones."""
+    out: dict[tuple[int, int], int] = {}
+    for ch, levels in state.unbound.get(owner, {}).items():
+        for lvl, k in enumerate(levels):
+            if k:
+                short = k - healthy_pool_cells(state, ch, lvl)
+                if short > 0:
+                    out[(ch, lvl)] = min(k, short)
+    return out
+
+
 def set_node_health(
     cluster: Cluster,
     node: str,
@@ -78,10 +106,7 @@ def set_node_health(
     GPU bad; otherwise `bad_gpus` names bad GPU indices, and `healthy_gpus` (device-plugin
     allocatable) marks the highest-numbered surplus GPUs bad. Allocated gangs are never moved."""
     topo = cluster.topo
-    ni = topo.node_index.get(node)
-    if ni is None:
-        return
-    leaves = topo.node_leaves[ni]
+    leaves = topo.machine_leaves(node)  # every chain's GPUs of the node: health is the machine's
     bad: set[int] = set()
     if not healthy:
         bad = set(leaves)
@@ -102,5 +127,5 @@ def set_node_health(
 
 def node_health(cluster: Cluster, node: str) -> tuple[int, ...]:
     """Bad GPU indices of a node (empty when healthy)."""
-    ni = cluster.topo.node_index[node]
-    return tuple(cluster.topo.gpu_index[x] for x in cluster.topo.node_leaves[ni] if cluster.state.leaf_bad[x])
+    leaves = cluster.topo.machine_leaves(node)
+    return tuple(cluster.topo.gpu_index[x] for x in leaves if cluster.state.leaf_bad[x])

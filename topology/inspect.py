@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from topology.core import Core
+from topology.health import doomed_of
 from topology.reservations import Gang
 from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
 
@@ -137,22 +138,26 @@ def virtual_clusters(core: Core, only: str | None = None) -> dict[str, list[dict
                 "cellAddress": f"{owner.vc}/{len(cells)}",
                 "cellState": phys["cellState"],
                 "cellHealthiness": phys["cellHealthiness"],
+                "cellChain": topo.chains[topo.cell_chain[c]].name,
                 "cellPriority": phys["cellPriority"],
                 "physicalCell": phys,
             }
             if owner.pinned_cell_id is not None:
                 entry["pinnedCellId"] = owner.pinned_cell_id
             cells.append(entry)
+        doomed = doomed_of(st, owner.index)
         for ch, levels in sorted(st.unbound.get(owner.index, {}).items()):
             chain = topo.chains[ch]
             for lvl, k in enumerate(levels):
-                for _ in range(k):
+                for i in range(k):
                     cells.append(
                         {
                             "cellType": chain.level_types[lvl],
                             "cellAddress": f"{owner.vc}/{len(cells)}",
                             "cellState": "Free",
-                            "cellHealthiness": "Healthy",
+                            # HiveD's doomed bad cells: the ones only bad hardware could now honour
+                            "cellHealthiness": "Bad" if i < doomed.get((ch, lvl), 0) else "Healthy",
+                            "cellChain": chain.name,
                             "cellPriority": FREE_PRIORITY,
                             "physicalCell": None,
                         }

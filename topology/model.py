@@ -78,21 +78,32 @@ class Topology:
         self.leaf_hi = [0] * n
         self._number_leaves()
 
-        # nodes
+        # nodes: a node id is a node-level cell. One Kubernetes node may carry node-level cells of
+        # several chains on disjoint GPUs (HiveD allows it), so a name can have several ids:
+        # `node_parts[name]` lists them, `node_index[name]` is the first, and `machines` holds each
+        # name once, in order of first appearance.
         self.node_names: list[str] = []
         self.node_cell: list[int] = []
         self.cell_node: list[int] = [-1] * n
         self.node_index: dict[str, int] = {}
+        parts: dict[str, list[int]] = {}
         for c in cells:
             ti = self.types[c.cell_type]
             if ti.is_node_level:
                 assert c.node is not None
-                self.node_index[c.node] = len(self.node_names)
+                ni = len(self.node_names)
+                self.node_index.setdefault(c.node, ni)
+                parts.setdefault(c.node, []).append(ni)
                 self.node_names.append(c.node)
                 self.node_cell.append(c.index)
+                self.cell_node[c.index] = ni
         for c in cells:
-            if c.node is not None:
-                self.cell_node[c.index] = self.node_index[c.node]
+            if c.node is not None and c.parent is not None and self.cell_node[c.index] < 0:
+                self.cell_node[c.index] = self.cell_node[c.parent]  # preorder: the parent is set
+        self.node_parts: dict[str, tuple[int, ...]] = {name: tuple(ids) for name, ids in parts.items()}
+        self.machines: list[str] = list(parts)
+        self.machine_index: dict[str, int] = {name: i for i, name in enumerate(self.machines)}
+        self.shared_nodes: bool = len(self.machines) != len(self.node_names)
         self.gpu_index: list[int] = [-1 if c.gpu_index is None else c.gpu_index for c in cells]
         self.node_leaves: list[tuple[int, ...]] = [
             tuple(self.leaves[self.leaf_lo[nc] : self.leaf_hi[nc]]) for nc in self.node_cell
@@ -253,13 +264,17 @@ class Topology:
         return int(nx.shortest_path_length(und, a, b))
 
     def leaf_of(self, node: str, gpu: int) -> int | None:
-        ni = self.node_index.get(node)
-        if ni is None:
-            return None
-        for leaf in self.node_leaves[ni]:
+        for leaf in self.machine_leaves(node):
             if self.gpu_index[leaf] == gpu:
                 return leaf
         return None
+
+    def machine_leaves(self, node: str) -> tuple[int, ...]:
+        """Every leaf of the Kubernetes node `node`, over all the chains it has cells in."""
+        ids = self.node_parts.get(node, ())
+        if len(ids) == 1:
+            return self.node_leaves[ids[0]]
+        return tuple(leaf for ni in ids for leaf in self.node_leaves[ni])
 
     def chain_of(self, c: int) -> Chain:
         return self.chains[self.cell_chain[c]]

@@ -140,12 +140,10 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
     owner = cluster.owner_of(req)
     st = cluster.state
     st.begin()
-    lazy = _lazy_downgrade(cluster, req, owner, suggested)
-    if lazy:
-        placed = place_new(cluster, req, now, suggested)
-        if not isinstance(placed, Wait):
-            st.commit()
-            return placed
+    lazy, placed = _downgrade_then_place(cluster, req, owner, now, suggested)
+    if placed is not None:
+        st.commit()
+        return placed
     plan = find_plan(cluster, req, owner, suggested)
     if plan is None:
         st.rollback()
@@ -157,6 +155,45 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
     if gang.phase is GangPhase.PREEMPTING:
         return Preemption(gang.name, live_victims(cluster, gang.victims))
     return placement_of(cluster, gang)
+
+
+def lazy_place(
+    cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None
+) -> GangPlacement | None:
+    """HiveD's lazy preemption, in either phase: when the gang would displace lazy-preemptible
+    same-VC gangs, downgrade them to opportunistic (they keep running on their GPUs, giving their
+    VC cells back) and place the gang again. If it now fits with no victim at all, typically by
+    binding the VC's cell to another free physical cell, that is the answer and the downgrade
+    stands; otherwise everything is undone and the caller goes on to real preemption."""
+    if req.opportunistic:
+        return None
+    owner = cluster.owner_of(req)
+    if not any(
+        g.request.lazy_preemption and g.priority >= 0 and may_preempt(req, owner, g)
+        for g in cluster.reservations.by_id.values()
+    ):
+        return None  # nobody to downgrade: no dry run
+    st = cluster.state
+    st.begin()
+    lazy, placed = _downgrade_then_place(cluster, req, owner, now, suggested)
+    if placed is not None:
+        st.commit()
+        return placed
+    st.rollback()
+    for g, o, p in lazy:  # quietly: a filter call that changed nothing leaves no trace
+        g.owner, g.priority, g.downgraded_by = o, p, None
+        g.history.pop()
+    return None
+
+
+def _downgrade_then_place(
+    cluster: Cluster, req: GangRequest, owner: int, now: float, suggested: frozenset[int] | None
+) -> tuple[list[tuple[Gang, int, int]], GangPlacement | None]:
+    """Inside the caller's transaction: downgrade the opted-in victims, then place the gang again.
+    Returns what to revert, and the placement when the gang now fits with no victim."""
+    lazy = _lazy_downgrade(cluster, req, owner, suggested)
+    placed = place_new(cluster, req, now, suggested) if lazy else None
+    return lazy, None if placed is None or isinstance(placed, Wait) else placed
 
 
 def _lazy_downgrade(

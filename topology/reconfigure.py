@@ -38,7 +38,7 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
     """Build a core for `spec` holding every allocation of `old`. `old` is left untouched."""
     new = Core(spec)
     report = ReconfigureReport()
-    for node in new.topo.node_names:
+    for node in new.topo.machines:
         if node in old.topo.node_index:
             bad = old.node_health(node)
             if bad:

@@ -145,8 +145,11 @@ def suggested_ids(cluster: Cluster, req: GangRequest) -> frozenset[int] | None:
     last = cluster.last_suggested
     if last is not None and last[0] is names:
         return last[1]
-    ids: set[int | None] = set(map(cluster.topo.node_index.get, names))  # C loops, no generator
+    topo = cluster.topo
+    ids: set[int | None] = set(map(topo.node_index.get, names))  # C loops, no generator
     ids.discard(None)  # names not in the cluster
+    if topo.shared_nodes:  # a node with cells in several chains: every one of its ids
+        ids.update(ni for name in names for ni in topo.node_parts.get(name, ()))
     got = cast(frozenset[int], frozenset(ids))
     cluster.last_suggested = (names, got)
     return got

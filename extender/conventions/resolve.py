@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from config.names import vc_from_label_value
 from extender.conventions import coscheduling, spark, volcano, workload, yunikorn
 from extender.conventions.common import (
     MIN_MEMBER,
@@ -90,7 +91,8 @@ def check_agree(found: list[Claim]) -> None:
 
 
 def _vc(pod: Mapping[str, Any], namespace: str, namespace_vcs: Mapping[str, str] | None) -> str:
-    vc = text(labels(pod).get(VIRTUAL_CLUSTER)) or text(annotations_of(pod).get(VIRTUAL_CLUSTER))
+    labelled = text(labels(pod).get(VIRTUAL_CLUSTER))
+    vc = vc_from_label_value(labelled) if labelled else text(annotations_of(pod).get(VIRTUAL_CLUSTER))
     if vc is None:
         vc = (namespace_vcs or {}).get(namespace)
     if vc is None:

@@ -171,6 +171,10 @@ def _opt_int(doc: Mapping[str, Any], key: str) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
+def _renamed(doc: Mapping[str, Any], key: str, old: str) -> Any:
+    return doc[key] if key in doc else doc.get(old)
+
+
 def decode_bind_info(text: str) -> BindInfo:
     """Parse a `pod-bind-info` annotation (topogang's or HiveD's); `ValueError` names what is wrong."""
     try:
@@ -185,7 +189,8 @@ def decode_bind_info(text: str) -> BindInfo:
     node = doc.get("node")
     if not isinstance(node, str) or not node:
         raise ValueError("node: missing")
-    gpus = _ints(doc.get("leafCellIsolation"), "leafCellIsolation")
+    # HiveD before v0.3 wrote gpuIsolation / physicalGpuIndices (its own reader renames them too)
+    gpus = _ints(_renamed(doc, "leafCellIsolation", "gpuIsolation"), "leafCellIsolation")
     groups = doc.get("affinityGroupBindInfo")
     if not isinstance(groups, list):
         raise ValueError("affinityGroupBindInfo: expected a list")
@@ -202,7 +207,10 @@ def decode_bind_info(text: str) -> BindInfo:
             placements.append(
                 PlacedPod(
                     node=p["physicalNode"],
-                    gpus=_ints(p.get("physicalLeafCellIndices"), f"{path}.physicalLeafCellIndices"),
+                    gpus=_ints(
+                        _renamed(p, "physicalLeafCellIndices", "physicalGpuIndices"),
+                        f"{path}.physicalLeafCellIndices",
+                    ),
                     preassigned_cell_types=tuple(str(t) for t in types) if isinstance(types, list) else (),
                     slot=_opt_int(p, "slot"),
                     slot_key=_opt_str(p, "slotKey"),

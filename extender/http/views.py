@@ -77,6 +77,8 @@ def affinity_group(core: Core, gang: Gang, now: float) -> dict[str, Any]:
         "lcaCellType": lca_type(core, placement.chain, placement.lca_level),
         "slots": slots,
     }
+    if gang.downgraded_by is not None:  # HiveD's field; the time is not kept, the preemptor is
+        status["lazyPreemptionStatus"] = {"preemptor": gang.downgraded_by}
     pending = getattr(gang, "pending", None)
     if pending:
         status["leafCellsAwaitingVictims"] = len(pending)

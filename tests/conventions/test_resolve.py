@@ -184,6 +184,11 @@ def test_vc_from_label_else_namespace_else_error() -> None:
     )
     with pytest.raises(UserError, match="namespace team-x has no VC"):
         run(pod("p", "team-x", gpus=1))
+    # a VC name that is no label value travels in its label form (config/names.py) or the annotation
+    coded = {"topogang.io/virtual-cluster": "b32.ORSWC3JAMEQQ"}
+    assert run(pod("p", "nlp", gpus=1, labels=coded)).request.request.vc == "team a!"
+    free = {"topogang.io/virtual-cluster": "team a!"}
+    assert run(pod("p", "nlp", gpus=1, annotations=free)).request.request.vc == "team a!"
 
 
 def test_conflicting_conventions_name_both() -> None:

@@ -41,6 +41,17 @@ class Clock:
         return self.t
 
 
+def ready_node(name: str, allocatable: int, capacity: int | None = None) -> dict[str, Any]:
+    """A Ready Node object with `allocatable` GPUs (and a `capacity`, when given)."""
+    status: dict[str, Any] = {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "allocatable": {"nvidia.com/gpu": str(allocatable)},
+    }
+    if capacity is not None:
+        status["capacity"] = {"nvidia.com/gpu": str(capacity)}
+    return {"metadata": {"name": name}, "spec": {}, "status": status}
+
+
 def scheduler(binder: Binder | None = None, clock: Clock | None = None, **kw: Any) -> Scheduler:
     loaded = example()
     s = Scheduler(

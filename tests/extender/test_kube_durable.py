@@ -19,7 +19,7 @@ from extender.kube.events import EventRecorder, ObjectRef
 from extender.kube.leader import LeaderElector, LeaseSettings, lease_path
 from extender.kube.service import kube_service
 from extender.ops.metrics import Metrics
-from tests.extender.helpers import Clock, example, nodes, pod, run, spec
+from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, spec
 from tests.kubefake import FakeKube, parse_path
 from topology.core import Core
 from topology.invariants import violations
@@ -32,17 +32,7 @@ COLLECTION = rsv.collection_path(NS)
 def cluster() -> FakeKube:
     kube = FakeKube()
     for n in nodes():
-        kube.server.put(
-            f"/api/v1/nodes/{n}",
-            {
-                "metadata": {"name": n},
-                "spec": {},
-                "status": {
-                    "conditions": [{"type": "Ready", "status": "True"}],
-                    "allocatable": {"nvidia.com/gpu": "8"},
-                },
-            },
-        )
+        kube.server.put(f"/api/v1/nodes/{n}", ready_node(n, 8))
     return kube
 
 

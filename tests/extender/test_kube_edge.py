@@ -87,6 +87,10 @@ affinityGroupBindInfo:
     assert info is not None and info.gang is None and info.gpus == (4, 5)
     assert [p.gpus for p in info.placements] == [(0, 1), (4, 5)]
     assert info.placements[0].preassigned_cell_types == ("V100-SWITCH", "V100-SWITCH")
+    old = hived.replace("leafCellIsolation", "gpuIsolation").replace(
+        "physicalLeafCellIndices", "physicalGpuIndices"
+    )
+    assert decode_bind_info(old) == info  # HiveD before v0.3
     assert decode_isolation("4,5, 6") == (4, 5, 6)
     with pytest.raises(ValueError):
         decode_isolation("a,b")
