@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes import client
+from pydantic import ValidationError
 
 from extender.conventions.common import ObjRef
 from extender.conventions.resolve import Resolved, references, resolve
@@ -324,3 +326,23 @@ def test_malformed_podgroup_topology_is_a_user_error_naming_the_field() -> None:
     with pytest.raises(UserError, match="at least 1") as err:
         run(member_of("g"), {ref: zero})
     assert err.value.field == "PodGroup vision/g spec.schedulingPolicy.gang.minCount"
+
+
+def test_the_podgroups_read_here_are_kubernetes_1_37s_own_types() -> None:
+    """The PodGroups and pods these tests read are the real 1.37 API types: the Kubernetes client's
+    models, generated from 1.37's OpenAPI, forbid any field they do not know and keep every one."""
+
+    def to_dict(obj: Any) -> Any:
+        return client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+
+    for pg in (
+        podgroup("g-0", "vision", 4, topology=["topology.kubernetes.io/rack"], priority=100),
+        podgroup("g-1", "vision", None),
+    ):
+        assert to_dict(client.V1beta1PodGroup.model_validate(pg)) == pg
+    member = member_of("g-0")
+    assert to_dict(client.V1Pod.model_validate(member))["spec"]["schedulingGroup"] == {"podGroupName": "g-0"}
+    wrong = podgroup("g", "vision", 2)
+    wrong["spec"]["schedulingPolicy"]["gang"]["minMember"] = 2  # coscheduling's word, not this API's
+    with pytest.raises(ValidationError):
+        client.V1beta1PodGroup.model_validate(wrong)

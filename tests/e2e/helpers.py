@@ -328,6 +328,11 @@ def http_json(url: str, timeout: float = 10.0) -> Any:
         return json.loads(resp.read())
 
 
+def http_text(url: str, timeout: float = 10.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return str(resp.read().decode("utf-8", errors="replace"))
+
+
 def http_status(url: str, timeout: float = 5.0) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
