@@ -120,9 +120,24 @@ def decisions(extender: Extender, verb: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
 
 
+NATIVE_GANG_PLUGINS = ("GangScheduling", "TopologyPlacementGenerator", "PodGroupPodsCount")
+
+
+def test_the_topogang_profile_runs_without_kubernetes_own_gang_plugins(e2e_cluster: E2ECluster) -> None:
+    """One owner per gang: kube-scheduler starts the topogang profile (the only one here) with its
+    gang and topology plugins off at every extension point, though the gates that add them are on."""
+    log = e2e_cluster.log("kube-scheduler")
+    started = re.findall(r'"the scheduler starts to work with those plugins" Plugins=(\{.*\})$', log, re.M)
+    assert started, "kube-scheduler logged no plugin list"
+    for name in NATIVE_GANG_PLUGINS:
+        assert f'"Name":"{name}"' not in started[-1], f"{name} runs in the topogang profile"
+    assert "GenericWorkload is enabled, but GangScheduling plugin is not set" in log
+
+
 def podgroup_cycle_done(cluster: E2ECluster, ns: str, group: str) -> bool:
     """kube-scheduler's PodGroup cycle (not its pod-by-pod one) scheduled the group."""
-    return f'"Successfully scheduled a pod group" podGroup="{ns}/{group}"' in cluster.log("kube-scheduler")
+    line = rf'"Successfully scheduled a pod group" .*podGroup="{re.escape(ns)}/{re.escape(group)}"'
+    return re.search(line, cluster.log("kube-scheduler")) is not None
 
 
 # ------------------------------------------------------------------------------------------ 1. placement
