@@ -25,6 +25,7 @@ ENABLE = "topogang.io/pod-scheduling-enable"
 SPEC = "topogang.io/pod-scheduling-spec"
 ISOLATION = "topogang.io/pod-leaf-cell-isolation"
 BIND_INFO = "topogang.io/pod-bind-info"
+VC_LABEL = "topogang.io/virtual-cluster"  # a convention pod's VC (label or annotation)
 PROFILE = "topogang"  # spec.schedulerName of the profile in deploy/kube-scheduler-config.yaml
 
 T = TypeVar("T")
@@ -286,6 +287,13 @@ def assert_whole_gang(pods: dict[str, Placed], gpus: int) -> None:
         for g in p.gpus:
             assert (p.node, g) not in seen, f"{name} and {seen[(p.node, g)]} share GPU {g} of {p.node}"
             seen[(p.node, g)] = name
+
+
+def gang_of(p: Placed) -> str:
+    """The gang a bound pod belongs to, from the bind info the extender wrote on it (only the
+    extender's bind writes it)."""
+    info = yaml.safe_load(p.annotations[BIND_INFO])
+    return str(info["gang"])
 
 
 def seen_by_scheduler(core: client.CoreV1Api, ns: str, pod: str) -> str | None:

@@ -15,16 +15,16 @@ import re
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
-from tests.e2e.conftest import E2ECluster, Extender, ignore_conflict
+from tests.e2e.conftest import E2ECluster, Extender, priority_classes
 from tests.e2e.helpers import (
-    BIND_INFO,
     GPU,
     PROFILE,
+    VC_LABEL,
     assert_whole_gang,
     delete_pods,
+    gang_of,
     gpu_collisions,
     hold_for,
     http_text,
@@ -41,7 +41,6 @@ from tests.e2e.helpers import (
 
 pytestmark = pytest.mark.e2e
 
-VC_LABEL = "topogang.io/virtual-cluster"
 RACK_KEY = "topology.kubernetes.io/rack"  # names the example config's A100-RACK level
 HOLD_SECONDS = 5.0
 LOW, HIGH = "e2e-native-low", "e2e-native-high"
@@ -107,10 +106,6 @@ def members(
             ns, client.V1Pod.model_validate({"metadata": {"name": n, "labels": {VC_LABEL: vc}}, "spec": spec})
         )
     return names
-
-
-def gang_of(pod: Any) -> str:
-    return str(yaml.safe_load(pod.annotations[BIND_INFO])["gang"])
 
 
 def decisions(extender: Extender, verb: str) -> float:
@@ -205,12 +200,7 @@ def test_higher_priority_podgroup_gang_preempts_a_lower_one_whole(
     evicts all three (the victim is the gang, not just the pods in its way) and binds whole. The
     gangs' priorities come from their PriorityClasses, as admission writes them."""
     core = e2e_cluster.core
-    sched = client.SchedulingV1Api(e2e_cluster.api)
-    for name, value in ((LOW, 10), (HIGH, 100)):
-        ignore_conflict(
-            sched.create_priority_class,
-            client.V1PriorityClass.model_validate({"metadata": {"name": name}, "value": value}),
-        )
+    priority_classes(e2e_cluster, {LOW: 10, HIGH: 100})
     podgroup(e2e_cluster, gang_ns, "low", 3, priority_class=LOW)
     low = members(core, gang_ns, "low", 3, 8, "nlp", priority_class=LOW)
     assert_whole_gang(wait_running(core, gang_ns, low), 8)
