@@ -26,8 +26,14 @@ KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 # this exact version although `go list -m -versions github.com/microsoft/frameworkcontroller` fails (403).
 FC_VERSION=${FC_VERSION:-v1.0.1}
 
-# FrameworkController stays at v1.0.1 whatever the Kubernetes version: there is no newer release; its
-# client-go v0.16 speaks only core/v1 and its own CRD, which 1.37 still serves.
+# FrameworkController stays at v1.0.1 whatever the Kubernetes version: there is no newer release, and its
+# e2e test passes against 1.37.2 as it did against 1.35.4.
+#
+# kube-scheduler config (kubescheduler.config.k8s.io/v1): no field deploy/kube-scheduler-config.yaml uses
+# changed. 1.37 adds the plugin sets placementGenerate, placementScore and podGroupPostFilter; the deployed
+# file does not name them, because kube-scheduler decodes its config strictly and an older one would refuse
+# the file. It disables plugins by name under multiPoint instead, which every version accepts (1.35.4
+# checked with --write-config-to).
 
 # Feature gates and API versions for the Kubernetes' own gangs (Workload/PodGroup API, KEP-4671/5732):
 # - 1.37: the GangScheduling gate of 1.35/1.36 is gone (folded into GenericWorkload, beta but off by
