@@ -42,6 +42,10 @@ class GangRequest:
     suggested_nodes: frozenset[str] | None = None
     ttl_seconds: float = 300.0
     slot_keys: tuple[str, ...] | None = None
+    # The whole gang under one cell of this level (a cell type, or its last word: "rack" names
+    # A100-RACK; "node" and "hostname" name the node level), or it waits: a required topology
+    # level such as a Kubernetes PodGroup's topology key. None: anywhere, best fit first.
+    within_level: str | None = None
 
     @property
     def pod_count(self) -> int:

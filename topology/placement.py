@@ -59,11 +59,14 @@ class Placer:
         gang: int,
         priority: int,
         suggested: frozenset[int] | None,
+        max_level: int | None = None,
     ) -> list[tuple[int, ...]] | Shortfall:
         """Place pods of `sizes` leaves (slot order) as one gang; commit and return each slot's
-        leaves, or return the shortfall and change nothing. `owner` NO_OWNER = opportunistic."""
+        leaves, or return the shortfall and change nothing. `owner` NO_OWNER = opportunistic.
+        `max_level`: the whole gang under one cell of that level (at least node level), or nowhere."""
         topo = self.topo
         ch = topo.chains[chain]
+        top = ch.top_level + 1 if max_level is None else min(max_level, ch.top_level)
         total = sum(sizes)
         k0 = ch.fit_level[total] if total < len(ch.fit_level) else ch.top_level + 1
         if len(sizes) == 1:  # most gangs are one pod: nothing to order
@@ -86,7 +89,7 @@ class Placer:
             return self._shortfall(owner, chain, total, k0)  # one pod never spans nodes
         # several nodes: try ever larger domains above node level, then the whole chain
         lower_bound = max(1, -(-total // topo.node_leaf_max)) if topo.node_leaf_max else 1
-        for lvl in range(max(k0, ch.node_level + 1), ch.top_level + 2):
+        for lvl in range(max(k0, ch.node_level + 1), top + 1):
             best: tuple[tuple[int, ...], int] | None = None
             # domains come best fit first (least capacity that still suffices), so the first one
             # on the fewest possible nodes is taken: it keeps big free blocks whole

@@ -25,7 +25,7 @@ from topology.decisions import (
 )
 from topology.gangs import existing, live_victims, place_new, placement_of, record_gang, release
 from topology.placement import Shortfall
-from topology.requests import chains, suggested_ids, validate
+from topology.requests import chains, level_named, suggested_ids, validate
 from topology.reservations import Gang, GangPhase
 from topology.state import NO_GANG, NO_OWNER
 
@@ -94,7 +94,8 @@ def _try(
                 st.release_leaf(leaf)
         sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
         for ch in chains(cluster, req):
-            got = cluster.placer.place(owner, ch, sizes, DRY_RUN_GANG, req.priority, suggested)
+            top = level_named(cluster.topo.chains[ch], req.within_level)
+            got = cluster.placer.place(owner, ch, sizes, DRY_RUN_GANG, req.priority, suggested, top)
             if isinstance(got, Shortfall):
                 continue
             binds = [c for c in st.binds_since_begin() if st.bound_owner[c] == owner]

@@ -8,11 +8,13 @@ alone, so each shape is checked once and remembered with the chains it may use.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import cast
 
 from topology.cluster import Cluster
 from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, Member, UserError
+from topology.model import Chain
 
 _MAX_SHAPES = 4096
 _MAX_SHAPE_MEMBERS = 16  # bounds the shape cache in bytes: a key holds the members (merged, ≤ 1 per size)
@@ -99,6 +101,16 @@ def _validate(cluster: Cluster, req: GangRequest, leaf_number: int | None) -> No
             raise UserError("pinnedCellId", f"VC {req.vc} does not have pinned cell {req.pinned_cell_id}")
     found = chains(cluster, req)
     topo = cluster.topo
+    if not found and req.within_level is not None and _chains_ignoring_level(cluster, req):
+        levels = sorted(
+            {t for ch in _chains_ignoring_level(cluster, req) for t in _node_and_above(topo.chains[ch])}
+        )
+        raise UserError(
+            "withinLevel",
+            f"the gang must sit under one cell of level {req.within_level!r}, but no chain VC {req.vc} "
+            f"may use has a cell type of that name (or last word) at or above node level; its levels "
+            f"are {', '.join(levels)} ('node' or 'hostname' names the node level)",
+        )
     if not found:
         if req.leaf_type is not None and req.leaf_type not in topo.chains_by_leaf_type:
             raise UserError("leafCellType", f"the cluster has no leaf cell type {req.leaf_type}")
@@ -116,10 +128,38 @@ def _validate(cluster: Cluster, req: GangRequest, leaf_number: int | None) -> No
 
 
 def chains(cluster: Cluster, req: GangRequest) -> list[int]:
-    """Chains the gang may use, in a fixed order."""
+    """Chains the gang may use, in a fixed order (with a required level, only chains that have it)."""
     known = cluster.valid_shapes.get(_shape_key(req))
     if known is not None:
         return list(known)
+    found = _chains_ignoring_level(cluster, req)
+    if req.within_level is None:
+        return found
+    topo = cluster.topo
+    return [ch for ch in found if level_named(topo.chains[ch], req.within_level) is not None]
+
+
+def level_named(chain: Chain, name: str | None) -> int | None:
+    """The chain's level that `name` names, at or above node level (None: no such level; a level
+    inside a node cannot hold pods on several nodes, and a Kubernetes topology key is a node label).
+    A cell type's name or its last word, case-insensitive; "node" and "hostname" name the node level."""
+    if name is None:
+        return None
+    want = name.strip().lower()
+    if want in ("node", "hostname"):
+        return chain.node_level
+    for lvl in range(chain.node_level, chain.top_level + 1):
+        t = chain.level_types[lvl].lower()
+        if want == t or want == re.split(r"[-_.]", t)[-1]:
+            return lvl
+    return None
+
+
+def _node_and_above(chain: Chain) -> list[str]:
+    return [chain.level_types[lvl] for lvl in range(chain.node_level, chain.top_level + 1)]
+
+
+def _chains_ignoring_level(cluster: Cluster, req: GangRequest) -> list[int]:
     topo = cluster.topo
     if req.pinned_cell_id is not None:
         owner = cluster.pinned_owner.get((req.vc, req.pinned_cell_id))
@@ -175,4 +215,5 @@ def _shape_key(req: GangRequest) -> tuple[object, ...]:
         req.leaf_type,
         req.pinned_cell_id,
         None if req.slot_keys is None else len(req.slot_keys),
+        req.within_level,
     )

@@ -50,6 +50,8 @@ class Claim:
     leaf_number: int | None = None
     ttl_seconds: float | None = None
     soft: bool | None = None
+    priority: int | None = None  # the gang's priority when the convention gives one (else 0)
+    topology_key: str | None = None  # a node label: the whole gang within one of its domains
 
     @property
     def size(self) -> int | None:

@@ -28,12 +28,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
+from extender.conventions import workload
 from extender.conventions.common import ObjRef
 from extender.conventions.resolve import Resolved, applies, references, resolve
 from extender.gangs.podspec import PodRequest
 from extender.ops.background import every
 from topology.core import Core
-from topology.decisions import AdoptedPod, GangRequest, Member, Released
+from topology.decisions import AdoptedPod, GangRequest, Member, Released, UserError
 from topology.reservations import Gang, GangPhase
 
 if TYPE_CHECKING:
@@ -48,11 +49,12 @@ SOFTENED_FOR = 3600.0  # how long a softened gang's late members still run as or
 MAX_TRACKED = 100_000
 
 PATHS = {
-    "coscheduling": "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}",
-    "volcano": "/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{name}",
-    "workload": "/apis/scheduling.k8s.io/v1alpha1/namespaces/{ns}/workloads/{name}",
-    "podgroup": "/apis/scheduling.k8s.io/v1alpha2/namespaces/{ns}/podgroups/{name}",
-    "pod": "/api/v1/namespaces/{ns}/pods/{name}",
+    "coscheduling": ("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}",),
+    "volcano": ("/apis/scheduling.volcano.sh/v1beta1/namespaces/{ns}/podgroups/{name}",),
+    "workload": ("/apis/scheduling.k8s.io/v1alpha1/namespaces/{ns}/workloads/{name}",),
+    # Kubernetes 1.37 serves PodGroups as v1beta1, 1.36 as v1alpha2: the first that answers is read
+    "podgroup": tuple(f"/apis/{v}/namespaces/{{ns}}/podgroups/{{name}}" for v in workload.PODGROUP_VERSIONS),
+    "pod": ("/api/v1/namespaces/{ns}/pods/{name}",),
 }
 
 
@@ -72,8 +74,14 @@ class Host(Protocol):
     async def expire(self) -> list[Released]: ...
 
 
+def object_paths(ref: ObjRef) -> tuple[str, ...]:
+    """Where the object may be, in the order to ask (one path per API version that may serve it)."""
+    ns, name = quote(ref.namespace, safe=""), quote(ref.name, safe="")
+    return tuple(p.format(ns=ns, name=name) for p in PATHS[ref.kind])
+
+
 def object_path(ref: ObjRef) -> str:
-    return PATHS[ref.kind].format(ns=quote(ref.namespace, safe=""), name=quote(ref.name, safe=""))
+    return object_paths(ref)[0]
 
 
 class Conventions:
@@ -129,6 +137,8 @@ class Conventions:
         )
         if r is None:
             return None
+        if r.topology_key is not None:
+            _check_level(s.core, r)
         if r.source != "pod":
             _track(self.soft if r.soft else self.hard, r.request.gang, r.timeout)
             self._recent.add(r.request.gang)
@@ -216,6 +226,20 @@ class Conventions:
         await every(interval, lambda: self.tick(s), "gang timeouts")
 
 
+def _check_level(core: Core, r: Resolved) -> None:
+    """A PodGroup's topology key that names no level of the cell hierarchy is the user's error, said
+    in the PodGroup's words (the core's own check names only the level)."""
+    try:
+        core.validate(r.request.request)
+    except UserError as err:
+        if err.field != "withinLevel":
+            raise
+        raise UserError(
+            f"PodGroup {r.request.request.name} {workload.TOPOLOGY_FIELD}[0].key",
+            f"{r.topology_key!r} cannot be a required level here: {err.message}",
+        ) from None
+
+
 def _track(d: OrderedDict[str, float], key: str, value: float) -> None:
     d[key] = value
     d.move_to_end(key)
@@ -248,6 +272,10 @@ def kube_fetch(request: Callable[[str, str], Awaitable[dict[str, Any] | None]]) 
     """Reads PodGroups, Workloads and Spark driver pods with `request(method, path)`."""
 
     async def fetch(ref: ObjRef) -> Mapping[str, Any] | None:
-        return await request("GET", object_path(ref))
+        for path in object_paths(ref):  # 404 is both "no such object" and "version not served"
+            got = await request("GET", path)
+            if got is not None:
+                return got
+        return None
 
     return fetch

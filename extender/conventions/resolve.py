@@ -43,6 +43,7 @@ class Resolved:
     timeout: float  # how long a partial reservation is held
     soft: bool  # after the timeout, the remaining members run as ordinary pods (YuniKorn's Soft)
     size: int  # pods in the gang's core
+    topology_key: str | None = None  # the PodGroup's topology key that `request.within_level` came from
 
     @property
     def elastic(self) -> bool:
@@ -171,7 +172,9 @@ def resolve(
         name=gang,
         vc=_vc(pod, namespace, namespace_vcs),
         members=members,
+        priority=c.priority or 0,
         ttl_seconds=timeout * SOFT_BACKSTOP if is_soft else timeout,
+        within_level=None if c.topology_key is None else workload.level_of_key(c.topology_key),
     )
     pr = PodRequest(uid, namespace, name, request, leaf, spec_annotation=c.key)
-    return Resolved(pr, c.source, timeout, is_soft, request.pod_count)
+    return Resolved(pr, c.source, timeout, is_soft, request.pod_count, c.topology_key)

@@ -209,7 +209,7 @@ start kube-apiserver "$E2E_BIN/kube-apiserver" \
 	--disable-admission-plugins=ServiceAccount,TaintNodesByCondition \
 	--allow-privileged=true \
 	--cert-dir="$W/apiserver-certs" \
-	--profiling=false
+	--profiling=false "${E2E_APISERVER_FLAGS[@]}"
 CURL_ADMIN=(curl -sf --cacert "$P/ca.crt" --cert "$P/admin.crt" --key "$P/admin.key")
 wait_for kube-apiserver 180 "${CURL_ADMIN[@]}" "https://127.0.0.1:$API_PORT/readyz"
 
@@ -287,7 +287,7 @@ log "$(tail -n 1 "$W/logs/scheduler_config.log")"
 start kube-scheduler "$E2E_BIN/kube-scheduler" --config="$W/scheduler.yaml" \
 	--bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
 	--authentication-kubeconfig="$W/admin.kubeconfig" --authorization-kubeconfig="$W/admin.kubeconfig" \
-	--v=2
+	--v=2 "${E2E_SCHEDULER_FLAGS[@]}"
 wait_for kube-scheduler 60 curl -sfk "https://127.0.0.1:$SCHED_PORT/readyz"
 
 cat >"$W/env" <<EOF
@@ -304,6 +304,8 @@ CLIENT_CERT=$P/admin.crt
 CLIENT_KEY=$P/admin.key
 E2E_BIN=$E2E_BIN
 K8S_VERSION=$K8S_VERSION
+FEATURE_GATES=$E2E_FEATURE_GATES
+NATIVE_GANGS=$E2E_NATIVE_GANGS
 TOPOLOGY=$TOPOLOGY
 EOF
 UP_OK=1

@@ -76,3 +76,34 @@ def task_groups(*groups: tuple[str, int, int]) -> str:
     return json.dumps(
         [{"name": n, "minMember": m, "minResource": {"cpu": "1", "nvidia.com/gpu": g}} for n, m, g in groups]
     )
+
+
+def podgroup(
+    name: str,
+    ns: str,
+    min_count: int | None,
+    *,
+    version: str = "scheduling.k8s.io/v1beta1",
+    topology: list[str] | None = None,
+    priority: int | None = None,
+) -> dict[str, Any]:
+    """A PodGroup as Kubernetes 1.37 serves it (`scheduling.k8s.io/v1beta1`; 1.36's v1alpha2 has the
+    same fields): a gang policy with minCount (None: the basic policy), KEP-5732's topology keys, and
+    the priority admission sets from the group's PriorityClass."""
+    policy: dict[str, Any] = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+    spec: dict[str, Any] = {
+        "workloadRef": {"workloadName": name.rsplit("-", 1)[0], "templateName": "workers"},
+        "schedulingPolicy": policy,
+        "disruptionMode": {"single": {}},
+    }
+    if topology is not None:
+        spec["schedulingConstraints"] = {"topology": [{"key": k} for k in topology]}
+    if priority is not None:
+        spec["priorityClassName"] = "gang-priority"
+        spec["priority"] = priority
+    return {
+        "apiVersion": version,
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": spec,
+    }

@@ -11,7 +11,7 @@ import pytest
 from extender.conventions import edge
 from extender.conventions.common import ObjRef
 from extender.http import wire
-from tests.conventions.manifests import coscheduling_podgroup, pod, volcano_podgroup
+from tests.conventions.manifests import coscheduling_podgroup, pod, podgroup, volcano_podgroup
 from tests.extender.helpers import Clock, scheduler
 from tests.kubefake import FakeApiServer, FakeKube, Fault
 from topology.decisions import Member, UserError
@@ -93,3 +93,47 @@ def test_what_the_conventions_remember_is_forgotten_once_it_no_longer_matters() 
         assert list(conv.hard) == ["vision/kept"] and conv._objects == {}
 
     asyncio.run(go())
+
+
+def test_podgroups_are_read_as_v1beta1_then_v1alpha2_and_their_topology_key_checked() -> None:
+    """1.37 serves PodGroups as v1beta1, 1.36 as v1alpha2 (a 404 for the other): either is read.
+    A topology key naming a level the cell hierarchy has becomes the gang's required level; one it
+    lacks is the user's error, in the PodGroup's words, naming the levels there are."""
+    beta, alpha = "/apis/scheduling.k8s.io/v1beta1", "/apis/scheduling.k8s.io/v1alpha2"
+    kube = api(
+        {
+            f"{beta}/namespaces/vision/podgroups/new": podgroup("new", "vision", 4, topology=["x.io/rack"]),
+            f"{alpha}/namespaces/vision/podgroups/old": podgroup(
+                "old", "vision", 2, version="scheduling.k8s.io/v1alpha2"
+            ),
+            f"{beta}/namespaces/vision/podgroups/zoned": podgroup(
+                "zoned", "vision", 2, topology=["topology.kubernetes.io/zone"]
+            ),
+        }
+    )
+    clock = Clock()
+    s = scheduler(clock=clock, conventions=edge.Conventions(edge.kube_fetch(kube.request), clock=clock))
+
+    def req(group: str) -> Any:
+        p = pod(f"{group}-0", gpus=8, spec={"schedulingGroup": {"podGroupName": group}})
+        return asyncio.run(s.request_of(wire.parse_pod(p)))
+
+    new = req("new")
+    assert (new.gang, new.request.members, new.request.within_level) == (
+        "vision/new",
+        (Member(4, 8),),
+        "rack",
+    )
+    old = req("old")
+    assert (old.gang, old.request.members, old.request.within_level) == ("vision/old", (Member(2, 8),), None)
+    asked = [path for method, path, _ in kube.calls if method == "GET"]
+    assert asked == [
+        f"{beta}/namespaces/vision/podgroups/new",
+        f"{beta}/namespaces/vision/podgroups/old",
+        f"{alpha}/namespaces/vision/podgroups/old",
+    ]
+    with pytest.raises(UserError) as err:
+        req("zoned")
+    assert err.value.field == "PodGroup vision/zoned spec.schedulingConstraints.topology[0].key"
+    assert "'topology.kubernetes.io/zone' cannot be a required level" in err.value.message
+    assert "A100-NODE, A100-RACK" in err.value.message

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes import client
+from pydantic import ValidationError
 
 from extender.conventions.common import ObjRef
 from extender.conventions.resolve import Resolved, references, resolve
@@ -13,6 +15,7 @@ from extender.gangs.podspec import is_enabled
 from tests.conventions.manifests import (
     coscheduling_podgroup,
     pod,
+    podgroup,
     task_groups,
     volcano_podgroup,
     workload,
@@ -261,3 +264,90 @@ def test_existing_gang_shape_is_used_when_the_size_is_unknown() -> None:
     r = run(pod("w", gpus=2, labels={COSCHED: "g"}), existing=lambda n: known if n == "vision/g" else None)
     assert r.request.request.members == (Member(3, 2),)
     assert json.dumps(r.size) == "3"
+
+
+def member_of(group: str, gpus: int = 8, **spec: Any) -> dict[str, Any]:
+    return pod(f"{group}-0", gpus=gpus, spec={"schedulingGroup": {"podGroupName": group}, **spec})
+
+
+def test_beta_podgroup_is_one_gang_of_min_count_pods_at_its_priority() -> None:
+    p = member_of("train-0")
+    ref = ObjRef("podgroup", "vision", "train-0")
+    assert references(p, "vision") == [ref]
+    r = run(p, {ref: podgroup("train-0", "vision", 4, priority=100)})
+    req = r.request.request
+    assert (req.name, req.members, req.priority, req.within_level, r.source) == (
+        "vision/train-0",
+        (Member(4, 8),),
+        100,
+        None,
+        "workload",
+    )
+    # the alpha (1.36) object reads the same; a basic policy is pods one by one
+    alpha = podgroup("train-0", "vision", 4, version="scheduling.k8s.io/v1alpha2")
+    assert run(p, {ref: alpha}).request.request.members == (Member(4, 8),)
+    assert run(p, {ref: podgroup("train-0", "vision", None)}).request.request.members == (Member(1, 8),)
+
+
+@pytest.mark.parametrize(
+    ("podgroup_priority", "pod_priority", "gang_priority"),
+    [(None, 7, 7), (None, None, 0), (5000, 7, 1000), (-20, 7, 0), (2_000_000_000, None, 1000)],
+)
+def test_podgroup_priority_comes_into_topogangs_guaranteed_range(
+    podgroup_priority: int | None, pod_priority: int | None, gang_priority: int
+) -> None:
+    extra = {} if pod_priority is None else {"priority": pod_priority}
+    p = member_of("g", **extra)
+    pg = podgroup("g", "vision", 2, priority=podgroup_priority)
+    assert run(p, {ObjRef("podgroup", "vision", "g"): pg}).request.request.priority == gang_priority
+
+
+@pytest.mark.parametrize(
+    ("key", "level"),
+    [
+        ("topology.kubernetes.io/rack", "rack"),
+        ("kubernetes.io/hostname", "hostname"),
+        ("topogang.io/A100-RACK", "A100-RACK"),
+        ("rack", "rack"),
+    ],
+)
+def test_podgroup_topology_key_is_a_required_level(key: str, level: str) -> None:
+    pg = podgroup("g", "vision", 2, topology=[key])
+    r = run(member_of("g"), {ObjRef("podgroup", "vision", "g"): pg})
+    assert (r.request.request.within_level, r.topology_key) == (level, key)
+
+
+def test_malformed_podgroup_topology_is_a_user_error_naming_the_field() -> None:
+    ref = ObjRef("podgroup", "vision", "g")
+    two = podgroup("g", "vision", 2, topology=["kubernetes.io/hostname", "topology.kubernetes.io/rack"])
+    with pytest.raises(UserError, match="2 topology constraints") as err:
+        run(member_of("g"), {ref: two})
+    assert err.value.field == "PodGroup vision/g spec.schedulingConstraints.topology"
+    bad = podgroup("g", "vision", 2)
+    bad["spec"]["schedulingConstraints"] = {"topology": [{"key": ""}]}
+    with pytest.raises(UserError, match="expected a node label key"):
+        run(member_of("g"), {ref: bad})
+    zero = podgroup("g", "vision", 0)
+    with pytest.raises(UserError, match="at least 1") as err:
+        run(member_of("g"), {ref: zero})
+    assert err.value.field == "PodGroup vision/g spec.schedulingPolicy.gang.minCount"
+
+
+def test_the_podgroups_read_here_are_kubernetes_1_37s_own_types() -> None:
+    """The PodGroups and pods these tests read are the real 1.37 API types: the Kubernetes client's
+    models, generated from 1.37's OpenAPI, forbid any field they do not know and keep every one."""
+
+    def to_dict(obj: Any) -> Any:
+        return client.ApiClient().sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+
+    for pg in (
+        podgroup("g-0", "vision", 4, topology=["topology.kubernetes.io/rack"], priority=100),
+        podgroup("g-1", "vision", None),
+    ):
+        assert to_dict(client.V1beta1PodGroup.model_validate(pg)) == pg
+    member = member_of("g-0")
+    assert to_dict(client.V1Pod.model_validate(member))["spec"]["schedulingGroup"] == {"podGroupName": "g-0"}
+    wrong = podgroup("g", "vision", 2)
+    wrong["spec"]["schedulingPolicy"]["gang"]["minMember"] = 2  # coscheduling's word, not this API's
+    with pytest.raises(ValidationError):
+        client.V1beta1PodGroup.model_validate(wrong)

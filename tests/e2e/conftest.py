@@ -477,3 +477,13 @@ def ignore_conflict(call: Any, *args: Any, **kw: Any) -> None:
     except ApiException as exc:
         if exc.status != 409:
             raise
+
+
+def priority_classes(cluster: E2ECluster, values: dict[str, int]) -> None:
+    """PriorityClasses by name and value, shared by tests (a class another test made is kept)."""
+    sched = client.SchedulingV1Api(cluster.api)
+    for name, value in values.items():
+        ignore_conflict(
+            sched.create_priority_class,
+            client.V1PriorityClass.model_validate({"metadata": {"name": name}, "value": value}),
+        )

@@ -25,6 +25,7 @@ ENABLE = "topogang.io/pod-scheduling-enable"
 SPEC = "topogang.io/pod-scheduling-spec"
 ISOLATION = "topogang.io/pod-leaf-cell-isolation"
 BIND_INFO = "topogang.io/pod-bind-info"
+VC_LABEL = "topogang.io/virtual-cluster"  # a convention pod's VC (label or annotation)
 PROFILE = "topogang"  # spec.schedulerName of the profile in deploy/kube-scheduler-config.yaml
 
 T = TypeVar("T")
@@ -288,6 +289,13 @@ def assert_whole_gang(pods: dict[str, Placed], gpus: int) -> None:
             seen[(p.node, g)] = name
 
 
+def gang_of(p: Placed) -> str:
+    """The gang a bound pod belongs to, from the bind info the extender wrote on it (only the
+    extender's bind writes it)."""
+    info = yaml.safe_load(p.annotations[BIND_INFO])
+    return str(info["gang"])
+
+
 def seen_by_scheduler(core: client.CoreV1Api, ns: str, pod: str) -> str | None:
     """The first scheduling event of a pod (kube-scheduler's FailedScheduling or topogang's GangWaiting):
     proof that its gang went through filter at least once."""
@@ -326,6 +334,11 @@ def racks(topology: str | Path) -> dict[str, str]:
 def http_json(url: str, timeout: float = 10.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return json.loads(resp.read())
+
+
+def http_text(url: str, timeout: float = 10.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return str(resp.read().decode("utf-8", errors="replace"))
 
 
 def http_status(url: str, timeout: float = 5.0) -> int | None:

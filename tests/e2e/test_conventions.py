@@ -19,10 +19,10 @@ from kubernetes import client
 
 from tests.e2e.conftest import E2ECluster, Extender, ignore_conflict
 from tests.e2e.helpers import (
-    BIND_INFO,
-    Placed,
+    VC_LABEL,
     assert_whole_gang,
     delete_pods,
+    gang_of,
     gpu_collisions,
     gpu_pod,
     hold_for,
@@ -40,7 +40,6 @@ pytestmark = pytest.mark.e2e
 CRD = Path(__file__).parent / "manifests" / "podgroup-crd.yaml"
 PG_GROUP, PG_VERSION, PG_PLURAL = "scheduling.x-k8s.io", "v1alpha1", "podgroups"
 PG_LABEL = "scheduling.x-k8s.io/pod-group"
-VC_LABEL = "topogang.io/virtual-cluster"
 SPARK_APP, SPARK_ROLE = "spark-app-selector", "spark-role"
 HOLD_SECONDS = 5.0
 
@@ -62,12 +61,6 @@ def podgroup_crd(e2e_cluster: E2ECluster) -> str:
 
     wait_until(f"CRD {name} to be established", established, 30)
     return name
-
-
-def gang_of(p: Placed) -> str:
-    """The gang a bound pod belongs to, from the bind info the extender wrote on it."""
-    info = yaml.safe_load(p.annotations[BIND_INFO])
-    return str(info["gang"])
 
 
 def ledger_gangs(extender: Extender, ns: str) -> list[dict[str, Any]]:

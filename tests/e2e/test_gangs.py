@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.e2e.conftest import E2ECluster, Extender, holds_nothing, ignore_conflict
+from tests.e2e.conftest import E2ECluster, Extender, holds_nothing, priority_classes
 from tests.e2e.helpers import (
     assert_whole_gang,
     delete_pods,
@@ -147,12 +147,7 @@ def test_higher_priority_gang_preempts_the_whole_lower_gang(
     """nlp is full with a 3-pod priority-10 gang; a 2-pod priority-100 gang of nlp evicts all three
     (the victim is the gang, not just the pods in the way) and binds whole."""
     core = e2e_cluster.core
-    sched = client.SchedulingV1Api(e2e_cluster.api)
-    for name, value in ((LOW, 10), (HIGH, 100)):
-        ignore_conflict(
-            sched.create_priority_class,
-            client.V1PriorityClass.model_validate({"metadata": {"name": name}, "value": value}),
-        )
+    priority_classes(e2e_cluster, {LOW: 10, HIGH: 100})
     low = submit_gang(core, gang_ns, "low", 3, 8, "nlp", priority=10, priority_class=LOW)
     low_pods = wait_running(core, gang_ns, low)
     assert_whole_gang(low_pods, 8)

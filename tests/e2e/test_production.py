@@ -34,6 +34,7 @@ from tests.e2e.conftest import (
     Process,
     extender_command,
     ignore_conflict,
+    priority_classes,
     service_account_kubeconfig,
 )
 from tests.e2e.helpers import (
@@ -328,12 +329,7 @@ def test_a_pending_preemption_survives_the_leader_dying(e2e_cluster: E2ECluster,
     leader dies; the new one must restore that reservation (not place the gang elsewhere or twice),
     and the gang binds there once the victims are gone."""
     core = e2e_cluster.core
-    sched = client.SchedulingV1Api(e2e_cluster.api)
-    for name, value in ((LOW, 10), (HIGH, 100)):
-        ignore_conflict(
-            sched.create_priority_class,
-            client.V1PriorityClass.model_validate({"metadata": {"name": name}, "value": value}),
-        )
+    priority_classes(e2e_cluster, {LOW: 10, HIGH: 100})
     custom = client.CustomObjectsApi(e2e_cluster.api)
     lead = pair.leader()
     for i in range(3):

@@ -21,6 +21,18 @@ podInitialBackoffSeconds: 1
 podMaxBackoffSeconds: 10
 profiles:
 - schedulerName: {{ .Values.scheduler.name }}
+  # One owner per gang: topogang. kube-scheduler's own gang and topology plugins (Kubernetes 1.35+,
+  # with the GenericWorkload / TopologyAwareWorkloadScheduling gates) simulate placements and revert
+  # them, but an extender's filter reserves for real, so both deciding would book a gang twice. Off
+  # in this profile only (names a version does not know are ignored); PodGroup pods still reach the
+  # extender's filter, prioritize and bind, and topogang reads their PodGroups (README: Kubernetes'
+  # own gangs).
+  plugins:
+    multiPoint:
+      disabled:
+      - name: GangScheduling
+      - name: TopologyPlacementGenerator
+      - name: PodGroupPodsCount
 extenders:
 - urlPrefix: {{ include "topogang.extenderUrl" . | quote }}
   filterVerb: filter
