@@ -28,6 +28,7 @@ from topology.placement import Shortfall
 from topology.requests import chains, suggested_ids, validate
 from topology.reservations import Gang, GangPhase
 from topology.state import NO_GANG, NO_OWNER
+from topology.victims import batches, cheapest_first, latest_decision
 
 DRY_RUN_GANG = -2  # gang id used for what-if placements; never stored
 
@@ -82,24 +83,28 @@ def _try(
 ) -> Plan | None:
     st = cluster.state
     ids = {g.id for g in pool}
+    order = cheapest_first(pool, latest_decision(cluster.reservations.by_id.values()))
     holder: dict[int, set[int]] = {}  # leaf -> gangs that must go if we take it
+    sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
+    freed = 0
     st.begin()
     try:
-        for g in pool:
-            for leaf in g.held_leaves():
-                reserver = st.leaf_reserver[leaf]
-                if reserver != NO_GANG and reserver not in ids:
-                    continue  # promised to a preemptor we may not outbid
-                holder[leaf] = {g.id} if reserver == NO_GANG else {g.id, reserver}
-                st.release_leaf(leaf)
-        sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
-        for ch in chains(cluster, req):
-            got = cluster.placer.place(owner, ch, sizes, DRY_RUN_GANG, req.priority, suggested)
-            if isinstance(got, Shortfall):
-                continue
-            binds = [c for c in st.binds_since_begin() if st.bound_owner[c] == owner]
-            victims = sorted({gid for ls in got for leaf in ls for gid in holder.get(leaf, ())})
-            return Plan(ch, got, binds, victims)
+        for upto in batches(len(order)):
+            for g in order[freed:upto]:
+                for leaf in g.held_leaves():
+                    reserver = st.leaf_reserver[leaf]
+                    if reserver != NO_GANG and reserver not in ids:
+                        continue  # promised to a preemptor we may not outbid
+                    holder[leaf] = {g.id} if reserver == NO_GANG else {g.id, reserver}
+                    st.release_leaf(leaf)
+            freed = upto
+            for ch in chains(cluster, req):
+                got = cluster.placer.place(owner, ch, sizes, DRY_RUN_GANG, req.priority, suggested)
+                if isinstance(got, Shortfall):
+                    continue
+                binds = [c for c in st.binds_since_begin() if st.bound_owner[c] == owner]
+                victims = sorted({gid for ls in got for leaf in ls for gid in holder.get(leaf, ())})
+                return Plan(ch, got, binds, victims)
         return None
     finally:
         st.rollback()
