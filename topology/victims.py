@@ -1,9 +1,12 @@
 """Which lower-priority gangs a preemptor should try to displace first: those whose loss costs least.
 
 A preempted gang restarts from scratch, so what it loses is the work it has done: its GPUs times the
-time it has run. The preemption search frees candidates in this order, in doubling batches, and stops
-at the first batch over which the preemptor fits; the victims are the freed gangs its placement
-overlaps. A long-running gang is then displaced only when the cheaper ones cannot make room.
+time it has run. The preemption search first places the preemptor with every candidate gone (the
+closest placement preemption can give it), then frees candidates in this order, in doubling batches,
+and stops at the first batch over which the preemptor lands as close (`spread`: the level of its
+lowest common cell, then its node count); the victims are the freed gangs its placement overlaps.
+A long-running gang is then displaced only when the cheaper ones cannot make room, and never at the
+price of a more spread preemptor.
 
 The core has no clock of its own: the newest gang's creation time (every placement records the time
 of its decision) stands in for "now". Gangs created at the same time lose the same (zero) work and
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from topology.model import Topology
 from topology.reservations import Gang
 
 
@@ -40,3 +44,9 @@ def batches(n: int) -> Iterable[int]:
         k *= 2
     if n:
         yield n
+
+
+def spread(topo: Topology, leaves: list[tuple[int, ...]]) -> tuple[int, int]:
+    """How spread a placement is: (level of the lowest common cell, nodes used); lower is closer."""
+    flat = [leaf for ls in leaves for leaf in ls]
+    return topo.lca_level(flat), len({topo.cell_node[leaf] for leaf in flat})

@@ -69,3 +69,24 @@ def test_binding_splits_the_used_rack_and_keeps_the_free_rack_whole() -> None:
     # so b's 4-node gang still finds a whole rack
     whole = start(core, gang("b4", "b", (4, 8)), 2.0)
     assert len({n.split("-")[0] for n in nodes_of(whole)}) == 1
+
+
+def test_cheaper_victims_never_buy_a_more_spread_preemptor() -> None:
+    core = Core(rack_cluster(racks=2, vcs={"a": [("NODE", 2)], "b": [("NODE", 6)]}))
+
+    def on(node: str, name: str, at: float, priority: int = 0) -> list[Bind]:
+        return start(core, gang(name, "b", (1, 8), priority=priority, suggested_nodes=frozenset({node})), at)
+
+    for n in ("r0-n1", "r0-n2", "r0-n3", "r1-n2", "r1-n3"):
+        on(n, f"b-{n}", 0.0)
+    dear = on("r1-n1", "dear", 0.0, priority=-1)  # has run longest
+    on("r0-n0", "cheap", 90.0, priority=-1)  # freeing it alone would put a's gang across the racks
+    a2 = gang("a2", "a", (2, 8))
+    w = core.reserve(a2, 100.0)
+    assert isinstance(w, Wait) and w.reason.code is WaitCode.PREEMPTIBLE
+    assert {v.pod_uid for v in w.victims} == {b.pod_uid for b in dear}
+    p = core.preempt(a2, 100.0)
+    assert isinstance(p, Preemption)
+    placed = core.gang("a2")
+    assert placed is not None and {core.slot_place(s)[0] for s in placed.slots} == {"r1-n0", "r1-n1"}
+    assert core.gang("cheap") is not None and violations(core) == []
