@@ -61,6 +61,21 @@ def can_bind(st: CellState, owner: int, target: int) -> bool:
 
 
 # ------------------------------------------------------------------ binding for a placement
+def binding_order(st: CellState, lvl: int, pool: set[int]) -> list[int]:
+    """The free-pool cells of level `lvl` in the order a new quota cell should be bound from them.
+
+    Binding a cell hands the opportunistic gangs running in it to the VC, which displaces them as
+    soon as it needs their GPUs (HiveD prefers the cell with the fewest opportunistic leaves for the
+    same reason). So at node level the least used pool node comes first. Above node level a pool
+    cell must be split to bind a node inside it: the most used one comes first, so that wholly free
+    racks stay whole for the gangs that need one (buddy allocation's rule), and the caller takes its
+    freest node. Ties: the cell id."""
+    topo = st.topo
+    node_level = topo.chains[topo.cell_chain[next(iter(pool))]].node_level if pool else lvl
+    sign = 1 if lvl == node_level else -1
+    return sorted(pool, key=lambda c: (sign * (topo.leaf_count[c] - st.free[c]), c))
+
+
 def bind_plan(st: CellState, q: list[int], chain: int, cell: int, need: int) -> list[int] | None:
     """Quota levels to bind so that `cell` gains at least `need` leaves, fewest leaves first.
 

@@ -18,7 +18,7 @@ import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from topology.buddy import apply_binds, bind_plan
+from topology.buddy import apply_binds, bind_plan, binding_order
 from topology.model import Topology
 from topology.state import NO_OWNER, CellState
 
@@ -248,15 +248,13 @@ class Placer:
             pool = st.pool[chain][lvl]
             if not pool:
                 continue
-            for p in sorted(pool):
-                rep = next(
-                    (
-                        n
-                        for n in topo.nodes_within(p)
-                        if (suggested is None or n in suggested) and st.free[topo.node_cell[n]] >= size
-                    ),
-                    None,
-                )
+            for p in binding_order(st, lvl, pool):
+                fits = [
+                    n
+                    for n in topo.nodes_within(p)
+                    if (suggested is None or n in suggested) and st.free[topo.node_cell[n]] >= size
+                ]
+                rep = min(fits, key=lambda n: (-st.free[topo.node_cell[n]], n), default=None)
                 if rep is not None:
                     if rep not in seen:
                         seen.add(rep)

@@ -28,6 +28,7 @@ from topology.placement import Shortfall
 from topology.requests import chains, level_named, suggested_ids, validate
 from topology.reservations import Gang, GangPhase
 from topology.state import NO_GANG, NO_OWNER
+from topology.victims import batches, cheapest_first, latest_decision, spread
 
 DRY_RUN_GANG = -2  # gang id used for what-if placements; never stored
 
@@ -80,19 +81,45 @@ def find_plan(
 def _try(
     cluster: Cluster, req: GangRequest, owner: int, pool: list[Gang], suggested: frozenset[int] | None
 ) -> Plan | None:
-    st = cluster.state
+    """The cheapest prefix of `pool` (`victims.py`) over which the gang lands as close as it
+    would with the whole pool gone."""
+    order = cheapest_first(pool, latest_decision(cluster.reservations.by_id.values()))
     ids = {g.id for g in pool}
+    best = _dry_run(cluster, req, owner, order, len(order), ids, suggested)
+    if best is None:
+        return None
+    target = spread(cluster.topo, best.leaves)
+    for upto in batches(len(order)):
+        if upto == len(order):
+            break
+        plan = _dry_run(cluster, req, owner, order, upto, ids, suggested)
+        if plan is not None and spread(cluster.topo, plan.leaves) <= target:
+            return plan
+    return best
+
+
+def _dry_run(
+    cluster: Cluster,
+    req: GangRequest,
+    owner: int,
+    order: list[Gang],
+    upto: int,
+    ids: set[int],
+    suggested: frozenset[int] | None,
+) -> Plan | None:
+    """Where the gang goes with the first `upto` gangs of `order` gone; changes nothing."""
+    st = cluster.state
     holder: dict[int, set[int]] = {}  # leaf -> gangs that must go if we take it
+    sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
     st.begin()
     try:
-        for g in pool:
+        for g in order[:upto]:
             for leaf in g.held_leaves():
                 reserver = st.leaf_reserver[leaf]
                 if reserver != NO_GANG and reserver not in ids:
                     continue  # promised to a preemptor we may not outbid
                 holder[leaf] = {g.id} if reserver == NO_GANG else {g.id, reserver}
                 st.release_leaf(leaf)
-        sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
         for ch in chains(cluster, req):
             top = level_named(cluster.topo.chains[ch], req.within_level)
             got = cluster.placer.place(owner, ch, sizes, DRY_RUN_GANG, req.priority, suggested, top)

@@ -1,6 +1,8 @@
 """`topogang simulate`: replay a GPU-cluster trace through several policies and write a report.
 
-    topogang simulate [--trace FILE] [--days N] [--limit N] [--policies P ...] [--out DIR]
+    topogang simulate [--trace FILE] [--week START [--weeks N]] [--days N] [--limit N]
+                      [--policies P ...] [--locality-model published|none] [--slowdown L=F,...]
+                      [--nodes N] [--rack-size N] [--config FILE] [--out DIR]
 
 Defaults: the Philly week shipped with the package (`loadtest/simulate/data/`, provenance and the
 paper to cite in its README.md), every policy, output in `results/simulate/` under the current
@@ -16,18 +18,23 @@ import hashlib
 import sys
 import time
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
 
 import topology
-from loadtest.simulate.cluster import shared_cluster
+from loadtest.simulate.cluster import DEFAULT_NODES, DEFAULT_RACK_SIZE, SimCluster, shared_cluster
+from loadtest.simulate.config_cluster import ConfigError, config_cluster
 from loadtest.simulate.engine import RunResult, simulate, simulate_private
-from loadtest.simulate.metrics import PolicyMetrics, evaluate_goals, policy_metrics
-from loadtest.simulate.policies import CorePolicy, make_policy
+from loadtest.simulate.goals import evaluate_goals
+from loadtest.simulate.metrics import PolicyMetrics, policy_metrics
+from loadtest.simulate.policies import CorePolicy
 from loadtest.simulate.report import RunInfo, write_report
+from loadtest.simulate.roster import make_policy
+from loadtest.simulate.slowdown import MODELS, make_slowdown
 from loadtest.simulate.trace import TraceError, load_trace
 
-POLICIES = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "private")
+POLICIES = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "kueue-like", "private")
 # package data (pyproject.toml), so a clone and an installed wheel both have it
 DEFAULT_TRACE = Path(__file__).resolve().parent / "data" / "philly_jobs_week_2017-10-23.csv"
 DEFAULT_OUT = Path("results") / "simulate"
@@ -86,6 +93,34 @@ def trace_label(path: Path) -> str:
     return str(path)
 
 
+def week_span(week: str | None, weeks: int) -> tuple[datetime | None, datetime | None]:
+    """[START, START + N weeks) for `--week START --weeks N`; (None, None) without --week."""
+    if weeks <= 0:
+        raise ValueError("--weeks must be positive")
+    if week is None:
+        return None, None
+    try:
+        start = datetime.strptime(week, "%Y-%m-%d")
+    except ValueError:
+        raise ValueError(f"--week: {week!r} is not a date YYYY-MM-DD") from None
+    return start, start + timedelta(weeks=weeks)
+
+
+def build_cluster(config: Path | None, nodes: int | None, rack_size: int | None) -> SimCluster:
+    """The cluster to simulate: the user's topogang YAML, or the Philly-sized default, resized."""
+    if config is not None:
+        if nodes is not None or rack_size is not None:
+            raise ValueError("--config describes the whole cluster: leave out --nodes and --rack-size")
+        return config_cluster(config)
+    n = DEFAULT_NODES if nodes is None else nodes
+    r = DEFAULT_RACK_SIZE if rack_size is None else rack_size
+    if n <= 0 or r <= 0:
+        raise ValueError("--nodes and --rack-size must be positive")
+    if n % r:
+        raise ValueError(f"--nodes {n} does not fill racks of --rack-size {r}")
+    return shared_cluster(nodes=n, rack_size=r)
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="topogang simulate",
@@ -94,6 +129,50 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--trace", type=Path, default=DEFAULT_TRACE, help="Philly-style CSV (default: the shipped week)"
+    )
+    ap.add_argument(
+        "--week",
+        default=None,
+        metavar="START",
+        help="only jobs submitted in the 7 days from START (YYYY-MM-DD), e.g. a week of a longer trace",
+    )
+    ap.add_argument(
+        "--weeks", type=int, default=1, metavar="N", help="with --week: N weeks from START (default 1)"
+    )
+    ap.add_argument(
+        "--locality-model",
+        choices=sorted(MODELS),
+        default="published",
+        help="how run times stretch with placement spread: 'published' (default, factors from "
+        "published measurements, see loadtest/simulate/slowdown.py) or 'none' (run times as traced)",
+    )
+    ap.add_argument(
+        "--slowdown",
+        default=None,
+        metavar="LEVEL=F,...",
+        help="override run-time factors per spread level (half, node, rack, racks), e.g. rack=1.3",
+    )
+    ap.add_argument(
+        "--nodes",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"8-GPU nodes in the cluster (default {DEFAULT_NODES})",
+    )
+    ap.add_argument(
+        "--rack-size",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"nodes per rack (default {DEFAULT_RACK_SIZE})",
+    )
+    ap.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="simulate the cluster and VC quotas of this topogang YAML instead (its VC names must be "
+        "the trace's VC names)",
     )
     ap.add_argument(
         "--days", type=float, default=None, metavar="N", help="only jobs submitted in the first N days"
@@ -125,15 +204,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("topogang simulate: --limit must be positive", file=sys.stderr)
         return 2
     try:
-        trace = load_trace(args.trace, days=args.days, limit=args.limit)
+        since, until = week_span(args.week, args.weeks)
+        slowdown = make_slowdown(args.locality_model, args.slowdown)
+        cluster = build_cluster(args.config, args.nodes, args.rack_size)
+    except (ValueError, OSError, ConfigError) as e:
+        print(f"topogang simulate: {e}", file=sys.stderr)
+        return 2
+    try:
+        trace = load_trace(args.trace, days=args.days, limit=args.limit, since=since, until=until)
     except (OSError, TraceError) as e:
         print(f"topogang simulate: cannot read the trace: {e}", file=sys.stderr)
         return 2
     if not trace.jobs:
-        print(f"topogang simulate: no jobs in {args.trace}", file=sys.stderr)
+        where = "" if since is None else f" submitted from {args.week} for {args.weeks} week(s)"
+        print(f"topogang simulate: no jobs in {args.trace}{where}", file=sys.stderr)
         return 2
     policies = list(dict.fromkeys(args.policies))
-    cluster = shared_cluster()
     jobs = trace.jobs
     window = (jobs[0].submit, jobs[-1].submit)
     progress = Progress(len(jobs) * len(policies), enabled=not args.no_progress)
@@ -152,15 +238,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lambda c: CorePolicy(c, borrowing=False, name="private"),
                 window=window,
                 progress=step,
+                slowdown=slowdown,
             )
         else:
-            results[name] = simulate(make_policy(name, cluster), jobs, window=window, progress=step)
+            results[name] = simulate(
+                make_policy(name, cluster), jobs, window=window, progress=step, slowdown=slowdown
+            )
         progress.update(name, offset + len(jobs), force=True)
     progress.close()
     metrics: dict[str, PolicyMetrics] = {name: policy_metrics(r) for name, r in results.items()}
     goals = evaluate_goals(metrics)
     info = RunInfo(
-        trace=trace_label(args.trace),
+        trace=trace_label(args.trace) + ("" if since is None else f", {args.weeks} week(s) from {args.week}"),
         jobs=len(jobs),
         skipped=trace.skipped,
         window_hours=(window[1] - window[0]) / 3600,
@@ -168,6 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         policies=policies,
         wall_seconds=time.perf_counter() - wall,
         core_fingerprint=core_fingerprint(),
+        locality_model=slowdown,
     )
     files = write_report(args.out, info, metrics, goals)
     for g in goals:

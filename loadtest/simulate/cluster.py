@@ -67,6 +67,7 @@ class SimCluster:
     spec: ClusterSpec
     node_names: tuple[str, ...]
     gpus_per_node: int = GPUS_PER_NODE
+    racks: tuple[int, ...] = ()  # rack index per node when racks are not `rack_size` consecutive nodes
 
     @property
     def total_gpus(self) -> int:
@@ -76,7 +77,7 @@ class SimCluster:
         return self.quotas.get(vc, 0) * self.gpus_per_node
 
     def rack_of(self, node: int) -> int:
-        return node // self.rack_size
+        return self.racks[node] if self.racks else node // self.rack_size
 
     @staticmethod
     def half_of(gpu: int) -> int:

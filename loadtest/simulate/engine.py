@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from loadtest.simulate.cluster import SimCluster, private_cluster
 from loadtest.simulate.policies import Placement, Policy
+from loadtest.simulate.slowdown import Slowdown, spread_level
 from loadtest.simulate.trace import Job
 
 DEFAULT_BIN_SECONDS = 600.0
@@ -44,6 +45,13 @@ class JobRecord:
     lost_gpu_seconds: float = 0.0
     waited: float = 0.0  # time in queue, lost runs excluded
     queued_at: float = 0.0
+    run_seconds: float = 0.0  # length of the run that completed, stretched by the locality model
+
+    @property
+    def jct(self) -> float:
+        """Job completion time: submit to the end of the run that completed."""
+        assert self.end is not None
+        return self.end - self.job.submit
 
     @property
     def queueing(self) -> float:
@@ -145,11 +153,13 @@ def simulate(
     window: tuple[float, float] | None = None,
     bin_seconds: float = DEFAULT_BIN_SECONDS,
     progress: ProgressFn | None = None,
+    slowdown: Slowdown | None = None,
 ) -> RunResult:
     """Replay `jobs` (in submit order) through `policy` until every admitted job has finished.
 
     `window` is the time span over which time averages are taken (default: first to last submit).
-    `progress(done, total)` is called now and then with the number of finished or dropped jobs."""
+    `progress(done, total)` is called now and then with the number of finished or dropped jobs.
+    `slowdown` stretches each run by how spread its placement is (None: run times as traced)."""
     wall = time.perf_counter()
     cluster = policy.cluster
     if window is None:
@@ -190,7 +200,13 @@ def simulate(
         rec.placement = placement
         rec.runs += 1
         rec.waited += now - rec.queued_at
-        heapq.heappush(finishes, (now + job.duration, job.id, rec.runs))
+        run = job.duration
+        if slowdown is not None and not slowdown.off:
+            run *= slowdown.stretch(
+                cluster, job.held_gpus, spread_level(cluster, placement.pods, job.held_gpus)
+            )
+        rec.run_seconds = run
+        heapq.heappush(finishes, (now + run, job.id, rec.runs))
 
     def requeue(jid: int, now: float) -> None:
         rec = records[jid]
@@ -299,6 +315,7 @@ def simulate_private(
     window: tuple[float, float] | None = None,
     bin_seconds: float = DEFAULT_BIN_SECONDS,
     progress: ProgressFn | None = None,
+    slowdown: Slowdown | None = None,
 ) -> RunResult:
     """Each VC alone on a private cluster of exactly its quota (`factory` builds its scheduler),
     replayed separately; the results are merged as if the private clusters were one (allocated and
@@ -324,7 +341,9 @@ def simulate_private(
             if progress is not None:
                 progress(base + k, len(jobs))
 
-        r = simulate(policy, by_vc[vc], window=window, bin_seconds=bin_seconds, progress=step)
+        r = simulate(
+            policy, by_vc[vc], window=window, bin_seconds=bin_seconds, progress=step, slowdown=slowdown
+        )
         done += len(by_vc[vc])
         merged.records.update(r.records)
         merged.preemptions += r.preemptions

@@ -1,5 +1,4 @@
-"""Placement-quality metrics of a run, the sharing anomaly, and the goals G3–G5 (where their targets
-come from: `report.GOALS_NOTE`).
+"""Placement-quality metrics of a run and the sharing anomaly (the goals built on them: `goals.py`).
 
 Definitions (all times in seconds):
 - queueing delay = start − submit, where start is the start of the run that completed (a preempted
@@ -17,7 +16,7 @@ Definitions (all times in seconds):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from loadtest.simulate.engine import JobRecord, RunResult
@@ -94,12 +93,14 @@ class PolicyMetrics:
     wall_seconds: float
     series: dict[str, list[float]] = field(default_factory=dict)
     queueing_values: dict[str, list[float]] = field(default_factory=dict)
+    jct: dict[str, Delays | None] = field(default_factory=dict)  # "all", "multi"
+    gpu_hours: float = 0.0  # GPU-hours held by runs, completed and lost
 
 
 def _split(records: Iterable[JobRecord], value: str) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"all": [], "multi": []}
     for r in records:
-        v = r.queueing if value == "queueing" else r.waited
+        v = r.queueing if value == "queueing" else r.waited if value == "waiting" else r.jct
         out["all"].append(v)
         if r.job.multi_gpu:
             out["multi"].append(v)
@@ -151,6 +152,8 @@ def policy_metrics(result: RunResult) -> PolicyMetrics:
         wall_seconds=result.wall_seconds,
         series={"hours": hours, "allocated": alloc, "stranded": stranded},
         queueing_values=q,
+        jct={k: delays(v) for k, v in _split(done, "jct").items()},
+        gpu_hours=sum(r.run_seconds * r.job.held_gpus + r.lost_gpu_seconds for r in done) / 3600,
     )
 
 
@@ -196,119 +199,3 @@ class Goal:
     target: str
     value: str
     passed: bool | None  # None: not measurable in this run (a baseline is missing)
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b > 0 else None
-
-
-def _fmt_ratio(r: float | None) -> str:
-    return "n/a" if r is None else f"{r:.2f}x"
-
-
-def evaluate_goals(m: Mapping[str, PolicyMetrics], subject: str = "topogang") -> list[Goal]:
-    """G3–G5 for `subject` against the baselines present in `m`."""
-    goals: list[Goal] = []
-    t = m.get(subject)
-    if t is None:
-        return goals
-    ff, hl, pv = m.get("first-fit"), m.get("hived-like"), m.get("private")
-    tq = t.queueing["multi"]
-    for base, limit, gid in ((ff, 0.5, "G3a"), (hl, 1.0, "G3b")):
-        name = "first-fit" if gid == "G3a" else "hived-like"
-        text = f"multi-GPU mean queueing vs {name}"
-        target = f"<= {limit:.1f}x {name}"
-        bq = base.queueing["multi"] if base is not None else None
-        if tq is None or bq is None:
-            goals.append(Goal(gid, text, target, "n/a", None))
-            continue
-        r = _ratio(tq.mean, bq.mean)
-        ok = tq.mean <= limit * bq.mean
-        goals.append(
-            Goal(gid, text, target, f"{tq.mean / 3600:.2f} h vs {bq.mean / 3600:.2f} h = {_fmt_ratio(r)}", ok)
-        )
-    if pv is not None:
-        an = sharing_anomaly(t, pv)
-        bad = [a.vc for a in an if a.anomalous]
-        worst = max((a.ratio if a.ratio is not None else float("inf") for a in an), default=0.0)
-        goals.append(
-            Goal(
-                "G3c",
-                "no sharing anomaly: every VC's p95 queueing vs its private cluster",
-                f"<= {ANOMALY_TOLERANCE:.2f}x private, every VC",
-                f"{len(bad)} of {len(an)} VCs above (worst {worst:.2f}x)"
-                + (f": {', '.join(bad)}" if bad else ""),
-                not bad,
-            )
-        )
-        seen = []
-        for base_name in ("first-fit", "first-fit-elastic"):
-            b = m.get(base_name)
-            if b is not None:
-                bad_b = [a.vc for a in sharing_anomaly(b, pv) if a.anomalous]
-                seen.append((base_name, bad_b))
-        if seen:
-            goals.append(
-                Goal(
-                    "G3d",
-                    "baseline check: first-fit shows the anomaly in at least one VC",
-                    ">= 1 VC",
-                    "; ".join(f"{n}: {len(b)} VCs" + (f" ({', '.join(b)})" if b else "") for n, b in seen),
-                    any(b for _, b in seen),
-                )
-            )
-    else:
-        goals.append(
-            Goal("G3c", "no sharing anomaly (needs the private replay)", "<= 1.05x private", "n/a", None)
-        )
-    if ff is not None:
-        r = _ratio(t.mean_stranded_gpus, ff.mean_stranded_gpus)
-        goals.append(
-            Goal(
-                "G4a",
-                "time-averaged stranded GPUs vs first-fit",
-                "<= 0.5x first-fit",
-                f"{t.mean_stranded_gpus:.1f} vs {ff.mean_stranded_gpus:.1f} GPUs = {_fmt_ratio(r)}",
-                t.mean_stranded_gpus <= 0.5 * ff.mean_stranded_gpus,
-            )
-        )
-        ta, fa = t.first_refusal_allocation, ff.first_refusal_allocation
-        if fa is None:
-            value = f"first-fit never refused; {subject} " + (
-                "never refused" if ta is None else f"at {ta:.1%}"
-            )
-            ok = ta is None
-        else:
-            value = f"{'never' if ta is None else f'{ta:.1%}'} vs {fa:.1%}"
-            ok = ta is None or ta >= fa + 0.10
-        goals.append(
-            Goal(
-                "G4b",
-                "allocation when a whole-node job is first refused for fragmentation",
-                "first-fit + 10 pp",
-                value,
-                ok,
-            )
-        )
-    loc = t.locality
-    for gid, key, share_target, text in (
-        ("G5a", "le8_one_node", 1.0, "<= 8-GPU jobs on one node"),
-        ("G5b", "le4_one_half", 0.99, "<= 4-GPU jobs inside one NVLink/PCIe half"),
-        ("G5c", "multinode_min_one_rack", 0.95, "multi-node gangs on the fewest nodes, in one rack"),
-    ):
-        sh = loc[key]
-        ff_share = ff.locality[key].share if ff is not None else None
-        versus = "" if ff_share is None else f" (first-fit {ff_share:.1%})"
-        if sh.share is None:
-            goals.append(Goal(gid, text, f">= {share_target:.0%}", "no such jobs", None))
-        else:
-            goals.append(
-                Goal(
-                    gid,
-                    text,
-                    f">= {share_target:.0%}",
-                    f"{sh.share:.1%} of {sh.n}{versus}",
-                    sh.share >= share_target,
-                )
-            )
-    return goals

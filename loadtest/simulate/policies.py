@@ -362,15 +362,3 @@ def core_names_victims() -> bool:
     core.claim("o", "o-0", 8, 0.0)
     answer = core.preempt(GangRequest("g", "probe", (Member(1, 8),)), 0.0)
     return isinstance(answer, Preemption) and bool(answer.victims)
-
-
-def make_policy(name: str, cluster: SimCluster) -> Policy:
-    if name == "topogang":
-        return CorePolicy(cluster, borrowing=True)
-    if name == "hived-like":
-        return CorePolicy(cluster, borrowing=False)
-    if name == "first-fit":
-        return FirstFitPolicy(cluster)
-    if name == "first-fit-elastic":
-        return ElasticFirstFitPolicy(cluster)
-    raise ValueError(f"unknown policy {name!r}")

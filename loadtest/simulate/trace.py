@@ -64,10 +64,13 @@ def load_trace(
     limit: int | None = None,
     vcs: Collection[str] | None = None,
     per_node: int = 8,
+    since: datetime | None = None,
+    until: datetime | None = None,
 ) -> Trace:
-    """Read a Philly-style CSV. `days` keeps jobs submitted within that many days of the first
-    submit; `limit` keeps the first jobs in submit order; `vcs` keeps only jobs of those VCs (the
-    rest are counted in `skipped["unknown VC"]`)."""
+    """Read a Philly-style CSV. `since`/`until` keep jobs submitted in [since, until) (a week
+    sliced from a longer trace; the rest are not counted as skipped); `days` keeps jobs submitted
+    within that many days of the first kept submit; `limit` keeps the first jobs in submit order;
+    `vcs` keeps only jobs of those VCs (the rest are counted in `skipped["unknown VC"]`)."""
     p = Path(path)
     rows: list[tuple[datetime, str, int, float, int]] = []
     with p.open(newline="") as fh:
@@ -84,6 +87,8 @@ def load_trace(
                 raise TraceError(f"{p}:{i}: {e}") from None
             if gpus <= 0 or duration < 0:
                 raise TraceError(f"{p}:{i}: num_gpus must be positive and duration non-negative")
+            if (since is not None and ts < since) or (until is not None and ts >= until):
+                continue
             rows.append((ts, row["cluster"].strip(), i, duration, gpus))
     rows.sort(key=lambda r: (r[0], r[1], r[2]))
     skipped: dict[str, int] = {}

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from loadtest.jobmix import pods_for
 from loadtest.simulate.cluster import SimCluster, shared_cluster
 from loadtest.simulate.engine import RunResult, simulate
-from loadtest.simulate.policies import make_policy
+from loadtest.simulate.roster import make_policy
 from loadtest.simulate.trace import Job
 
 

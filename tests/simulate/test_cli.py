@@ -59,17 +59,25 @@ def test_simulate_writes_the_report_files(tmp_path: Path, capsys: pytest.Capture
     assert "G3a" in captured.out and "wrote" in captured.out
     assert "\r[" in captured.err and captured.err.endswith("\n")  # the progress bar
     report = (out / "report.md").read_text()
-    for policy in ("topogang", "hived-like", "first-fit", "first-fit-elastic", "private"):
+    for policy in ("topogang", "hived-like", "first-fit", "first-fit-elastic", "kueue-like", "private"):
         assert policy in report
     assert "| G3a |" in report and "## Sharing anomaly per VC" in report
     assert "Zhao et al., OSDI '20" in report  # the goals say where their targets come from, in the report
     data = json.loads((out / "metrics.json").read_text())
     assert data["jobs"] == 50
-    assert set(data["policies"]) == {"topogang", "hived-like", "first-fit", "first-fit-elastic", "private"}
+    assert set(data["policies"]) == {
+        "topogang",
+        "hived-like",
+        "first-fit",
+        "first-fit-elastic",
+        "kueue-like",
+        "private",
+    }
     assert data["cluster"]["total_gpus"] == 640
     tg = data["policies"]["topogang"]
     assert tg["completed"] + sum(tg["dropped"].values()) == 50
-    assert {g["id"] for g in data["goals"]} >= {"G3a", "G3b", "G3c", "G4a", "G5a"}
+    assert {g["id"] for g in data["goals"]} >= {"G3a", "G3c", "G3c-multi", "G4", "G5a", "G5b", "P"}
+    assert data["locality_model"]["name"] == "published" and "JCT mean, multi-GPU jobs (h)" in report
     if importlib.util.find_spec("matplotlib") is not None:
         for png in ("queueing_cdf.png", "vc_p95.png", "gpus_over_time.png"):
             assert (out / png).read_bytes()[:4] == b"\x89PNG"

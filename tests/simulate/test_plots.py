@@ -11,8 +11,9 @@ from loadtest.simulate.cli import DEFAULT_TRACE
 from loadtest.simulate.cluster import shared_cluster
 from loadtest.simulate.engine import simulate, simulate_private
 from loadtest.simulate.metrics import PolicyMetrics, policy_metrics
-from loadtest.simulate.policies import CorePolicy, make_policy
+from loadtest.simulate.policies import CorePolicy
 from loadtest.simulate.report import RunInfo, gpus_over_time_figure, queueing_cdf_figure, vc_p95_figure
+from loadtest.simulate.roster import make_policy
 from loadtest.simulate.trace import load_trace
 
 plt = pytest.importorskip("matplotlib.pyplot")
