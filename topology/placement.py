@@ -406,14 +406,20 @@ class Placer:
                     return None
         used: set[int] = set()
         out: list[tuple[int, ...]] = []
+        ch = topo.chains[chain]
         for size in sizes:
             best: _Choice | None = None
             best_node = -1
+            start = ch.fit_level[size] if size < len(ch.fit_level) else ch.top_level + 1
+            no_quota = self._quota(owner, chain) is None  # nothing is bound while the nodes are compared
             for n in nodes:
                 if suggested is not None and n not in suggested:
                     continue
                 nc = topo.node_cell[n]
-                if self.usable(owner, nc) < size and self._quota(owner, chain) is None:
+                own = self.usable(owner, nc)
+                if own < size and no_quota:
+                    continue
+                if best is not None and best.key < self._key_bound(n not in used, start, nc, own, size):
                     continue
                 choice = self._choose_in(owner, chain, nc, size)
                 if choice is None:
@@ -430,6 +436,18 @@ class Placer:
             out.append(got)
             used.add(best_node)
         return out
+
+    def _key_bound(self, unused: bool, start: int, nc: int, own: int, size: int) -> tuple[int, ...]:
+        """A key no choice on this node can beat (`_fill_nodes` compares `(unused, level, new,
+        own, ..., cell)`): the level is at least the pod's fit level, and what must be newly bound
+        at least what the node lacks. When the pod fits the node's own level exactly, the only
+        cell is the node itself, so its own room and id complete the key. A node whose bound is
+        already beaten is skipped: exact (a tie is still compared in full), and it is what keeps
+        the search over a 12,500-node chain from planning quota binds on every node."""
+        new = size - own if own < size else 0
+        if start == self.topo.level[nc]:
+            return (unused, start, new, own, nc)
+        return (unused, start, new)
 
     # ------------------------------------------------------------------ results
     @staticmethod
