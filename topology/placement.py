@@ -412,15 +412,29 @@ class Placer:
             best_node = -1
             start = ch.fit_level[size] if size < len(ch.fit_level) else ch.top_level + 1
             no_quota = self._quota(owner, chain) is None  # nothing is bound while the nodes are compared
+            # a node's usable leaves (`usable`), from the counters kept per node: the owner's free
+            # leaves (`owned_free`, what `owned_free_in` counts for a node cell), or all free ones
+            owned = self.state.owned_free[owner] if owner != NO_OWNER else None
+            free = self.state.free
+            whole = start == ch.node_level  # the pod fills a node: the node is the only cell to choose
             for n in nodes:
                 if suggested is not None and n not in suggested:
                     continue
                 nc = topo.node_cell[n]
-                own = self.usable(owner, nc)
+                own = free[nc] if owned is None else owned.get(n, 0)
                 if own < size and no_quota:
                     continue
-                if best is not None and best.key < self._key_bound(n not in used, start, nc, own, size):
-                    continue
+                if best is not None:
+                    # no choice on this node can beat this key (keys are `(unused, level, new, own,
+                    # ..., cell)`): the level is at least the pod's fit level and what must be newly
+                    # bound at least what the node lacks; a pod that fills a node can only take the
+                    # node itself, so its room and id complete the key. Beaten already: skip the
+                    # node. Exact (a tie is still compared in full), and it keeps a search over a
+                    # 12,500-node chain from planning quota binds on every node
+                    unused, new = n not in used, size - own if own < size else 0
+                    bound = (unused, start, new, own, nc) if whole else (unused, start, new)
+                    if best.key < bound:
+                        continue
                 choice = self._choose_in(owner, chain, nc, size)
                 if choice is None:
                     continue
@@ -436,18 +450,6 @@ class Placer:
             out.append(got)
             used.add(best_node)
         return out
-
-    def _key_bound(self, unused: bool, start: int, nc: int, own: int, size: int) -> tuple[int, ...]:
-        """A key no choice on this node can beat (`_fill_nodes` compares `(unused, level, new,
-        own, ..., cell)`): the level is at least the pod's fit level, and what must be newly bound
-        at least what the node lacks. When the pod fits the node's own level exactly, the only
-        cell is the node itself, so its own room and id complete the key. A node whose bound is
-        already beaten is skipped: exact (a tie is still compared in full), and it is what keeps
-        the search over a 12,500-node chain from planning quota binds on every node."""
-        new = size - own if own < size else 0
-        if start == self.topo.level[nc]:
-            return (unused, start, new, own, nc)
-        return (unused, start, new)
 
     # ------------------------------------------------------------------ results
     @staticmethod
