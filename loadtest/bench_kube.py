@@ -31,7 +31,6 @@ import os
 import queue
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -52,18 +51,14 @@ from loadtest.kube_report import (
     scheduler_metrics,
 )
 from loadtest.kubeapi import KubeHttp, PodWatch, scheduler_context, tls_context
-from loadtest.measure import cpu_model, cpu_seconds, load_average
-from loadtest.servers import ROOT, Children, Http, free_port
+from loadtest.measure import cpu_seconds, load_average, machine
+from loadtest.servers import ROOT, Children, Http, free_port, stop_on_sigterm
 
 E2E = ROOT / "scripts" / "e2e"
 RUN_LABEL = "topogang.io/bench-run"
 GANG_LABEL = "topogang.io/bench-gang"
 SIZE_LABEL = "topogang.io/bench-size"
 ENABLE = "topogang.io/pod-scheduling-enable"
-
-
-def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def say(msg: str) -> None:
@@ -412,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     kids = Children()
-    signal.signal(signal.SIGTERM, _sigterm)
+    stop_on_sigterm()
     started = time.monotonic()
     topology = out / f"cluster-{args.nodes}.yaml"
     topology.write_text(generate_yaml(nodes=args.nodes, rack_size=8, vcs=args.vcs))
@@ -434,8 +429,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "gpus_requested": sum(j.gpus for j in jobs),
         "ttl_seconds": ttl,
         "threads": args.threads,
-        "cpus": os.cpu_count(),
-        "cpu_model": cpu_model(),
+        **machine(),
         "load_before": load_average(),
     }
     workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"topogang-bench-kube-{os.getpid()}"

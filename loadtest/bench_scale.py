@@ -29,9 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -41,15 +38,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from loadtest.measure import Run, cpu_model, load_average, rss_mib
+from loadtest.measure import Run, load_average, machine, rss_mib
 from loadtest.scale_report import format_scale, scale_goals
-from loadtest.servers import ROOT, Children, Setup, alternate, pinning, prefill, serve_extender, serve_noop
+from loadtest.servers import ROOT, Children, alternate, bench_setup, prefill, serve_extender, serve_noop
 
 FILLS = (0.3, 0.8)
-
-
-def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def core_ratio(large: Path, small: Path, fill: float, decisions: int, reps: int) -> dict[str, Any]:
@@ -113,11 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "bench-scale"))
     args = ap.parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    server_pin, load_pin, pin_text = pinning()
-    kids = Children()
-    signal.signal(signal.SIGTERM, _sigterm)
-    s = Setup(kids, out, server_pin, load_pin, args.seconds, FILLS[0])
+    s, pin_text = bench_setup(out, args.seconds, FILLS[0])
+    kids = s.kids
     started = time.monotonic()
 
     def say(msg: str) -> None:
@@ -137,9 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seconds": args.seconds,
             "reps": args.reps,
             "pinning": pin_text,
-            "cpus": os.cpu_count(),
-            "cpu_model": cpu_model(),
-            "python": platform.python_version(),
+            **machine(),
             "load_before": load_average(),
         },
         "rss_mib": {},
