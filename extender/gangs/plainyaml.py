@@ -23,6 +23,10 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*\Z")
 MAX_DEPTH = 16  # deeper than anything topogang writes: the full parser (and its limits) decides
+# longer than any word topogang writes (a gang is namespace/name, 253 characters each): the cache of
+# words read below stays small whatever a tenant writes into its pod's annotations
+MAX_WORD = 600
+CACHED_WORDS = 16384
 _STR = "tag:yaml.org,2002:str"
 _resolver = yaml.resolver.Resolver()
 
@@ -31,7 +35,7 @@ class _NotPlainError(Exception):
     """The text leaves the plain part of YAML: the full parser must read it."""
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=CACHED_WORDS)
 def _is_str(word: str) -> bool:
     """Whether YAML reads this plain word as a string (not yes/no/on/off/null/...): PyYAML's own
     implicit resolvers decide."""
@@ -41,7 +45,7 @@ def _is_str(word: str) -> bool:
 _NOT = object()  # not a plain scalar
 
 
-@functools.lru_cache(maxsize=65536)
+@functools.lru_cache(maxsize=CACHED_WORDS)
 def _atom(text: str) -> Any:
     """An integer or a string (node names, cell types and GPU indices repeat from pod to pod)."""
     if _INT.match(text):
@@ -58,7 +62,7 @@ def _scalar(text: str) -> Any:
         return []
     if text == "{}":
         return {}
-    got = _atom(text)
+    got = _atom(text) if len(text) <= MAX_WORD else _NOT
     if got is _NOT:
         raise _NotPlainError
     return got
@@ -116,7 +120,7 @@ class _Reader:
                 if not body.endswith(":"):
                     raise _NotPlainError
                 key = body[:-1]
-            if not _KEY.match(key) or not _is_str(key) or key in out:
+            if len(key) > MAX_WORD or not _KEY.match(key) or not _is_str(key) or key in out:
                 raise _NotPlainError
             self.i += 1
             if sep:

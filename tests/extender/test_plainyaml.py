@@ -86,3 +86,13 @@ def test_texts_outside_the_plain_part_still_decode_through_the_parser() -> None:
     assert read_plain(text) is None
     info = decode_bind_info(text)
     assert (info.node, info.gpus, info.gang) == ("n 1", (0, 1), "ns/yes")
+
+
+def test_a_word_longer_than_any_topogang_writes_is_left_to_the_parser() -> None:
+    from extender.gangs.plainyaml import MAX_WORD
+
+    long = "n" * (MAX_WORD + 1)
+    text = f"node: {long}\nleafCellIsolation:\n- 0\naffinityGroupBindInfo: []\n"
+    assert read_plain(text) is None  # the words it caches stay short, whatever a tenant writes
+    assert decode_bind_info(text).node == long
+    assert read_plain(text.replace(long, "n" * MAX_WORD)) is not None
