@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-dev
 # `make run PORT=9097` serves elsewhere (the host stays the config's, 127.0.0.1 for the example)
 PORT ?= 9096
 
-.PHONY: setup run test lint typecheck bench-core bench clean
+.PHONY: setup run test lint typecheck bench-core bench bench-scale bench-kube clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,6 +51,20 @@ bench-core: $(STAMP)
 ##        then a 100/1,000/5,000-node scaling table; ~6 min; JSON and CSVs in results/bench/
 bench: $(STAMP)
 	$(BIN)/python -m loadtest.bench
+
+## bench-scale: a generated 12,500-node x 8-GPU cluster (100,000 GPUs, racks, NVLink/PCIe levels, 12 VCs):
+##              RSS after start, at 30% and 80% fill; start to ready; a restart with 80,000 GPUs in bound
+##              pods (the soak's in-memory API server); core decisions/s vs 1,000 nodes; filter, prioritize
+##              and bind p99 at 1 user vs the no-op; goals PASS/FAIL; ~9 min; JSON in results/bench-scale/
+bench-scale: $(STAMP)
+	$(BIN)/python -m loadtest.bench_scale
+
+## bench-kube: the real kube-scheduler (e2e control plane, 1,000 KWOK nodes x 8 GPUs) with topogang, and
+##             the same jobs through a stock profile without it: pods/s, gang all-bound p50/p99, the
+##             scheduler's own metrics, partial gangs; goals PASS/FAIL; ~5 min; JSON in results/bench-kube/
+bench-kube: $(STAMP)
+	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok
+	$(BIN)/python -m loadtest.bench_kube
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

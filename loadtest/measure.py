@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 VERBS = ("filter", "prioritize", "bind", "preempt")
 
@@ -87,6 +88,11 @@ def cpu_model() -> str:
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """What a bench's numbers were measured on, for its JSON and its table."""
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "python": platform.python_version()}
 
 
 def load_average() -> str:

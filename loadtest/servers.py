@@ -171,6 +171,23 @@ class Setup:
     fill: float
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM ends a bench as Ctrl-C does: its `finally` stops every child."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def bench_setup(out: Path, seconds: int, fill: float) -> tuple[Setup, str]:
+    """What a bench runs with: its output folder, the pinning (and its description), the children."""
+    out.mkdir(parents=True, exist_ok=True)
+    server_pin, load_pin, pin_text = pinning()
+    stop_on_sigterm()
+    return Setup(Children(), out, server_pin, load_pin, seconds, fill), pin_text
+
+
 @dataclass
 class Server:
     tag: str

@@ -46,9 +46,21 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote
 
+import orjson
+
 from extender.kube.client import WATCH_SECONDS, ApiError, AsyncKube, GoneError, KubeApi
 
 Obj = dict[str, Any]
+
+
+def _copied(items: builtins.list[Obj]) -> builtins.list[Obj]:
+    """A list's items as the client gets them: fresh objects, decoded from JSON as a real client
+    decodes the server's answer (a deep copy where an object holds something JSON does not)."""
+    try:
+        out: builtins.list[Obj] = orjson.loads(orjson.dumps(items))
+    except TypeError:
+        return copy.deepcopy(items)
+    return out
 
 
 # ---------------------------------------------------------------------------------------- paths
@@ -297,13 +309,13 @@ class FakeApiServer:
         if ref.name is not None:
             raise ApiError(405, f"{path} is not a collection", "MethodNotAllowed")
         items = [
-            copy.deepcopy(o)
+            o
             for (gv, res, ns, _), o in sorted(self.objects.items())
             if (gv, res) == ref.kind_key
             and (ref.namespace is None or ns == ref.namespace)
             and matches(o, query)
         ]
-        return items, str(self.rv)
+        return _copied(items), str(self.rv)
 
     def items(self, gv: str, resource: str) -> builtins.list[Obj]:
         """Every stored object of one type (the live dicts: read, do not change)."""

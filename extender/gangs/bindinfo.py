@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from config.untrusted import ANNOTATION_LIMITS, UntrustedError, check_yaml
+from config.untrusted import ANNOTATION_LIMITS, UntrustedError, check_size, check_yaml
+from extender.gangs.plainyaml import read_plain
 from topology.decisions import Bind, GangPlacement
 
 ISOLATION_ANNOTATIONS = (
@@ -178,8 +179,11 @@ def _renamed(doc: Mapping[str, Any], key: str, old: str) -> Any:
 def decode_bind_info(text: str) -> BindInfo:
     """Parse a `pod-bind-info` annotation (topogang's or HiveD's); `ValueError` names what is wrong."""
     try:
-        check_yaml(text, ANNOTATION_LIMITS)  # a tenant can edit its pod's annotations, bound or not
-        doc = yaml.load(text, Loader=_Loader)
+        check_size(text, ANNOTATION_LIMITS)  # a tenant can edit its pod's annotations, bound or not
+        doc = read_plain(text)  # what topogang writes, without a YAML parser (~20x faster)
+        if doc is None:
+            check_yaml(text, ANNOTATION_LIMITS)
+            doc = yaml.load(text, Loader=_Loader)
     except UntrustedError as exc:
         raise ValueError(str(exc)) from None
     except yaml.YAMLError as exc:

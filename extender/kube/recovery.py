@@ -52,6 +52,8 @@ class RecoveryReport:
     open_slots: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
     notes: list[str] = field(default_factory=list)
+    # pods whose bind info was read without fault: nothing to tell them (`ClusterSync.check`)
+    bind_info_read: set[str] = field(default_factory=set)
 
     def lines(self) -> list[str]:
         out = [
@@ -147,6 +149,8 @@ def _found(
     except ValueError as err:
         report.notes.append(f"pod {key}: unreadable pod-bind-info ({err}); using its isolation annotation")
         info = None
+    if info is not None:
+        report.bind_info_read.add(kpods.uid(pod))
     try:
         gpus = _gpus(pod, info)
     except ValueError as err:

@@ -82,8 +82,12 @@ class ClusterSync:
                     )
         for pod in pods:
             if is_enabled(pod) and not kpods.finished(pod):
-                self.live[kpods.uid(pod)] = (kpods.namespace(pod), kpods.name(pod))
-                self._guarded("checking", pod, self.check, pod)
+                uid = kpods.uid(pod)
+                self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
+                if uid in report.bind_info_read:  # judged by that bind info, which recovery just read
+                    self.checked[uid] = fingerprint(pod)
+                else:
+                    self._guarded("checking", pod, self.check, pod)
         for line in report.lines():
             log.info("%s", line)
         self.synced = True
