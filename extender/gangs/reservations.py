@@ -55,6 +55,20 @@ def needs_object(gang: Gang) -> bool:
     return gang.phase is GangPhase.RESERVED and not any(s.pod_uid or s.finished for s in gang.slots)
 
 
+def needs_write_through(gang: Gang) -> bool:
+    """Whether the verb must wait for this reservation's object before it answers.
+
+    A gang of one pod that preempts nobody is bound in the very scheduling cycle that reserved it: a
+    fail-over before that bind loses nothing that matters (its pod is still pending, and the next
+    leader places it afresh), so writing it inside kube-scheduler's one-pod-at-a-time cycle would
+    only halve the cluster's scheduling rate. The once-a-second sync still writes it if it lingers.
+    A gang of several pods, or one whose victims are being deleted, is written before the answer.
+    """
+    if not needs_object(gang):
+        return False
+    return gang.phase is GangPhase.PREEMPTING or len(gang.slots) > 1
+
+
 def _stamp(t: datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -1,7 +1,8 @@
 """Durable gang reservations: `GangReservation` objects kept in step with the core.
 
 Written through at the moment a reservation is made (the verb awaits the write before it answers,
-so kube-scheduler never binds or evicts for a reservation that exists only in memory), and diffed
+so kube-scheduler never binds or evicts for a reservation that exists only in memory; a lone pod
+that preempts nobody is the exception, see `needs_write_through`), and diffed
 against the core every second for the rest (a gang that became bound or went away has its object
 deleted; a deadline that moved is updated). Read back once, when this replica starts leading.
 
@@ -60,8 +61,15 @@ class ReservationStore:
             self.seen_id = last
             gangs = core.gangs()
             new = {g.name for g in gangs if g.id > start}
+            # a new gang that downgraded others is written with them, whatever its size: a restart
+            # must find the preemptor beside the gangs that gave their quota up for it
+            downgraders = {g.downgraded_by for g in gangs if g.downgraded_by in new}
             fresh = [
-                g.name for g in gangs if (g.id > start or g.downgraded_by in new) and rsv.needs_object(g)
+                g.name
+                for g in gangs
+                if (g.id > start and (rsv.needs_write_through(g) or g.name in downgraders))
+                or g.downgraded_by in new
+                if rsv.needs_object(g)
             ]
         for name in fresh:
             await self.persist(name)

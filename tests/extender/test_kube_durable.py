@@ -154,6 +154,40 @@ def test_a_reservation_nobody_has_bound_yet_survives_a_restart() -> None:
     run(go())
 
 
+def test_a_lone_pod_is_not_written_inside_the_cycle_but_a_lingering_one_is_synced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A one-pod gang binds in the cycle that reserved it, so its filter answers without waiting for
+    an object (kube-scheduler's rate would halve on that write); if it lingers unbound, the sync
+    still writes it, and a restart then finds it."""
+    monkeypatch.setattr(reservations, "SYNC_SECONDS", 3600.0)  # the first sync runs at start only
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock)
+        solo = submit(kube, "s0", "solo", "vision", spec("vision", 8))
+        assert (await a.verb("filter", solo))["NodeNames"]
+        assert kube.server.list(COLLECTION)[0] == []  # nothing written before filter answered
+        solo_gang = a.s.core.gang("vision/solo")
+        assert solo_gang is not None and rsv.needs_object(solo_gang)
+        pair = submit(kube, "p0", "pair-0", "vision", spec("vision", 8, 2, "vision/pair"))
+        assert (await a.verb("filter", pair))["NodeNames"]
+        written = [o["spec"]["gang"] for o in kube.server.list(COLLECTION)[0]]
+        assert written == ["vision/pair"]  # a gang of two is written before its filter answers
+        placed = where(a.s.core, "vision/solo")
+        await a.stop()
+        for fn in a.service.on_stop:  # the same sync that runs every second
+            await fn()
+        written = sorted(o["spec"]["gang"] for o in kube.server.list(COLLECTION)[0])
+        assert written == ["vision/pair", "vision/solo"]  # the sync writes the lingering lone pod
+
+        b = await start(kube, clock)
+        assert where(b.s.core, "vision/solo") == placed
+        await b.stop()
+
+    run(go())
+
+
 def test_a_clean_stop_deletes_the_object_of_a_gang_released_since_the_last_sync(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
