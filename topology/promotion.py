@@ -38,7 +38,8 @@ def promotable(g: Gang) -> bool:
 def promote_waiting(cluster: Cluster) -> list[str]:
     """Promote every opted-in opportunistic gang that now fits its VC's unbound quota; their names."""
     st = cluster.state
-    waiting = [g for g in cluster.reservations.by_id.values() if promotable(g)]
+    res = cluster.reservations
+    waiting = [g for g in (res.by_id[i] for i in res.promote_ids) if promotable(g)]
     if not waiting:
         return []
     out: list[str] = []
