@@ -11,8 +11,9 @@ nothing outside `topology/` reads its data (`Cluster`'s fields) directly.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
-from topology import gangs, health, preemption, recovery, requests
+from topology import gangs, health, preemption, promotion, recovery, requests
 from topology.cluster import Cluster
 from topology.decisions import (
     AdoptedPod,
@@ -28,6 +29,8 @@ from topology.decisions import (
     WaitReason,
 )
 from topology.reservations import Gang, GangPhase, Slot
+
+_R = TypeVar("_R")
 
 
 class Core(Cluster):
@@ -125,21 +128,27 @@ class Core(Cluster):
         """A pod was deleted (or completed, `finished`). Its slot opens for a retry; the gang is
         released once none of its pods is alive; with gangReleaseEnable a finished pod's GPUs are
         freed at once."""
-        return gangs.release_pod(self, pod_uid, now, finished=finished)
+        return self._promoting(gangs.release_pod(self, pod_uid, now, finished=finished))
 
     def delete_gang(self, name: str) -> Released | None:
         """Release a gang at once (its pods are named for eviction)."""
-        return gangs.delete_gang(self, name)
+        return self._promoting(gangs.delete_gang(self, name))
 
     def evict_gang(self, name: str, now: float) -> Released | None:
         """Let a gang go whose pods the caller evicts (a superseded framework attempt): as
         `delete_gang`, but its running pods keep their GPUs until they are gone."""
-        return gangs.evict_gang(self, name, now)
+        return self._promoting(gangs.evict_gang(self, name, now))
 
     def expire(self, now: float) -> list[Released]:
         """Release every reservation (or preemption) whose deadline passed before all its slots were
         claimed; pods already bound to it are named for eviction and keep their GPUs until gone."""
-        return gangs.expire(self, now)
+        return self._promoting(gangs.expire(self, now))
+
+    def _promoting(self, released: _R) -> _R:
+        """After a release: opted-in opportunistic gangs whose VC now has room become guaranteed."""
+        if released:
+            promotion.promote_waiting(self)
+        return released
 
     # ------------------------------------------------------------------ health
     def set_node_health(

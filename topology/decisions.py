@@ -46,6 +46,9 @@ class GangRequest:
     # A100-RACK; "node" and "hostname" name the node level), or it waits: a required topology
     # level such as a Kubernetes PodGroup's topology key. None: anywhere, best fit first.
     within_level: str | None = None
+    # An opportunistic gang that becomes guaranteed where it runs once its VC has quota for it
+    # (`topology/promotion.py`); off by default, as HiveD never promotes.
+    promote_when_quota: bool = False
 
     @property
     def pod_count(self) -> int:

@@ -25,7 +25,7 @@ from topology.decisions import (
     Wait,
 )
 from topology.placement import Shortfall
-from topology.requests import chains, level_named, same_shape, suggested_ids
+from topology.requests import chains, placement_top, same_shape, suggested_ids
 from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
 from topology.wait_reasons import wait_reason
@@ -72,7 +72,7 @@ def place_new(
     gang_id = cluster.reservations.new_id()
     shortfalls: list[tuple[int, Shortfall]] = []
     for ch in chains(cluster, req):
-        top = level_named(cluster.topo.chains[ch], req.within_level)
+        top = placement_top(cluster.topo.chains[ch], req, sum(sizes))
         got = cluster.placer.place(owner, ch, sizes, gang_id, req.priority, suggested, top)
         if isinstance(got, Shortfall):
             shortfalls.append((ch, got))

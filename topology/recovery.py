@@ -16,6 +16,7 @@ from topology.cluster import Cluster
 from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangPlacement, GangRequest, held_no_quota
 from topology.gangs import placement_of
 from topology.model import Topology
+from topology.promotion import PROMOTED_PRIORITY
 from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
 
@@ -138,6 +139,8 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
     topo, st = cluster.topo, cluster.state
     owner = cluster.owner_of(req) if req.vc in cluster.vc_owner and not _held_no_quota(pods) else NO_OWNER
     priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
+    if was_promoted(req, pods) and req.vc in cluster.vc_owner:  # it held quota cells: promoted
+        owner, priority = cluster.vc_owner[req.vc], PROMOTED_PRIORITY
     gid = cluster.reservations.new_id()
     slots: list[Slot] = []
     history: list[str] = []
@@ -213,6 +216,17 @@ def _gpus(topo: Topology, p: AdoptedPod) -> Iterator[tuple[int, int | None, str]
     types = dict(zip(p.gpu_indices, p.cell_types, strict=False))
     for g in sorted(p.gpu_indices):
         yield g, topo.leaf_of(p.node, g), types.get(g, "")
+
+
+def was_promoted(req: GangRequest, pods: list[AdoptedPod]) -> bool:
+    """An opportunistic request whose pods' records name a quota cell for every GPU was promoted
+    (`promotion.py`) before the restart, and comes back guaranteed."""
+    return (
+        req.opportunistic
+        and req.promote_when_quota
+        and bool(pods)
+        and all(p.cell_types and len(p.cell_types) == len(p.gpu_indices) and all(p.cell_types) for p in pods)
+    )
 
 
 def _held_no_quota(pods: list[AdoptedPod]) -> bool:

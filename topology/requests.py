@@ -155,6 +155,24 @@ def level_named(chain: Chain, name: str | None) -> int | None:
     return None
 
 
+def placement_top(chain: Chain, req: GangRequest, leaves: int) -> int | None:
+    """The level of the cell the whole gang must fit in (None: anywhere).
+
+    The request's `within_level` when it names one. Otherwise an opportunistic gang that needs
+    several nodes runs only inside one cell of the level above the node (a rack) that can hold it:
+    borrowed GPUs spread over racks make a slow run that any reclaim cuts short, and taking a node
+    here and there breaks up the free racks guaranteed multi-node gangs need; it waits instead."""
+    if req.within_level is not None:
+        return level_named(chain, req.within_level)
+    above = chain.node_level + 1
+    if (
+        req.opportunistic
+        and chain.leaf_count[chain.node_level] < leaves <= chain.leaf_count[min(above, chain.top_level)]
+    ):
+        return above
+    return None
+
+
 def _node_and_above(chain: Chain) -> list[str]:
     return [chain.level_types[lvl] for lvl in range(chain.node_level, chain.top_level + 1)]
 

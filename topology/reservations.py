@@ -86,6 +86,7 @@ class Reservations:
         self.by_name: dict[str, Gang] = {}
         self.by_id: dict[int, Gang] = {}
         self.pod_gang: dict[str, int] = {}
+        self.promote_ids: set[int] = set()  # gangs that asked to be promoted (`promotion.py`)
         self._next_id = 0
 
     def new_id(self) -> int:
@@ -100,10 +101,13 @@ class Reservations:
     def add(self, gang: Gang) -> None:
         self.by_name[gang.name] = gang
         self.by_id[gang.id] = gang
+        if gang.request.promote_when_quota:
+            self.promote_ids.add(gang.id)
 
     def remove(self, gang: Gang) -> None:
         self.by_name.pop(gang.name, None)
         self.by_id.pop(gang.id, None)
+        self.promote_ids.discard(gang.id)
         for s in gang.slots:
             if s.pod_uid is not None and self.pod_gang.get(s.pod_uid) == gang.id:
                 del self.pod_gang[s.pod_uid]

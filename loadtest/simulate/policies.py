@@ -223,7 +223,9 @@ class CorePolicy(Policy):
             placed = self._preempt(job, req, wait, now)
             if placed is not None:
                 return placed
-        opp = GangRequest(job.name, job.vc, members(job.pods), priority=OPPORTUNISTIC_PRIORITY)
+        opp = GangRequest(
+            job.name, job.vc, members(job.pods), priority=OPPORTUNISTIC_PRIORITY, promote_when_quota=True
+        )
         got = self.core.reserve(opp, now)
         if isinstance(got, GangPlacement):
             return self._started(job, got, now)
@@ -252,6 +254,16 @@ class CorePolicy(Policy):
     def _release(self, job: Job, now: float) -> None:
         self.core.delete_gang(job.name)
         self._forget(job.id)
+        self._note_promotions()
+
+    def _note_promotions(self) -> None:
+        """Opportunistic jobs the core promoted into their VC's quota after a release."""
+        for jid in sorted(self.opportunistic):
+            g = self.core.gang(self.jobs[jid].name)
+            if g is not None and g.priority >= 0:
+                self.opportunistic.discard(jid)
+                job = self.jobs[jid]
+                self.guaranteed_gpus[job.vc] = self.guaranteed_gpus.get(job.vc, 0) + job.held_gpus
 
     def _forget(self, jid: int) -> None:
         job = self.jobs.pop(jid)
@@ -292,6 +304,7 @@ class CorePolicy(Policy):
         ids = sorted({_job_id(v.gang) for v in got.victims})
         for jid in ids:
             self._evict(jid)
+        self._note_promotions()
         return tuple(ids)
 
     def _evict(self, jid: int) -> None:

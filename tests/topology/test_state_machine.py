@@ -73,6 +73,7 @@ class CoreMachine(RuleBasedStateMachine):
         release: bool,
         ttl: float,
         lazy: bool,
+        promote: bool = False,
     ) -> GangRequest:
         self.counter += 1
         return GangRequest(
@@ -84,6 +85,7 @@ class CoreMachine(RuleBasedStateMachine):
             gang_release=release,
             ttl_seconds=ttl,
             lazy_preemption=lazy,
+            promote_when_quota=promote,
         )
 
     @rule(
@@ -94,6 +96,7 @@ class CoreMachine(RuleBasedStateMachine):
         release=st.booleans(),
         ttl=st.sampled_from([5.0, 50.0]),
         lazy=st.booleans(),
+        promote=st.booleans(),
     )
     def submit(
         self,
@@ -104,8 +107,9 @@ class CoreMachine(RuleBasedStateMachine):
         release: bool,
         ttl: float,
         lazy: bool,
+        promote: bool,
     ) -> None:
-        req = self._request(vc, prio, ms, pinned, release, ttl, lazy)
+        req = self._request(vc, prio, ms, pinned, release, ttl, lazy, promote)
         before = snapshot(self.core)
         got = self.core.reserve(req, self.now)
         if isinstance(got, Wait):
@@ -148,6 +152,18 @@ class CoreMachine(RuleBasedStateMachine):
                     self.core.release_pod(s.pod_uid, self.now)
 
     @precondition(lambda self: bool(self.core.gangs()))
+    @rule(vc=st.sampled_from(["a", "b", "c"]), ms=members)
+    def run_promotable(self, vc: str, ms: list[tuple[int, int]]) -> None:
+        """An opportunistic gang that asks for promotion, every member bound at once: once its VC
+        has room after a release, the core may make it guaranteed where it runs."""
+        req = self._request(vc, -1, ms, False, False, 50.0, False, True)
+        if not isinstance(self.core.reserve(req, self.now), GangPlacement):
+            return
+        for m in req.members:
+            for _ in range(m.pod_number):
+                d = self.core.schedule(req, self._uid(), m.leaf_number, self.now)
+                assert isinstance(d, Bind), d
+
     @rule(data=st.data())
     def schedule_member(self, data: st.DataObject) -> None:
         gangs = [

@@ -27,9 +27,24 @@ def fragmented() -> Core:
 
 def test_without_a_level_a_gang_spans_racks_when_no_rack_has_room() -> None:
     core = fragmented()
-    d = core.reserve(gang("wide", "a", (2, 8), priority=OPP), 0.0)
+    d = core.reserve(gang("wide", "a", (2, 8)), 0.0)  # guaranteed: binds a's quota where it can
     assert isinstance(d, GangPlacement)
     assert {n.split("-")[0] for n in d.nodes} == {"r0", "r1"}
+    assert violations(core) == []
+
+
+def test_an_opportunistic_multi_node_gang_waits_for_one_rack() -> None:
+    core = fragmented()
+    d = core.reserve(gang("wide", "a", (2, 8), priority=OPP), 0.0)
+    assert isinstance(d, Wait), d  # borrowed GPUs on two racks: it waits instead
+    assert core.gang("wide") is None and violations(core) == []
+    assert core.release_pod("f10", 1.0) is not None  # rack 1 now has two free nodes
+    d = core.reserve(gang("wide", "a", (2, 8), priority=OPP), 2.0)
+    assert isinstance(d, GangPlacement) and {n.split("-")[0] for n in d.nodes} == {"r1"}
+    # a gang larger than a rack is not held to one
+    empty = Core(rack_cluster(vcs={"a": [("NODE", 8)]}))
+    big = empty.reserve(gang("big", "a", (5, 8), priority=OPP), 0.0)
+    assert isinstance(big, GangPlacement) and {n.split("-")[0] for n in big.nodes} == {"r0", "r1"}
 
 
 @pytest.mark.parametrize("level", ["rack", "RACK", "Rack"])
