@@ -4,7 +4,7 @@
         (or: make bench-kube)
 
 1. Brings up the e2e control plane (`scripts/e2e/cluster-up.sh`: etcd, kube-apiserver,
-   kube-scheduler v1.35.4 with the project's scheduler config, KWOK) with `--nodes` fake nodes of
+   kube-scheduler (the version scripts/e2e/versions.sh pins) with the project's scheduler config, KWOK) with `--nodes` fake nodes of
    8 GPUs from a generated topology (racks of 8), and starts `topogang serve` in Kubernetes mode
    on it (the admin's kubeconfig).
 2. topogang run: submits `--jobs` jobs of the Philly week's size mix (1-32 GPUs; more than 8 GPUs
