@@ -5,8 +5,8 @@
 
 1. Brings up the e2e control plane (`scripts/e2e/cluster-up.sh`: etcd, kube-apiserver,
    kube-scheduler at the version scripts/e2e/versions.sh pins, with the project's scheduler
-   config, KWOK) with `--nodes` fake nodes of 8 GPUs from a generated topology (racks of 8), and starts `topogang serve` in Kubernetes mode
-   on it (the admin's kubeconfig).
+   config, KWOK) with `--nodes` fake nodes of 8 GPUs from a generated topology (racks of 8), and
+   starts `topogang serve` in Kubernetes mode on it (the admin's kubeconfig).
 2. topogang run: submits `--jobs` jobs of the Philly week's size mix (1-32 GPUs; more than 8 GPUs
    is a gang of 8-GPU pods, FrameworkController-shaped as in the load tests) to the `topogang`
    profile, every pod as fast as the submitting threads can create them, and watches them bind.
