@@ -64,10 +64,15 @@ class PromotionWriter:
         self.written: set[str] = set()  # gangs whose pods' records say guaranteed
         self.failures = 0
         self.locate = list(locate)  # where a pod UID's namespace and name are known, first hit wins
+        self._unnamed: set[str] = set()  # gangs of the last `due` with a pod it could not name
 
     def due(self, core: Core) -> list[Write]:
         """The annotations to write now (the caller holds the scheduler lock)."""
-        self.pending.update(dict.fromkeys(core.take_promoted()))
+        promoted = core.take_promoted()
+        if self.annotator is None:  # a binder that cannot re-write (a test's): nothing to keep
+            return []
+        self.pending.update(dict.fromkeys(promoted))
+        self._unnamed.clear()
         for name in sorted(self.written):
             g = core.gang(name)
             if g is None:
@@ -92,6 +97,7 @@ class PromotionWriter:
                 at = self._locate(sl.pod_uid)
                 if at is None:
                     log.warning("gang %s: pod %s is not known by name; its bind info waits", name, sl.pod_uid)
+                    self._unnamed.add(name)
                     continue
                 bind = Bind(sl.pod_uid, sl.index, p.node, p.gpu_indices, placement)
                 out.append((name, BindTarget(at[0], at[1], sl.pod_uid), bind_annotations(bind, sl.key)))
@@ -108,7 +114,7 @@ class PromotionWriter:
         """Write them; a gang all of whose pods were written leaves `pending`."""
         if self.annotator is None:
             return
-        failed: set[str] = set()
+        failed = set(self._unnamed)
         for gang, target, patch in writes:
             try:
                 await self.annotator.annotate(target, patch)

@@ -163,6 +163,10 @@ def test_standalone_rewrites_the_in_memory_bind_info_and_reservation_objects_kee
             await s.pod_gone(f"big-{i}")
         g = s.core.gang("nlp/opp")
         assert g is not None and g.priority == 0
+        known, s.promotions.locate = s.promotions.locate, []
+        await s.expire()  # a pod it cannot name: nothing written, the gang stays pending
+        assert types() == ("",) * 8 and list(s.promotions.pending) == ["nlp/opp"]
+        s.promotions.locate = known
         await s.expire()
         assert types() == ("A100-NODE",) * 8 and not s.promotions.pending
 
