@@ -21,7 +21,7 @@ import os
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from starlette.applications import Starlette
@@ -85,6 +85,13 @@ class MemoryBinder:
         self.bound[target.uid] = BoundPod(target.namespace, target.name, node, dict(annotations), ip)
         if self.on_bind is not None:
             self.on_bind(target.uid, ip)
+
+    async def annotate(self, target: BindTarget, annotations: Mapping[str, str]) -> None:
+        """Re-write a bound pod's annotations (a promoted gang's bind info)."""
+        old = self.bound.get(target.uid)
+        if old is None:
+            raise BindError(f"pod {target.namespace}/{target.name} is not bound")
+        self.bound[target.uid] = replace(old, annotations={**old.annotations, **annotations})
 
     def unbind(self, uid: str) -> BoundPod | None:
         return self.bound.pop(uid, None)

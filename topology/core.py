@@ -150,6 +150,14 @@ class Core(Cluster):
             promotion.promote_waiting(self)
         return released
 
+    def take_promoted(self) -> list[str]:
+        """The gangs promoted since the last call, oldest first (the edge rewrites their pods' bind
+        info so a restart brings them back guaranteed); a gang released meanwhile is left out."""
+        res = self.reservations
+        names = [res.by_id[i].name for i in sorted(res.promoted) if i in res.by_id]
+        res.promoted.clear()
+        return names
+
     # ------------------------------------------------------------------ health
     def set_node_health(
         self,

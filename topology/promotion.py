@@ -62,6 +62,7 @@ def promote_waiting(cluster: Cluster) -> list[str]:
         st.commit()
         g.owner, g.priority = owner, PROMOTED_PRIORITY
         g.history.append("promoted to guaranteed: its VC had quota for it")
+        res.promoted.add(g.id)
         out.append(g.name)
     return out
 

@@ -87,6 +87,7 @@ class Reservations:
         self.by_id: dict[int, Gang] = {}
         self.pod_gang: dict[str, int] = {}
         self.promote_ids: set[int] = set()  # gangs that asked to be promoted (`promotion.py`)
+        self.promoted: set[int] = set()  # gangs promoted since the edge last asked (`Core.take_promoted`)
         self._next_id = 0
 
     def new_id(self) -> int:
@@ -108,6 +109,7 @@ class Reservations:
         self.by_name.pop(gang.name, None)
         self.by_id.pop(gang.id, None)
         self.promote_ids.discard(gang.id)
+        self.promoted.discard(gang.id)
         for s in gang.slots:
             if s.pod_uid is not None and self.pod_gang.get(s.pod_uid) == gang.id:
                 del self.pod_gang[s.pod_uid]

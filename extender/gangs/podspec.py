@@ -11,7 +11,9 @@ with HiveD's fields and defaults (`reference/hived.md` §3):
 
 `affinityGroup: null` is a one-pod gang named `<namespace>/<pod>`. topogang additions: an empty
 `virtualCluster` falls back to the namespace's VC (`topogang.namespaceVirtualClusters`); members may
-name their `taskRole`, which gives every FrameworkController task its own slot (`<role>/<index>`).
+name their `taskRole`, which gives every FrameworkController task its own slot (`<role>/<index>`);
+`promoteWhenQuota: true` (opportunistic gangs only, priority -1) lets the gang become guaranteed
+where it runs once its VC has quota for it (`topology/promotion.py`; HiveD never promotes).
 
 FrameworkController pods (annotations `FC_FRAMEWORK_NAMESPACE`, `FC_FRAMEWORK_NAME`,
 `FC_FRAMEWORK_ATTEMPT_INSTANCE_UID`, `FC_TASKROLE_NAME`, `FC_TASK_INDEX`) form one gang per framework
@@ -95,6 +97,11 @@ class PodRequest:
     @property
     def key(self) -> str:
         return f"{self.uid}({self.namespace}/{self.name})"
+
+    @property
+    def from_spec(self) -> bool:
+        """Whether the request is the pod's own spec annotation's (not a convention's)."""
+        return self.spec_annotation in SPEC_ANNOTATIONS
 
     def narrowed_to(self, nodes: frozenset[str] | None) -> GangRequest:
         """The gang's request with kube-scheduler's candidate nodes as its suggested nodes (unless
@@ -408,6 +415,13 @@ def pod_request(
                 f"{leaf_number}, but the gang's member for task role {task.role} has "
                 f"leafCellNumber {role_leaves.get(task.role)}",
             )
+    promote = _bool(spec, "promoteWhenQuota", "promoteWhenQuota", False)
+    if promote and priority >= 0:
+        raise UserError(
+            "promoteWhenQuota",
+            "only an opportunistic gang (priority -1) can be promoted into its VC's quota; "
+            f"priority is {priority}",
+        )
     request = GangRequest(
         name=gang,
         vc=vc,
@@ -419,6 +433,7 @@ def pod_request(
         gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
         ttl_seconds=ttl_seconds,
         slot_keys=slot_keys,
+        promote_when_quota=promote,
     )
     return PodRequest(
         uid=uid,

@@ -104,6 +104,7 @@ def encode(core: Core, gang: Gang, *, clock_now: float, wall_now: datetime) -> d
             "pinnedCellId": req.pinned_cell_id,
             "lazyPreemptionEnable": req.lazy_preemption,
             "gangReleaseEnable": req.gang_release,
+            "promoteWhenQuota": req.promote_when_quota,
             "ttlSeconds": req.ttl_seconds,
             "slotKeys": list(req.slot_keys) if req.slot_keys is not None else None,
             "slots": slots,
@@ -164,6 +165,7 @@ def decode(obj: Mapping[str, Any]) -> Restorable:
         pinned_cell_id=spec.get("pinnedCellId") or None,
         lazy_preemption=bool(spec.get("lazyPreemptionEnable")),
         gang_release=bool(spec.get("gangReleaseEnable")),
+        promote_when_quota=bool(spec.get("promoteWhenQuota")),
         ttl_seconds=float(_field(spec, "ttlSeconds", (int, float))),
         slot_keys=tuple(str(k) for k in keys) if isinstance(keys, list) else None,
     )

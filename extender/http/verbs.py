@@ -24,13 +24,14 @@ from extender.conventions.edge import Conventions
 from extender.gangs.bindinfo import bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
-from extender.gangs.podspec import SPEC_ANNOTATIONS, PodRequest, annotation_of, is_enabled
+from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
 from extender.http import podrequests, replies, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
 from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
 from extender.http.promises import Promises
+from extender.http.promotions import PromotionWriter, known_names
 from extender.http.views import Waiting
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
@@ -96,13 +97,14 @@ class Scheduler:
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
+        self.promotions = PromotionWriter(binder, known_names(self.pods, self.gang_ledger))
 
     # ------------------------------------------------------------------------------ pod requests
     async def request_of(self, pod: wire.WirePod) -> PodRequest:
         """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
         before = self.pods.get(pod.uid)
         pr = await podrequests.read(self, pod)
-        if before is not None and before.gang != pr.gang and _from_spec(before) and _from_spec(pr):
+        if before is not None and before.gang != pr.gang and before.from_spec and pr.from_spec:
             await self._left(before.gang, pod.uid)
         return pr
 
@@ -482,6 +484,8 @@ class Scheduler:
             for g in stale:
                 del self.waiting[g]
             self.promises.expire(now)
+            promoted = self.promotions.due(self.core)  # promotions made durable, on this periodic pass
+        await self.promotions.write(promoted, self.core)
         if released:
             self.metrics.expiries.inc(len(released))
             for r in released:
@@ -492,7 +496,3 @@ class Scheduler:
         if evict and self.evictor is not None:
             await self.evictor(evict, "gang reservation expired before all members arrived")
         return released
-
-
-def _from_spec(pr: PodRequest) -> bool:
-    return pr.spec_annotation in SPEC_ANNOTATIONS

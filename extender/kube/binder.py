@@ -51,6 +51,17 @@ class KubeBinder:
         if done is None:
             raise BindError(f"pod {target.namespace}/{target.name} does not exist")
 
+    async def annotate(self, target: BindTarget, annotations: Mapping[str, str]) -> None:
+        """Re-write a bound pod's bind info (a promoted gang's new quota cell types) with a merge
+        patch; the UID precondition keeps it off a re-created pod of the same name."""
+        body = {"metadata": {"uid": target.uid, "annotations": dict(annotations)}}
+        try:
+            done = await self.kube.request("PATCH", pod_path(target.namespace, target.name), body=body)
+        except ApiError as err:
+            raise BindError(f"the API server refused the annotation patch: {err}") from None
+        if done is None:
+            raise BindError(f"pod {target.namespace}/{target.name} does not exist")
+
     async def _read_back(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> bool:
         """Whether a Binding that got no answer took effect. Its slot must not go back to the gang
         if it did: the pod already runs there, and the GPUs would be given out twice."""

@@ -22,6 +22,7 @@ log = logging.getLogger("topogang.kube")
 
 REQUEST_TIMEOUT = 30.0
 WATCH_SECONDS = 300
+JSON_TYPE = "application/json"
 
 
 class ApiError(Exception):
@@ -80,9 +81,9 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         timeout: float | tuple[float, float] | None = REQUEST_TIMEOUT,
     ) -> Any:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
+        headers = {"Accept": JSON_TYPE}
+        if body is not None:  # a PATCH is a JSON merge patch (RFC 7386), the API server's plain kind
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else JSON_TYPE
         ser = self.api.param_serialize(
             method=method,
             resource_path=path,

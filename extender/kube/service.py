@@ -112,6 +112,7 @@ def kube_service(
     )
     scheduler.not_ready_reason = "connecting to the API server"
     sync = ClusterSync(scheduler, kube)
+    scheduler.promotions.locate.insert(0, sync.live.get)  # every opted-in pod of the cluster, by UID
     sync.on_invalid = on_invalid
     scheduler.evictor = sync.evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)

@@ -72,8 +72,10 @@ def gang_pod(
     priority_class: str | None = None,
     node_selector: Mapping[str, str] | None = None,
     tolerations: Sequence[Mapping[str, str]] | None = None,
+    spec_extra: Mapping[str, Any] | None = None,
 ) -> Any:
-    """A plain pod of a HiveD-style gang: opt-in limit, `nvidia.com/gpu`, the scheduling-spec annotation."""
+    """A plain pod of a HiveD-style gang: opt-in limit, `nvidia.com/gpu`, the scheduling-spec annotation
+    (with `spec_extra`'s fields added to the spec)."""
     spec = {
         "virtualCluster": vc,
         "priority": priority,
@@ -82,6 +84,7 @@ def gang_pod(
             "name": gang,
             "members": [{"podNumber": n, "leafCellNumber": g} for n, g in members],
         },
+        **(spec_extra or {}),
     }
     pod_spec: dict[str, Any] = {
         "schedulerName": PROFILE,

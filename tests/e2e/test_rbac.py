@@ -16,6 +16,7 @@ pytestmark = pytest.mark.e2e
 NEEDED = [
     ("watch", "", "pods", ""),
     ("delete", "", "pods", ""),
+    ("patch", "", "pods", ""),  # a promoted gang's bind info
     ("create", "", "pods", "binding"),
     ("watch", "", "nodes", ""),
     ("create", "", "events", ""),

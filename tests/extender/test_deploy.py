@@ -92,7 +92,7 @@ def test_rbac_grants_the_extender_only_what_it_uses() -> None:
         for r in rule["resources"]
     }
     assert grants == {
-        ("", "pods"): ["delete", "get", "list", "watch"],
+        ("", "pods"): ["delete", "get", "list", "patch", "watch"],
         ("", "pods/binding"): ["create"],
         ("", "nodes"): ["list", "watch"],
         ("", "events"): ["create"],

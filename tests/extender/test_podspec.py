@@ -57,6 +57,19 @@ def test_hived_defaults_and_a_single_pod_gang() -> None:
     assert r.spec_annotation == HIVED_SPEC and r.leaf_number == 2
 
 
+@pytest.mark.parametrize(
+    ("extra", "promote"),
+    [("", False), ("promoteWhenQuota: true\n", True), ("promoteWhenQuota: false\n", False)],
+)
+def test_promote_when_quota_is_read_for_opportunistic_gangs(extra: str, promote: bool) -> None:
+    text = "virtualCluster: nlp\nleafCellNumber: 2\npriority: -1\n" + extra
+    r = req(pod("u1", "solo", "team", text))
+    assert r.request.opportunistic and r.request.promote_when_quota is promote
+    doc = {"virtualCluster": "nlp", "leafCellNumber": 2, "priority": -1, "promoteWhenQuota": True}
+    as_json = json.dumps(doc)
+    assert req(pod("u2", "other", "team", as_json)).request.promote_when_quota
+
+
 def test_yaml_group_with_legacy_keys_and_merged_members() -> None:
     text = """
 virtualCluster: vision
@@ -136,6 +149,21 @@ def test_framework_without_group_takes_its_shape_from_the_framework_object() -> 
         (
             "virtualCluster: a\nleafCellNumber: 1\nlazyPreemptionEnable: maybe",
             "lazyPreemptionEnable",
+            "true or false",
+        ),
+        (
+            "virtualCluster: a\nleafCellNumber: 1\npromoteWhenQuota: true",
+            "promoteWhenQuota",
+            "only an opportunistic gang (priority -1)",
+        ),
+        (
+            "virtualCluster: a\nleafCellNumber: 1\npriority: 5\npromoteWhenQuota: yes",
+            "promoteWhenQuota",
+            "priority is 5",
+        ),
+        (
+            "virtualCluster: a\nleafCellNumber: 1\npriority: -1\npromoteWhenQuota: later",
+            "promoteWhenQuota",
             "true or false",
         ),
         (

@@ -61,3 +61,19 @@ def test_no_promotion_onto_a_node_other_gangs_share() -> None:
     assert g is not None and g.priority == 0 and violations(core) == []
     placed = core.reserve(gang("a2", "a", (1, 4)), 3.0)
     assert isinstance(placed, GangPlacement)
+
+
+def test_the_edge_learns_each_promotion_once_and_not_of_released_gangs() -> None:
+    core = cluster()
+    start(core, gang("a1", "a", (1, 8)), 0.0)
+    start(core, gang("ao", "a", (1, 4), priority=-1, promote_when_quota=True), 1.0)
+    assert core.take_promoted() == []
+    core.delete_gang("a1")
+    assert core.take_promoted() == ["ao"]
+    assert core.take_promoted() == []  # taken: the edge keeps what it still has to write
+    core = cluster()
+    start(core, gang("a1", "a", (1, 8)), 0.0)
+    start(core, gang("ao", "a", (1, 4), priority=-1, promote_when_quota=True), 1.0)
+    core.delete_gang("a1")
+    core.delete_gang("ao")  # released before the edge asked: nothing to write for it
+    assert core.take_promoted() == []
