@@ -231,14 +231,27 @@ class CellState:
             self._add_pool_leaves(topo.parent[target], -count)
             for c in range(target, topo.cell_end[target]):
                 pool_leaves[c] = 0
+        # the usable leaves that change hands, counted per (previous owner, node): each owner's
+        # free count and best-fit key move once per node, not once per leaf (a rack cell is 64)
+        moved: dict[tuple[int, int], int] = {}
+        leaf_owner, leaf_gang, leaf_bad, cell_node = (
+            self.leaf_owner,
+            self.leaf_gang,
+            self.leaf_bad,
+            topo.cell_node,
+        )
         for leaf in topo.leaves[lo:hi]:
-            prev = self.leaf_owner[leaf]
-            usable = self.leaf_gang[leaf] == NO_GANG and not self.leaf_bad[leaf]
-            if usable and prev != NO_OWNER:
-                self._owned_free_add(prev, topo.cell_node[leaf], -1)
-            self.leaf_owner[leaf] = owner
-            if usable and owner != NO_OWNER:
-                self._owned_free_add(owner, topo.cell_node[leaf], 1)
+            if leaf_gang[leaf] == NO_GANG and not leaf_bad[leaf]:
+                key = (leaf_owner[leaf], cell_node[leaf])
+                moved[key] = moved.get(key, 0) + 1
+            leaf_owner[leaf] = owner
+        for (prev, node), k in moved.items():
+            if prev == owner:
+                continue
+            if prev != NO_OWNER:
+                self._owned_free_add(prev, node, -k)
+            if owner != NO_OWNER:
+                self._owned_free_add(owner, node, k)
 
     @staticmethod
     def opp_group(chain: int) -> int:
