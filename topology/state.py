@@ -385,6 +385,19 @@ class CellState:
                 return a
         return -1
 
+    def binding_roots(self, leaves: Sequence[int]) -> list[int]:
+        """`binding_root` of each leaf. Nothing is bound inside a bound cell (only pool cells are
+        bound, and a bound cell's cells are never in the pool), so the leaves after the first
+        under a bound cell share its root without a walk: a pod's leaves mostly do."""
+        end = self.topo.cell_end
+        out: list[int] = []
+        root = -1
+        for leaf in leaves:
+            if not (0 <= root <= leaf < end[root]):
+                root = self.binding_root(leaf)
+            out.append(root)
+        return out
+
     def bound_owner_of(self, c: int) -> int:
         """Owner of the binding that contains `c` wholly, or NO_OWNER."""
         root = self.binding_root(c)
