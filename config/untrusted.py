@@ -14,6 +14,8 @@ plain, bounded data (dicts, lists, text, None) that nothing downstream has to di
   and self-referencing structures possible. Admin configs may use aliases, but every use is counted
   as the nodes it expands to, against `Limits.max_nodes`.
 - **JSON** goes through orjson (C, its own depth cap of 1,024) and then an iterative depth check.
+  A pod spec written as one line of plain JSON (what tools write) is read without the YAML parser by
+  `read_flat_json`, to exactly what `read_yaml` would give; any other text goes to `read_yaml`.
 - **Text** must be valid Unicode: a JSON-escaped surrogate pair inside a YAML string (`"\\ud83d\\ude00"`,
   what `json.dumps` writes for an emoji) is joined into the one character it encodes, as a JSON reader
   would; a lone surrogate can never be encoded as UTF-8 and is refused, naming the field.
