@@ -14,6 +14,8 @@ plain, bounded data (dicts, lists, text, None) that nothing downstream has to di
   and self-referencing structures possible. Admin configs may use aliases, but every use is counted
   as the nodes it expands to, against `Limits.max_nodes`.
 - **JSON** goes through orjson (C, its own depth cap of 1,024) and then an iterative depth check.
+  A pod spec written as one line of plain JSON (what tools write) is read without the YAML parser by
+  `read_flat_json`, to exactly what `read_yaml` would give; any other text goes to `read_yaml`.
 - **Text** must be valid Unicode: a JSON-escaped surrogate pair inside a YAML string (`"\\ud83d\\ude00"`,
   what `json.dumps` writes for an emoji) is joined into the one character it encodes, as a JSON reader
   would; a lone surrogate can never be encoded as UTF-8 and is refused, naming the field.
@@ -25,6 +27,7 @@ Scalars stay the text written (Go's yaml hands a scalar's raw text to a string f
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -114,6 +117,57 @@ def read_yaml(text: str, limits: Limits) -> Any:
         raise UntrustedError("", f"{message}{f' ({where})' if where else ''}") from None
     except yaml.YAMLError as exc:
         raise UntrustedError("", f"YAML syntax error: {exc}") from None
+
+
+# one line of printable ASCII, no backslash: a JSON text whose every string reads the same as YAML
+_FLAT_JSON = re.compile(r"\{[ -\[\]-~]*\Z")
+
+
+class _NotFlatError(ValueError):
+    """A JSON text `read_flat_json` leaves to `read_yaml` (a duplicate key, NaN)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise _NotFlatError("duplicate key")
+    return out
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotFlatError(name)
+
+
+def read_flat_json(text: str, limits: Limits) -> Any:
+    """What `read_yaml` reads from `text` when `text` is a JSON object on one line of printable ASCII
+    without escapes (what tools and `json.dumps` write into an annotation), read without a YAML
+    parser (~5 us instead of ~40 us); None for any other text, which `read_yaml` then reads (and
+    words any error of). Numbers stay the text written and true/false are text, as the YAML reader's
+    text-only resolvers give them; a duplicate key, NaN or nesting past the limit is left to
+    `read_yaml`. A property test holds the two readers to the same value."""
+    if len(text) > limits.max_bytes or _FLAT_JSON.match(text) is None:
+        return None
+    try:
+        doc = json.loads(
+            text,
+            parse_int=str,
+            parse_float=str,
+            parse_constant=_refuse_constant,
+            object_pairs_hook=_unique_keys,
+        )
+    except ValueError:  # not JSON, or _NotFlatError
+        return None
+    todo: list[tuple[Any, int]] = [(doc, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if depth > limits.max_depth:
+            return None
+        for k, v in list(value.items() if type(value) is dict else enumerate(value)):
+            if v is True or v is False:
+                value[k] = "true" if v else "false"
+            elif type(v) is dict or type(v) is list:
+                todo.append((v, depth + 1))
+    return doc
 
 
 def check_yaml(text: str, limits: Limits) -> None:

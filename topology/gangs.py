@@ -139,11 +139,12 @@ def quota_cell_types(cluster: Cluster, gang: Gang, leaves: tuple[int, ...]) -> t
     Recovery rebinds exactly these cells, and all-empty records bring the gang back
     opportunistic."""
     topo, st = cluster.topo, cluster.state
-    types = []
-    for leaf in leaves:
-        root = st.binding_root(leaf) if gang.owner != NO_OWNER else -1
-        types.append(topo.cell_type[root] if root >= 0 and st.bound_owner[root] == gang.owner else "")
-    return tuple(types)
+    if gang.owner == NO_OWNER:
+        return ("",) * len(leaves)
+    return tuple(
+        topo.cell_type[root] if root >= 0 and st.bound_owner[root] == gang.owner else ""
+        for root in st.binding_roots(leaves)
+    )
 
 
 def _placement(cluster: Cluster, gang: Gang) -> GangPlacement:

@@ -246,9 +246,11 @@ class Topology:
         """Lowest common ancestor of `cells` (None when they sit in different top-level cells)."""
         if not cells:
             return None
-        parent, level = self.parent, self.level
+        parent, level, end = self.parent, self.level, self.cell_end
         a = cells[0]
         for c in cells[1:]:
+            if a <= c < end[a]:  # already under `a` (cells are numbered subtree by subtree)
+                continue
             while a != c:  # climb whichever is lower; cell levels make this a plain walk
                 if a < 0 or c < 0:
                     return None

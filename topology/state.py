@@ -69,6 +69,11 @@ class CellState:
         self.owned_cells: list[set[int]] = [set() for _ in owners]
         # best-fit node lookup: group = owner id (key: owned free leaves), or opp_group(chain) (key:
         # free leaves, plus a penalty when the node has guaranteed work, so idle nodes come first)
+        # per leaf, how many of its cells (itself up) lie below its node: `_count_leaves` walks those
+        # per leaf, and the node and above once per node
+        self._below_node: list[int] = [0] * n
+        for leaf in topo.leaves:
+            self._below_node[leaf] = topo.up[leaf].index(topo.node_cell[topo.cell_node[leaf]])
         self.nodes_by_free = BestFitIndex()
         self.opp_penalty = topo.node_leaf_max + 1
         for n, nc in enumerate(topo.node_cell):
@@ -231,14 +236,27 @@ class CellState:
             self._add_pool_leaves(topo.parent[target], -count)
             for c in range(target, topo.cell_end[target]):
                 pool_leaves[c] = 0
+        # the usable leaves that change hands, counted per (previous owner, node): each owner's
+        # free count and best-fit key move once per node, not once per leaf (a rack cell is 64)
+        moved: dict[tuple[int, int], int] = {}
+        leaf_owner, leaf_gang, leaf_bad, cell_node = (
+            self.leaf_owner,
+            self.leaf_gang,
+            self.leaf_bad,
+            topo.cell_node,
+        )
         for leaf in topo.leaves[lo:hi]:
-            prev = self.leaf_owner[leaf]
-            usable = self.leaf_gang[leaf] == NO_GANG and not self.leaf_bad[leaf]
-            if usable and prev != NO_OWNER:
-                self._owned_free_add(prev, topo.cell_node[leaf], -1)
-            self.leaf_owner[leaf] = owner
-            if usable and owner != NO_OWNER:
-                self._owned_free_add(owner, topo.cell_node[leaf], 1)
+            if leaf_gang[leaf] == NO_GANG and not leaf_bad[leaf]:
+                key = (leaf_owner[leaf], cell_node[leaf])
+                moved[key] = moved.get(key, 0) + 1
+            leaf_owner[leaf] = owner
+        for (prev, node), k in moved.items():
+            if prev == owner:
+                continue
+            if prev != NO_OWNER:
+                self._owned_free_add(prev, node, -k)
+            if owner != NO_OWNER:
+                self._owned_free_add(owner, node, k)
 
     @staticmethod
     def opp_group(chain: int) -> int:
@@ -269,28 +287,85 @@ class CellState:
 
     def allocate_leaves(self, leaves: Sequence[int], gang: int, priority: int) -> None:
         # a bad leaf may still be handed to a preemptor that reserved it; placement never picks one
+        lg, lp = self.leaf_gang, self.leaf_priority
         for leaf in leaves:
-            assert self.leaf_gang[leaf] == NO_GANG, "leaf not free"
-            self._set_leaf(leaf, gang, priority)
+            assert lg[leaf] == NO_GANG, "leaf not free"
+            lg[leaf] = gang
+            lp[leaf] = priority
+        self._count_leaves(leaves, -1, self.used_guaranteed if priority >= 0 else self.used_opportunistic)
         self._reindex(leaves)
         if self._marks:
-            freed = [(leaf, NO_GANG, FREE_PRIORITY) for leaf in leaves]
-            self._log.append(lambda: self._restore_held(freed))
+            taken = tuple(leaves)
+            self._log.append(lambda: self._free_leaves(taken))
 
     def release_leaves(self, leaves: Sequence[int]) -> None:
         held = [(leaf, self.leaf_gang[leaf], self.leaf_priority[leaf]) for leaf in leaves]
-        for leaf, gang, _ in held:
-            assert gang != NO_GANG
-            self._set_leaf(leaf, NO_GANG, FREE_PRIORITY)
-        self._reindex(leaves)
+        self._free_leaves(leaves)
         if self._marks:
             self._log.append(lambda: self._restore_held(held))
 
+    def _free_leaves(self, leaves: Sequence[int]) -> None:
+        """Leaves back to free (no undo record: also the undo of an allocation)."""
+        lg, lp = self.leaf_gang, self.leaf_priority
+        guaranteed = lp[leaves[0]] >= 0 if leaves else True
+        if all((lp[leaf] >= 0) is guaranteed for leaf in leaves):  # one usage counter: in bulk
+            for leaf in leaves:
+                assert lg[leaf] != NO_GANG
+                lg[leaf] = NO_GANG
+                lp[leaf] = FREE_PRIORITY
+            self._count_leaves(leaves, 1, self.used_guaranteed if guaranteed else self.used_opportunistic)
+        else:
+            for leaf in leaves:
+                assert lg[leaf] != NO_GANG
+                self._set_leaf(leaf, NO_GANG, FREE_PRIORITY)
+        self._reindex(leaves)
+
     def _restore_held(self, held: list[tuple[int, int, int]]) -> None:
-        """Undo of a batch: each leaf back to its (gang, priority)."""
+        """Undo of a release: each leaf back to its (gang, priority)."""
         for leaf, gang, prio in held:
             self._set_leaf(leaf, gang, prio)
         self._reindex([leaf for leaf, _, _ in held])
+
+    def _count_leaves(self, leaves: Sequence[int], d_free: int, usage: list[int]) -> None:
+        """The counters of leaves that all turned used (`d_free` -1) or all turned free (+1), with
+        `usage` the one usage counter they leave or enter: the cells below a node per leaf, the
+        node and its ancestors once per run of a node's leaves, each owner's free count once per
+        node (what `_set_leaf` does leaf by leaf, in bulk: a pod's leaves share their node)."""
+        topo = self.topo
+        up, cell_node, below = topo.up, topo.cell_node, self._below_node
+        free, leaf_bad, leaf_owner = self.free, self.leaf_bad, self.leaf_owner
+        d_use = -d_free
+        owned: dict[tuple[int, int], int] = {}
+        run_node = -1
+        run_free = run_use = 0
+        for leaf in leaves:
+            node = cell_node[leaf]
+            if node != run_node:
+                if run_node >= 0:
+                    self._count_above(run_node, run_free, usage, run_use)
+                run_node, run_free, run_use = node, 0, 0
+            cells = up[leaf][: below[leaf]]
+            for c in cells:
+                usage[c] += d_use
+            run_use += d_use
+            if not leaf_bad[leaf]:
+                for c in cells:
+                    free[c] += d_free
+                run_free += d_free
+                owner = leaf_owner[leaf]
+                if owner != NO_OWNER:
+                    owned[owner, node] = owned.get((owner, node), 0) + d_free
+        if run_node >= 0:
+            self._count_above(run_node, run_free, usage, run_use)
+        for (owner, node), d in owned.items():
+            self._owned_free_count(owner, node, d)
+
+    def _count_above(self, node: int, d_free: int, usage: list[int], d_use: int) -> None:
+        """A run's sums on its node's cell and every ancestor."""
+        free = self.free
+        for c in self.topo.up[self.topo.node_cell[node]]:
+            free[c] += d_free
+            usage[c] += d_use
 
     def _set_leaf(self, leaf: int, gang: int, priority: int) -> None:
         """Counters only: the best-fit index is brought up to date once per batch (`_reindex`), as
@@ -371,6 +446,19 @@ class CellState:
             if bound[a] != NO_OWNER:
                 return a
         return -1
+
+    def binding_roots(self, leaves: Sequence[int]) -> list[int]:
+        """`binding_root` of each leaf. Nothing is bound inside a bound cell (only pool cells are
+        bound, and a bound cell's cells are never in the pool), so the leaves after the first
+        under a bound cell share its root without a walk: a pod's leaves mostly do."""
+        end = self.topo.cell_end
+        out: list[int] = []
+        root = -1
+        for leaf in leaves:
+            if not (0 <= root <= leaf < end[root]):
+                root = self.binding_root(leaf)
+            out.append(root)
+        return out
 
     def bound_owner_of(self, c: int) -> int:
         """Owner of the binding that contains `c` wholly, or NO_OWNER."""

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from config.untrusted import SPEC_LIMITS, UntrustedError, read_yaml, text_size
+from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size
 from extender.bounded import ByteLRU
 from extender.conventions.optin import gpu_opt_in
 from topology.decisions import GangRequest, Member, UserError
@@ -239,7 +239,9 @@ def _read(text: str) -> dict[str, Any] | UntrustedError:
     got = _specs.get(text)
     if got is None:
         try:
-            doc = read_yaml(text, SPEC_LIMITS)
+            doc = read_flat_json(text, SPEC_LIMITS)
+            if doc is None:
+                doc = read_yaml(text, SPEC_LIMITS)
             got = doc if isinstance(doc, dict) else UntrustedError("", _not_a_mapping(doc))
         except UntrustedError as exc:
             got = exc

@@ -1,0 +1,113 @@
+"""The 1-user filter over HTTP, split by kind: the member that places its gang, and the members after.
+
+    python -m loadtest.one_client [--nodes 1000] [--jobs 400] [--rounds 3]
+
+`make bench`'s 1-user p99 on a shared machine is mostly the machine's tails. This drives both servers
+the way one kube-scheduler loop does, without locust: one keep-alive client schedules 4 x 8-GPU gangs
+(filter, prioritize and bind per member, as `loadtest.fleet` does) on the pre-filled cluster, and
+times each filter call. One filter in four places a gang, so the p99 of all filters is the placing
+filter's tail; the per-kind figures show where the extender's own time goes. The servers run as in
+`make bench` (pinned to one core); the no-op and the extender alternate, `--rounds` times each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from loadtest.fleet import SPEC, Fleet, JobMix, run_job
+from loadtest.scaling import rack_size_for
+from loadtest.servers import ROOT, Http, bench_setup, prefill, serve_extender, serve_noop
+
+KINDS = ("place", "member")
+
+
+def _quantile(xs: Sequence[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(p * len(s)))] if s else 0.0
+
+
+def drive(port: int, jobs: int, seed: int) -> dict[str, list[float]]:
+    """Schedule `jobs` 4 x 8-GPU gangs through the server; each filter's latency (ms) by kind. The
+    jobs left running are deleted at the end, so the next round starts from the same fill."""
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
+    seen: set[str] = set()
+    with contextlib.closing(Http(port)) as c:
+        cluster = c.cluster()
+        fleet = Fleet(cluster, 0.3)
+        mix = JobMix(cluster, "gang4x8", seed=seed)
+        rng = random.Random(seed)
+
+        def post(verb: str, body: bytes) -> Any:
+            kind = None
+            if verb == "filter":
+                pod = orjson.loads(body)["Pod"]
+                gang = orjson.loads(pod["metadata"]["annotations"][SPEC])["affinityGroup"]["name"]
+                kind = "member" if gang in seen else "place"
+                seen.add(gang)
+            t0 = time.perf_counter()
+            got = c.post(verb, body)
+            if kind is not None:
+                times[kind].append((time.perf_counter() - t0) * 1e3)
+            return got
+
+        for _ in range(jobs):
+            run_job(post, fleet, mix.next(), c.delete, rng)
+        for job in fleet.leftovers():
+            for uid in job.uids:
+                c.delete(uid)
+    return times
+
+
+def line(name: str, times: dict[str, list[float]]) -> str:
+    every = [t for k in KINDS for t in times[k]]
+    parts = [
+        f"{k} p50/p90/p99 {_quantile(times[k], 0.5):.3f}/{_quantile(times[k], 0.9):.3f}/"
+        f"{_quantile(times[k], 0.99):.3f}"
+        for k in KINDS
+    ]
+    return f"{name:<9} {'  '.join(parts)}  all p99 {_quantile(every, 0.99):.3f} ms"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from config.generate import generate_yaml
+
+    ap = argparse.ArgumentParser(prog="python -m loadtest.one_client", description=__doc__)
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--fill", type=float, default=0.3)
+    ap.add_argument("--jobs", type=int, default=400, help="4-pod gangs per round and server")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "results" / "one-client"))
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    s, pin_text = bench_setup(out, 0, args.fill)
+    cfg = out / f"cluster-{args.nodes}.yaml"
+    cfg.write_text(generate_yaml(nodes=args.nodes, rack_size=rack_size_for(args.nodes)))
+    try:
+        ext = serve_extender(s, cfg, "topogang")
+        prefill(ext.port, args.fill)
+        noop = serve_noop(s, cfg)
+        print(f"one client, {args.nodes} nodes at {args.fill:.0%}, 4 x 8-GPU gangs; pinning: {pin_text}")
+        ratios: list[float] = []
+        for r in range(args.rounds):
+            p99: dict[str, float] = {}
+            for srv in (noop, ext):
+                times = drive(srv.port, args.jobs, seed=r + 1)
+                p99[srv.tag] = _quantile([t for k in KINDS for t in times[k]], 0.99)
+                print(line(srv.tag, times), flush=True)
+            ratios.append(p99["topogang"] / p99["noop"] if p99["noop"] else 0.0)
+        print("all-filter p99 ratio to the no-op per round: " + ", ".join(f"{x:.2f}x" for x in ratios))
+        return 0
+    finally:
+        s.kids.stop_all()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+"""`python -m loadtest.one_client` runs end to end at a tiny size; no speed is asserted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from loadtest import one_client
+
+
+def test_one_client_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert one_client.main(["--nodes", "16", "--jobs", "3", "--rounds", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith(("noop", "topogang"))]
+    assert [r.split()[0] for r in rows] == ["noop", "topogang"]
+    assert all("place p50/p90/p99" in r and "member p50/p90/p99" in r for r in rows)
+    assert "all-filter p99 ratio to the no-op per round" in out
