@@ -24,6 +24,7 @@ from extender.gangs.bindinfo import bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.http.podcache import PodCache
 from extender.http.ports import BindTarget
+from extender.ops.metrics import Metrics
 from topology.core import Core
 from topology.decisions import Bind
 
@@ -58,8 +59,9 @@ def known_names(pods: PodCache, ledger: GangLedger) -> Locate:
 class PromotionWriter:
     """Gangs whose pods' bind info must be re-written, and those written as promoted."""
 
-    def __init__(self, binder: object, *locate: Locate) -> None:
+    def __init__(self, binder: object, *locate: Locate, metrics: Metrics) -> None:
         self.annotator = binder if isinstance(binder, Annotator) else None
+        self.writes = metrics.promotion_writes  # per pod written, by result
         self.pending: dict[str, None] = {}  # insertion-ordered: oldest promotion first
         self.written: set[str] = set()  # gangs whose pods' records say guaranteed
         self.failures = 0
@@ -118,8 +120,10 @@ class PromotionWriter:
         for gang, target, patch in writes:
             try:
                 await self.annotator.annotate(target, patch)
+                self.writes.labels("ok").inc()
             except Exception as exc:  # the next pass tries again
                 self.failures += 1
+                self.writes.labels("failed").inc()
                 failed.add(gang)
                 pod = f"{target.namespace}/{target.name}"
                 log.warning("gang %s: re-writing the bind info of %s failed: %s", gang, pod, exc)

@@ -97,7 +97,9 @@ class Scheduler:
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
-        self.promotions = PromotionWriter(binder, known_names(self.pods, self.gang_ledger))
+        self.promotions = PromotionWriter(
+            binder, known_names(self.pods, self.gang_ledger), metrics=self.metrics
+        )
 
     # ------------------------------------------------------------------------------ pod requests
     async def request_of(self, pod: wire.WirePod) -> PodRequest:

@@ -104,6 +104,12 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.promotion_writes = Counter(
+            "topogang_promotion_writes",
+            "Bind info of a promoted gang's pods re-written (so a restart keeps it guaranteed), by result.",
+            ["result"],
+            registry=self.registry,
+        )
         self.internal_errors = Counter(
             "topogang_internal_errors",
             "Requests that met an unexpected exception (answered with a clear error, logged), by route.",

@@ -90,6 +90,9 @@ def test_a_promoted_gang_is_written_back_and_comes_back_guaranteed_after_a_resta
         assert cell_types(kube, "stay-0") == ("",) * 8  # never promoted, never re-written
         await a.s.expire()
         assert kube.requests.get("PATCH pods") == 2  # written once, not again every pass
+        text = (await a.http.get("/metrics")).text
+        assert 'topogang_promotion_writes_total{result="failed"} 1.0' in text
+        assert 'topogang_promotion_writes_total{result="ok"} 1.0' in text
         await shut_down(kube, a)
 
         clock.t += 30
