@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -31,8 +30,10 @@ from typing import Any
 
 import pytest
 
+from tests.polling import poll
+
 ROOT = Path(__file__).resolve().parents[1]
-INSTALL_TIMEOUT = 600.0  # a fresh venv and the runtime dependencies; about 30 s with a warm pip cache
+INSTALL_TRIES = 1200  # half a second apart: a fresh venv and the runtime dependencies (~30 s, warm pip cache)
 STEP_TIMEOUT = 120.0
 
 pytestmark = pytest.mark.clone
@@ -110,16 +111,15 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clone]:
         )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + INSTALL_TIMEOUT
-        while True:
+
+        def ready() -> bool:
             assert proc.poll() is None, f"make run exited {proc.returncode}:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"make run not ready:\n{log.read_text()}"
             try:
-                if get(url + "/readyz")[0] == 200:
-                    break
+                return get(url + "/readyz")[0] == 200
             except OSError:
-                pass
-            time.sleep(0.5)
+                return False
+
+        poll(f"make run to be ready (log: {log})", ready, tries=INSTALL_TRIES, interval=0.5)
         yield Clone(target, url, port, log)
     finally:
         stop(proc)

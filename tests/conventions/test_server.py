@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -10,6 +10,7 @@ import httpx
 from tests.conventions.conftest import Made
 from tests.conventions.manifests import task_groups
 from tests.integration.test_server import bind, filter_, schedule
+from tests.polling import poll
 
 COSCHED = "scheduling.x-k8s.io/pod-group"
 VOLCANO = "scheduling.k8s.io/group-name"
@@ -35,11 +36,8 @@ def bindings(client: httpx.Client) -> dict[str, Any]:
     return doc
 
 
-def eventually(check: Any, seconds: float = 8.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.1)
+def eventually(check: Callable[[], bool]) -> None:
+    poll("the extender to see the change", check, tries=80, interval=0.1)
 
 
 def test_coscheduling_podgroup_pods_are_one_gang(

@@ -7,13 +7,13 @@ import signal
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.integration.conftest import running_server
+from tests.polling import poll
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="openssl is needed to make certificates"
@@ -77,15 +77,14 @@ def test_only_certified_clients_reach_the_verbs(certs: Path) -> None:
         verbs = banner.split("urlPrefix ", 1)[1].split("/v1/extender", 1)[0]
         assert server.url.startswith("https://") and "client certificate required" in banner
         with client(certs, None) as anon:
-            deadline = time.monotonic() + 20
-            while True:  # readiness over TLS
+
+            def ready() -> bool:  # readiness over TLS
                 try:
-                    if anon.get(f"{server.url}/readyz").status_code == 200:
-                        break
+                    return bool(anon.get(f"{server.url}/readyz").status_code == 200)
                 except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+                    return False
+
+            poll("/readyz over TLS", ready, tries=200, interval=0.1)
             assert anon.get(f"{server.url}/healthz").status_code == 200  # read-only: no certificate needed
             refused = anon.post(f"{server.url}/v1/extender/filter", json=FILTER)
             assert refused.status_code == 403 and "client-certificate" in refused.json()["Error"]
