@@ -3,7 +3,6 @@ rejected with its reason and changes nothing."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +11,18 @@ import httpx
 from extender import kubesched
 from tests.integration.conftest import CONFIG, Pods, running_server
 from tests.integration.test_server import schedule
+from tests.polling import poll
 
 
-def wait_for(client: httpx.Client, result: str, timeout: float = 15.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status: dict[str, Any] = client.get("/v1/config").json()
-        if status["lastResult"] == result:
-            return status
-        time.sleep(0.1)
-    raise AssertionError(f"config never reached {result!r}: {status}")
+def wait_for(client: httpx.Client, result: str) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+
+    def reached() -> bool:
+        status.update(client.get("/v1/config").json())
+        return bool(status["lastResult"] == result)
+
+    poll(f"the config to reach {result!r}", reached, tries=150, interval=0.1)
+    return status
 
 
 def vc_quota(client: httpx.Client, vc: str) -> int:

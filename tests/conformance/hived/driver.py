@@ -22,7 +22,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ import httpx
 import yaml
 
 from tests.integration.conftest import ROOT, running_server
+from tests.polling import poll
 
 HERE = Path(__file__).resolve().parent
 CONFIG = HERE / "hivedscheduler.yaml"  # HiveD's design config, byte for byte
@@ -268,14 +268,15 @@ class Cluster:
     def reconfigure(self, edits: list[Mapping[str, Any]]) -> None:
         before = self.client.get("/v1/config").json()
         self.config_file.write_text(yaml.safe_dump(edited(design_config(), edits), sort_keys=False))
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+
+        def applied() -> bool:
             now = self.client.get("/v1/config").json()
             if now.get("appliedHash") != before.get("appliedHash"):
-                return
+                return True
             assert now.get("lastResult") not in ("rejected", "unreadable"), now
-            time.sleep(0.05)
-        raise AssertionError(f"the reconfiguration was not applied: {self.client.get('/v1/config').json()}")
+            return False
+
+        poll("the reconfiguration to be applied", applied, tries=400, interval=0.05)
 
 
 @contextmanager
