@@ -8,12 +8,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import ssl
-import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
@@ -22,24 +21,12 @@ from kubernetes.client.exceptions import ApiException
 
 from config.load import load_config
 from tests.e2e.conftest import E2ECluster
+from tests.e2e.helpers import wait_until
 from topology.layout import expand, type_infos
 
 pytestmark = pytest.mark.e2e
 
 GPU = "nvidia.com/gpu"
-T = TypeVar("T")
-
-
-def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
-    """Poll `probe` until it returns something other than None (or False); fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last is not None and last is not False:
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
 def https_get(url: str, env: dict[str, str], *, client_cert: bool = True, verify: bool = True) -> str:
