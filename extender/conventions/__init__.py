@@ -15,7 +15,8 @@ conventions; the first that applies wins, in this order:
    `…/schedulingPolicyParameters` (`placeholderTimeoutInSeconds`, `gangSchedulingStyle`) — `yunikorn`;
 7. Spark on Kubernetes: labels `spark-app-selector` + `spark-role`, executors from the driver's
    `spark.executor.instances` (or `spark.dynamicAllocation.minExecutors`) — `spark`;
-8. a plain pod: a one-pod gang `<namespace>/<pod>`.
+8. a plain pod: a one-pod gang `pod:<pod>` (`extender.gangs.identity`: every gang name is the pod's
+   namespace's).
 
 Two conventions on one pod that name different groups (or sizes) are a `UserError` naming both.
 GPUs per member come from the pod's `nvidia.com/gpu`; the VC from the label or annotation

@@ -24,6 +24,7 @@ from extender.conventions.common import (
 )
 from extender.conventions.optin import GPU_RESOURCE, pod_gpus
 from extender.gangs.podspec import PodRequest, framework_task, merge_members, spec_text
+from extender.gangs.identity import explicit_key, one_pod_key
 from topology.decisions import GangRequest, Member, UserError
 
 # highest first; an explicit topogang/HiveD spec and FrameworkController identity come before all of
@@ -125,7 +126,7 @@ def resolve(
     if not found:
         if gpus <= 0:
             return None
-        found = [Claim("pod", GPU_RESOURCE, f"{namespace}/{name}", f"{namespace}/{name}", 1)]
+        found = [Claim("pod", GPU_RESOURCE, one_pod_key(namespace, name), one_pod_key(namespace, name), 1)]
     check_agree(found)
     c = found[0]
     if c.leaf_number and gpus and c.leaf_number != gpus:
@@ -140,7 +141,7 @@ def resolve(
             f"the pod requests no GPUs; a member of {c.where()} needs a positive {GPU_RESOURCE} "
             "request (or a topogang.io/pod-scheduling-spec with leafCellNumber)",
         )
-    gang = c.gang
+    gang = c.gang if c.source == "pod" else explicit_key(namespace, c.gang, c.key)
     known = existing(gang) if existing is not None else None
     members: tuple[Member, ...]
     if c.source == "spark" and known is not None:

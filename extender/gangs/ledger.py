@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from extender.gangs.identity import gang_key, split_key
 from extender.gangs.ledger_records import (
     Counts,
     Identity,
@@ -356,8 +357,7 @@ class GangLedger:
 
     def _record_for(self, core: Core, g: Gang) -> Record:
         """A record for a gang the ledger never saw filtered (recovered after a restart)."""
-        ns, _, rest = g.name.partition("/")
-        ident = Identity(ns, rest) if rest else Identity("", g.name)
+        ident = Identity(*split_key(g.name))
         rec = self.records[g.name] = Record(
             g.name, ident, g.request.vc, len(g.slots), g.request.leaf_total, g.request.opportunistic
         )
@@ -374,7 +374,7 @@ class GangLedger:
     # ------------------------------------------------------------------------------ lookups
     def resolve(self, core: Core, namespace: str, name: str, attempt: str | None) -> Record | str | None:
         """The record a `/v1/gangs/{namespace}/{name}` path names: a framework's current attempt,
-        or an affinity group (`namespace/name` or `name`). A string is a stale-attempt message (409);
+        or an affinity group of that namespace (`name`, or `namespace/name`). A string is a stale-attempt message (409);
         None is unknown (404)."""
         fw = self.frameworks.get((namespace, name))
         if fw is not None:
@@ -386,16 +386,14 @@ class GangLedger:
             return self.records.get(gang)
         if attempt:  # only FrameworkController gangs have attempts
             return None
-        keys = (f"{namespace}/{name}", name)
-        for key in keys:
-            rec = self.records.get(key)
-            if rec is not None and rec.ident.namespace in (namespace, ""):
-                return rec
-        for key in keys:
-            g = core.gang(key)
-            if g is not None and key not in self.records:
-                return self._record_for(core, g)
-        return None
+        key = gang_key(namespace, name)  # names are per namespace: never another namespace's gang
+        if split_key(key)[0] != namespace:
+            return None
+        rec = self.records.get(key)
+        if rec is not None:
+            return rec
+        g = core.gang(key)
+        return self._record_for(core, g) if g is not None else None
 
     def all(self, core: Core) -> list[Record]:
         """Every gang: the records, plus core gangs the ledger has not seen (recovered)."""

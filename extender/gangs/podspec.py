@@ -9,7 +9,8 @@ with HiveD's fields and defaults (`reference/hived.md` §3):
     lazyPreemptionEnable, ignoreK8sSuggestedNodes, affinityGroup {name, members [{podNumber,
     leafCellNumber}]}; the pre-v0.3 names gpuType / gpuNumber are read too.
 
-`affinityGroup: null` is a one-pod gang named `<namespace>/<pod>`. topogang additions: an empty
+`affinityGroup: null` is a one-pod gang named `pod:<pod>`. Gang names are per namespace: every name is
+read in the pod's own namespace (`extender.gangs.identity`). topogang additions: an empty
 `virtualCluster` falls back to the namespace's VC (`topogang.namespaceVirtualClusters`); members may
 name their `taskRole`, which gives every FrameworkController task its own slot (`<role>/<index>`);
 `promoteWhenQuota: true` (opportunistic gangs only, priority -1) lets the gang become guaranteed
@@ -17,7 +18,8 @@ where it runs once its VC has quota for it (`topology/promotion.py`; HiveD never
 
 FrameworkController pods (annotations `FC_FRAMEWORK_NAMESPACE`, `FC_FRAMEWORK_NAME`,
 `FC_FRAMEWORK_ATTEMPT_INSTANCE_UID`, `FC_TASKROLE_NAME`, `FC_TASK_INDEX`) form one gang per framework
-attempt, `<namespace>/<framework>/<attempt instance uid>`, so a new attempt never collides with the
+attempt, `<framework>/<attempt instance uid>` in the framework's namespace (which must be the pod's
+own: a pod cannot join another namespace's framework), so a new attempt never collides with the
 remains of the old one. With no `affinityGroup`, the Framework object (when the edge can read it)
 gives the gang's shape: one member per task role that opts in.
 
@@ -34,6 +36,7 @@ from typing import Any
 from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size
 from extender.bounded import ByteLRU
 from extender.conventions.optin import gpu_opt_in
+from extender.gangs.identity import explicit_key, one_pod_key
 from topology.decisions import GangRequest, Member, UserError
 from topology.requests import check_contains, check_leaf_number, check_member, check_name, check_priority
 
@@ -365,6 +368,7 @@ def pod_request(
     check_leaf_number(leaf_number)
     pinned = _str(spec, "pinnedCellId", "pinnedCellId")
     leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
+    _check_framework_namespace(pod, namespace)
     task = framework_task(pod)
     group = spec.get("affinityGroup")
     slot_keys: tuple[str, ...] | None = None
@@ -377,7 +381,7 @@ def pod_request(
             _at_most(members, max_pods, "taskRoles[].taskNumber")
             slot_keys = tuple(f"{role}/{i}" for role, n, _ in fw_members for i in range(n))
         else:
-            gang = f"{namespace}/{name}"
+            gang = one_pod_key(namespace, name)
             members = [Member(1, leaf_number)]
     else:
         if not isinstance(group, dict):
@@ -401,7 +405,7 @@ def pod_request(
             )
         else:
             members = merge_members(members)
-        gang = task.gang if task is not None else group_name
+        gang = task.gang if task is not None else explicit_key(namespace, group_name, "affinityGroup.name")
     check_contains(members, leaf_number)
     if slot_keys is not None and task is not None:
         slot_key = task.slot_key
@@ -448,6 +452,18 @@ def pod_request(
         ignore_suggested_nodes=_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False),
         spec_annotation=annotation,
     )
+
+
+def _check_framework_namespace(pod: Mapping[str, Any], namespace: str) -> None:
+    """A FrameworkController pod lives in its framework's namespace: one claiming another's would
+    join (or read) that namespace's gang, so it is refused, naming the annotation."""
+    claimed = pod_annotations(pod).get(FC_NAMESPACE)
+    if claimed is not None and claimed != namespace:
+        raise UserError(
+            FC_NAMESPACE,
+            f"{str(claimed)[:80]!r} is not the pod's own namespace {namespace!r}: a FrameworkController "
+            "pod runs in its framework's namespace",
+        )
 
 
 def _at_most(members: list[Member], max_pods: int, field: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from extender.conventions.edge import Conventions, Host
+from extender.gangs.identity import one_pod_key
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled, pod_request, spec_text
 from extender.http import wire
 from extender.http.answers import user_error
@@ -46,7 +47,7 @@ async def read(s: Reader, pod: wire.WirePod) -> PodRequest:
     if cached is not None:
         return cached
     pr = parse(s, pod, None)
-    if pr.task is not None and pr.request.name == f"{pod.namespace}/{pod.name}" and s.framework_lookup:
+    if pr.task is not None and pr.request.name == one_pod_key(pod.namespace, pod.name) and s.framework_lookup:
         fw = await s.framework_lookup(pr.task.namespace, pr.task.framework)
         if fw is None:  # not cached: the Framework may be readable next time
             return s.pods.same_identity(s.core, pr)

@@ -28,6 +28,7 @@ from extender.gangs.bindinfo import (
     decode_isolation,
     pod_bind_info,
 )
+from extender.gangs.identity import gang_key
 from extender.gangs.podspec import PodRequest, is_enabled, pod_request
 from extender.kube import pods as kpods
 from topology.core import Core
@@ -88,7 +89,7 @@ def _from_bind_info(pod: Mapping[str, Any], info: BindInfo, ttl_seconds: float) 
     for p in info.placements:
         sizes[len(p.gpus)] = sizes.get(len(p.gpus), 0) + 1
     req = GangRequest(
-        name=info.gang,
+        name=gang_key(kpods.namespace(pod), info.gang),  # HiveD's global names: the pod's namespace's
         vc=info.vc,
         members=tuple(Member(n, leaves) for leaves, n in sizes.items()),
         priority=info.priority if info.priority is not None else 0,
@@ -171,7 +172,7 @@ def _found(
             report.skipped.append((key, f"bad scheduling spec ({err}) and no topogang bind info"))
             return None
     assert pr is not None
-    if info is not None and info.gang is not None and info.gang != pr.gang:
+    if info is not None and info.gang is not None and gang_key(pr.namespace, info.gang) != pr.gang:
         # the spec alone does not name the gang (a FrameworkController task shaped by its
         # Framework object, which recovery does not read): the bind info recorded the gang
         # the pod was placed in, and its whole placement

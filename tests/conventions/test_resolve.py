@@ -158,7 +158,7 @@ def test_workload_api() -> None:
 def test_plain_gpu_pod_and_what_is_left_to_podspec() -> None:
     r = run(pod("job-abc", "nlp", gpus=2))
     assert (r.request.gang, r.request.request.members, r.source, r.elastic) == (
-        "nlp/job-abc",
+        "nlp/pod:job-abc",
         (Member(1, 2),),
         "pod",
         False,

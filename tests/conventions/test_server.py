@@ -110,7 +110,7 @@ def test_a_job_with_only_a_gpu_request(client: httpx.Client, made: Made, node_na
     p = made.pod("batch-job-x7k2p", "nlp", gpus=2)
     assert "topogang.io/pod-scheduling-enable" not in str(p)
     node = schedule(client, p, node_names)
-    doc = group(client, f"nlp/{p['metadata']['name']}")
+    doc = group(client, f"nlp/pod:{p['metadata']['name']}")
     assert doc is not None and shape(doc) == [2] and doc["status"]["physicalPlacement"].keys() == {node}
     other = made.pod("not-ours", "nlp", gpus=2, scheduler="default-scheduler")
     assert filter_(client, other, node_names)["NodeNames"] == node_names  # not topogang's: passed through

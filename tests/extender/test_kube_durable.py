@@ -168,21 +168,21 @@ def test_a_lone_pod_is_not_written_inside_the_cycle_but_a_lingering_one_is_synce
         solo = submit(kube, "s0", "solo", "vision", spec("vision", 8))
         assert (await a.verb("filter", solo))["NodeNames"]
         assert kube.server.list(COLLECTION)[0] == []  # nothing written before filter answered
-        solo_gang = a.s.core.gang("vision/solo")
+        solo_gang = a.s.core.gang("vision/pod:solo")
         assert solo_gang is not None and rsv.needs_object(solo_gang)
         pair = submit(kube, "p0", "pair-0", "vision", spec("vision", 8, 2, "vision/pair"))
         assert (await a.verb("filter", pair))["NodeNames"]
         written = [o["spec"]["gang"] for o in kube.server.list(COLLECTION)[0]]
         assert written == ["vision/pair"]  # a gang of two is written before its filter answers
-        placed = where(a.s.core, "vision/solo")
+        placed = where(a.s.core, "vision/pod:solo")
         await a.stop()
         for fn in a.service.on_stop:  # the same sync that runs every second
             await fn()
         written = sorted(o["spec"]["gang"] for o in kube.server.list(COLLECTION)[0])
-        assert written == ["vision/pair", "vision/solo"]  # the sync writes the lingering lone pod
+        assert written == ["vision/pair", "vision/pod:solo"]  # the sync writes the lingering lone pod
 
         b = await start(kube, clock)
-        assert where(b.s.core, "vision/solo") == placed
+        assert where(b.s.core, "vision/pod:solo") == placed
         await b.stop()
 
     run(go())

@@ -169,7 +169,7 @@ def test_recovery_rebuilds_every_gang_from_bound_pods_and_keeps_open_slots_reser
         fresh = Core(example().spec)
         report = recover(fresh, api, now=0.0, namespace_vcs={"ml": "vision"})
         assert report.pods == 6 and report.open_slots == 1 and not report.skipped
-        assert sorted(report.gangs) == sorted(["ml/llm/0_a", "nlp/nb-0", "nlp/nb-1", "nlp/nb-2"])
+        assert sorted(report.gangs) == sorted(["ml/llm/0_a", "nlp/pod:nb-0", "nlp/pod:nb-1", "nlp/pod:nb-2"])
         for name in report.gangs:
             before, after = s.core.gang(name), fresh.gang(name)
             assert before is not None and after is not None
@@ -188,7 +188,7 @@ def test_recovery_skips_pods_it_cannot_read_and_says_why() -> None:
     p["metadata"]["annotations"][ISOLATION_ANNOTATIONS[1]] = "0,1"  # a HiveD pod without bind info
     fresh = Core(example().spec)
     report = recover(fresh, [p], now=0.0)
-    assert report.pods == 1 and fresh.gang("nlp/p") is not None
+    assert report.pods == 1 and fresh.gang("nlp/pod:p") is not None
 
 
 BINDING = r"/pods/[^/]+/binding$"
@@ -385,7 +385,7 @@ def test_a_binding_whose_reply_is_lost_counts_as_bound_when_the_pod_shows_it() -
         kube.inject(Fault("POST", BINDING, "timeout"))  # never arrived: the bind fails, its slot goes back
         r = await s.filter(args(pods[2]))
         b = await s.bind(bind_args(pods[2], r["NodeNames"][0]))
-        solo = s.core.gang("nlp/solo")
+        solo = s.core.gang("nlp/pod:solo")
         assert "got no answer" in b["Error"] and "timed out" in b["Error"]
         assert solo is not None and solo.slot_of("u2") is None
 
@@ -441,8 +441,8 @@ def test_a_relist_releases_pods_bound_and_deleted_while_the_watch_was_down() -> 
         assert "u9" in sync.done and not sync.live.keys() - {"u9"}
         kube.server.forget(pod_path("nlp", "p-0"))  # deleted in the outage; p-1 came after the list
         await sync.relist_pods([])
-        assert s.core.gang("nlp/p-0") is None and s.cached("u0") is None
-        assert s.core.gang("nlp/p-1") is not None and s.cached("u1") is not None
+        assert s.core.gang("nlp/pod:p-0") is None and s.cached("u0") is None
+        assert s.core.gang("nlp/pod:p-1") is not None and s.cached("u1") is not None
         assert s.cached("u2") is None and "u2" not in s.gang_ledger.pods  # only remembered: forgotten
         assert not sync.done and not sync.live
         assert violations(s.core) == []
@@ -545,7 +545,7 @@ def test_recovery_reserves_nothing_for_a_gang_whose_pods_are_all_being_deleted()
         fresh = Core(example().spec)
         report = recover(fresh, api, now=0.0, namespace_vcs={"nlp": "nlp"})
         assert violations(fresh) == [] and report.pods == 2 and report.open_slots == 0, report.lines()
-        assert fresh.gang("nlp/pair") is None and fresh.gang("nlp/other") is not None
+        assert fresh.gang("nlp/pair") is None and fresh.gang("nlp/pod:other") is not None
         held = fresh.reservations.by_id[fresh.reservations.pod_gang["a"]]
         assert held.evicting and held.name.startswith("nlp/pair/evicted/")
 

@@ -214,7 +214,7 @@ def test_hostile_pods_listed_at_start_are_told_why_and_the_extender_becomes_read
             assert WHY[kind] in got["Error"], got
         fresh = kube.server.put(pod_path("nlp", "fresh"), pod("f", "fresh", "nlp", spec("nlp", 8)))
         await r.place(fresh)
-        assert r.s.core.gang("nlp/fresh") is not None and violations(r.s.core) == []
+        assert r.s.core.gang("nlp/pod:fresh") is not None and violations(r.s.core) == []
         before = len(events)
         await r.stop()
         # told once per content: a restart tells again, but the same pod is not told twice by one run
@@ -263,9 +263,9 @@ def test_hostile_pods_created_after_start_do_not_stop_the_watch() -> None:
         fresh = w.create(pod("", "fresh", "nlp", spec("nlp", 8)))
         await r.place(fresh)
         await w.caught_up()
-        assert r.s.core.gang("nlp/fresh") is not None
+        assert r.s.core.gang("nlp/pod:fresh") is not None
         w.server.delete("/api/v1/namespaces/nlp/pods/fresh", {"gracePeriodSeconds": 0})
-        await until("the deleted pod released", lambda: r.s.core.gang("nlp/fresh") is None)
+        await until("the deleted pod released", lambda: r.s.core.gang("nlp/pod:fresh") is None)
         # an owner who fixes the spec gets the pod scheduled
         fixed = w.server.get("/api/v1/namespaces/nlp/pods/bad-deep")
         assert fixed is not None

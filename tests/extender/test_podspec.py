@@ -50,7 +50,7 @@ def test_opt_in_through_any_container_or_init_container_and_either_key() -> None
 
 def test_hived_defaults_and_a_single_pod_gang() -> None:
     r = req(pod("u1", "solo", "team", "virtualCluster: nlp\nleafCellNumber: 2\n", key=HIVED_SPEC))
-    assert r.request.name == "team/solo"
+    assert r.request.name == "team/pod:solo"
     assert r.request.members == (Member(1, 2),)
     assert (r.request.priority, r.request.leaf_type, r.request.pinned_cell_id) == (0, None, None)
     assert not r.request.lazy_preemption and not r.ignore_suggested_nodes
@@ -85,7 +85,7 @@ affinityGroup:
   - {podNumber: 1, leafCellNumber: 4}
 """
     r = req(pod("u", "p", "vision", text))
-    assert r.request.name == "job/default" and r.request.leaf_type == "A100"
+    assert r.request.name == "vision/job/default" and r.request.leaf_type == "A100"
     assert r.request.members == (Member(3, 4), Member(1, 8))
     assert r.request.priority == 100 and r.request.lazy_preemption
 
@@ -132,7 +132,7 @@ def test_framework_without_group_takes_its_shape_from_the_framework_object() -> 
     r = req(p, framework=fw)
     assert r.request.name == "vision/x/1_z" and r.slot_key == "ps/0"
     assert r.request.members == (Member(2, 8), Member(1, 1))
-    assert req(p).request.name == "vision/x"  # no Framework: HiveD's one-pod default
+    assert req(p).request.name == "vision/pod:x"  # no Framework: a one-pod gang
 
 
 @pytest.mark.parametrize(

@@ -153,7 +153,7 @@ def test_bind_writes_the_decision_as_annotations_and_is_idempotent() -> None:
         gpus = ann[ISOLATION_ANNOTATIONS[0]]
         assert gpus == ann[ISOLATION_ANNOTATIONS[1]] and len(gpus.split(",")) == 4
         info = decode_bind_info(ann[BIND_INFO_ANNOTATIONS[0]])
-        assert info.node == node and info.gang == "nlp/solo" and len(info.placements) == 1
+        assert info.node == node and info.gang == "nlp/pod:solo" and len(info.placements) == 1
         before = snapshot(s.core)
         assert await s.bind(bind_args(p, node)) == {"Error": ""}  # duplicate bind
         r = await s.filter(args(p))  # filter after bind: its own node, nothing changes
@@ -479,7 +479,7 @@ def test_a_preemptor_whose_pods_are_all_deleted_is_cancelled() -> None:
         for uid in evicted:
             await s.pod_gone(uid)
         left = {x.name for x in s.core.gangs()}
-        assert left == {f"nlp/low-{i}" for i in range(3)} - {f"nlp/low-{u[3:]}" for u in evicted}
+        assert left == {f"nlp/pod:low-{i}" for i in range(3)} - {f"nlp/pod:low-{u[3:]}" for u in evicted}
         assert violations(s.core) == []
 
     run(go())
@@ -587,7 +587,7 @@ def test_a_failed_bind_gives_the_slot_back_without_renewing_the_reservation() ->
         alone = pod("v0", "solo", "nlp", spec("nlp", 1))
         r = await s.filter(args(alone))
         assert "refused" in (await s.bind(bind_args(alone, r["NodeNames"][0])))["Error"]
-        kept = s.core.gang("nlp/solo")
+        kept = s.core.gang("nlp/pod:solo")
         assert kept is not None and kept.deadline == 1050.0  # still reserved, with its own deadline
         clock.t += 11
         assert {r.gang for r in await s.expire()} == {"nlp/pair"}

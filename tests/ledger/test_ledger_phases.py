@@ -251,9 +251,11 @@ def test_affinity_groups_resolve_with_and_without_their_namespace_prefix(name: s
     pr = w.seen(pod)
     w.place(pr)
     got = w.ledger.resolve(w.core, "team", "llm", None)
-    assert isinstance(got, Record) and got.gang == name and got.phase is Phase.RESERVED
+    assert isinstance(got, Record) and got.gang == "team/llm" and got.phase is Phase.RESERVED
+    assert w.ledger.resolve(w.core, "team", "team/llm", None) is got
     assert w.ledger.resolve(w.core, "other", "llm", None) is None
-    assert [r.gang for r in w.ledger.all(w.core)] == [name]
+    assert w.ledger.resolve(w.core, "other", "team/llm", None) is None
+    assert [r.gang for r in w.ledger.all(w.core)] == ["team/llm"]
 
 
 def test_a_pod_seen_in_another_gang_leaves_the_first_ones_record() -> None:
