@@ -236,7 +236,8 @@ class Cluster:
         assert r.status_code == 200, r.text
 
     def group_state(self, group: str) -> str:
-        r = self.client.get(f"/v1/inspect/affinitygroups/{group}")
+        # gang names are per namespace (docs/hived-conformance.md): HiveD's global name, in the pods' one
+        r = self.client.get(f"/v1/inspect/affinitygroups/{NAMESPACE}/{group}")
         if r.status_code == 404:
             return "absent"
         assert r.status_code == 200, r.text

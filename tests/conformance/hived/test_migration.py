@@ -211,7 +211,7 @@ def test_pods_hived_bound_are_adopted_with_exactly_their_gpus() -> None:
         await until("ready", lambda: r.s.ready)
         core = r.s.core
         for gang, pods in EXPECTED.items():
-            g = core.gang(gang)
+            g = core.gang(f"{NS}/{gang}")  # HiveD's global names, read in the pods' namespace
             assert g is not None, gang
             held = {
                 s.pod_uid: (core.slot_place(s)[0], tuple(sorted(core.slot_place(s)[1])))
@@ -221,9 +221,9 @@ def test_pods_hived_bound_are_adopted_with_exactly_their_gpus() -> None:
             assert held == pods, gang
         assert violations(core) == []
         # guaranteed gangs keep their VC cells; the lazily preempted one stays opportunistic
-        assert core.gang("group9").priority == 1  # type: ignore[union-attr]
-        assert core.gang("group5").priority == 1  # type: ignore[union-attr]
-        assert core.gang("group15").priority == -1  # type: ignore[union-attr]
+        assert core.gang(f"{NS}/group9").priority == 1  # type: ignore[union-attr]
+        assert core.gang(f"{NS}/group5").priority == 1  # type: ignore[union-attr]
+        assert core.gang(f"{NS}/group15").priority == -1  # type: ignore[union-attr]
         # the node in two chains: 5 DGX1-P100 and 1 CT1 GPU in use, 4 free of 10
         assert core.node_fill("1.0.0.2") == (4, 10)
         # the pending member finds its slot kept, on the node HiveD had chosen for it
@@ -235,7 +235,7 @@ def test_pods_hived_bound_are_adopted_with_exactly_their_gpus() -> None:
         kube.server.put(pod_path(NS, "new"), newcomer)
         got = await r.verb("filter", newcomer, NodeNames=NODES)
         (node,) = got["NodeNames"]
-        g = core.gang("new")
+        g = core.gang(f"{NS}/new")
         assert g is not None and node in ("0.0.0.0", "0.0.0.1")
         taken = {(n, gpu) for pods in EXPECTED.values() for n, gpus in pods.values() for gpu in gpus}
         assert not {(core.slot_place(s)[0], gpu) for s in g.slots for gpu in core.slot_place(s)[1]} & taken
