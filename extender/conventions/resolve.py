@@ -23,8 +23,8 @@ from extender.conventions.common import (
     text,
 )
 from extender.conventions.optin import GPU_RESOURCE, pod_gpus
-from extender.gangs.podspec import PodRequest, framework_task, merge_members, spec_text
 from extender.gangs.identity import explicit_key, one_pod_key
+from extender.gangs.podspec import PodRequest, framework_task, merge_members, spec_text
 from topology.decisions import GangRequest, Member, UserError
 
 # highest first; an explicit topogang/HiveD spec and FrameworkController identity come before all of

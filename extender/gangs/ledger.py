@@ -374,8 +374,8 @@ class GangLedger:
     # ------------------------------------------------------------------------------ lookups
     def resolve(self, core: Core, namespace: str, name: str, attempt: str | None) -> Record | str | None:
         """The record a `/v1/gangs/{namespace}/{name}` path names: a framework's current attempt,
-        or an affinity group of that namespace (`name`, or `namespace/name`). A string is a stale-attempt message (409);
-        None is unknown (404)."""
+        or a gang of that namespace (`name`, or `namespace/name`), never another namespace's. A
+        string is a stale-attempt message (409); None is unknown (404)."""
         fw = self.frameworks.get((namespace, name))
         if fw is not None:
             current, gang = fw

@@ -47,7 +47,9 @@ def group_spec(vc: str, gpus: int, pods: int, name: str, role: str | None = None
 
 def victim_pods(train_name: str) -> list[dict[str, Any]]:
     """vision's jobs: a 2 x 8 affinity group, a 2 x 8 FrameworkController attempt, a one-pod gang."""
-    out = [pod(f"v-train-{i}", f"train-{i}", VICTIM, group_spec("vision", 8, 2, train_name)) for i in range(2)]
+    out = [
+        pod(f"v-train-{i}", f"train-{i}", VICTIM, group_spec("vision", 8, 2, train_name)) for i in range(2)
+    ]
     out += [
         pod(
             f"v-llm-{i}",
@@ -64,7 +66,7 @@ def victim_pods(train_name: str) -> list[dict[str, Any]]:
 
 VICTIM_GANGS = {"vision/train": 2, "vision/llm/att-1": 2, "vision/pod:solo": 1}
 
-intruder = st.builds(
+intruder: st.SearchStrategy[dict[str, Any]] = st.builds(
     dict,
     kind=st.sampled_from(["group", "fc-theirs", "fc-own", "single"]),
     name=st.sampled_from(STOLEN),

@@ -24,7 +24,11 @@ def group_spec(vc: str, gpus: int, pods: int, name: str, role: str | None = None
     member: dict[str, Any] = {"podNumber": pods, "leafCellNumber": gpus}
     if role is not None:
         member["taskRole"] = role
-    return {"virtualCluster": vc, "leafCellNumber": gpus, "affinityGroup": {"name": name, "members": [member]}}
+    return {
+        "virtualCluster": vc,
+        "leafCellNumber": gpus,
+        "affinityGroup": {"name": name, "members": [member]},
+    }
 
 
 def fc(ns: str, fw: str, attempt: str, role: str, index: int) -> dict[str, str]:
@@ -105,7 +109,11 @@ def test_a_one_pod_gang_cannot_be_squatted_from_any_namespace(
     pod_name = solo["metadata"]["name"]
     old_default = pods.make("old-default", "evil", group_spec("nlp", 8, 1, f"vision/{pod_name}"))
     assert filter_(client, old_default, node_names)["Error"] == ""
-    for ns, name in [("vision", f"pod:{pod_name}"), ("vision", f"vision/pod:{pod_name}"), ("evil", f"pod:{pod_name}")]:
+    for ns, name in [
+        ("vision", f"pod:{pod_name}"),
+        ("vision", f"vision/pod:{pod_name}"),
+        ("evil", f"pod:{pod_name}"),
+    ]:
         squat = pods.make("squat", ns, group_spec("vision" if ns == "vision" else "nlp", 8, 1, name))
         got = filter_(client, squat, node_names)
         assert "affinityGroup.name" in got["Error"] and "reserved for one-pod gangs" in got["Error"], got
@@ -123,7 +131,10 @@ def test_a_framework_identity_of_another_namespace_is_refused_and_never_handed_o
     proxy and `topogang barrier` hand vision's job its own pods' IPs only."""
     fw, attempt = f"llm-{pods.run}", "0_att"
     spec = group_spec("vision", 8, 2, "ignored", role="w")
-    v = [pods.make(f"llm-w-{i}", "vision", spec, annotations=fc("vision", fw, attempt, "w", i)) for i in range(2)]
+    v = [
+        pods.make(f"llm-w-{i}", "vision", spec, annotations=fc("vision", fw, attempt, "w", i))
+        for i in range(2)
+    ]
     place(client, v[0], node_names)
     claimed = pods.make("fc-claim", "evil", spec, annotations=fc("vision", fw, attempt, "w", 1))
     got = filter_(client, claimed, node_names)
@@ -172,4 +183,5 @@ def test_a_framework_identity_of_another_namespace_is_refused_and_never_handed_o
     ledger_view = json.loads((out / "gang.json").read_text())
     assert member_uids(ledger_view) == uids(*v)
     injected = (out / "injector.sh").read_text()
-    assert f"export FB_W_IPS={','.join(m['podIP'] for m in sorted(doc['members'], key=lambda m: m['taskIndex']))}" in injected
+    in_order = sorted(doc["members"], key=lambda m: m["taskIndex"])
+    assert f"export FB_W_IPS={','.join(m['podIP'] for m in in_order)}" in injected
