@@ -228,14 +228,14 @@ def recover(
 ) -> RecoveryReport:
     """Adopt every bound gang into `core`; unbound members' slots stay reserved (open)."""
     report = RecoveryReport()
-    for gang, everyone in collect(
-        pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report
-    ).items():
+    groups = collect(pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report)
+    held = {(f.node, gpu): gang for gang, fs in groups.items() for f in fs for gpu in f.gpus}
+    for gang, everyone in groups.items():
         found, *earlier = _by_placement(everyone)
         if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
             found, earlier = [], [found, *earlier]
         if found:
-            _restore(core, gang, found, now, report)
+            _restore(core, gang, found, now, report, held)
         for k, group in enumerate(earlier, 1):
             report.notes.append(_keep_until_gone(core, gang, k, group, now))
             report.pods += len(group)
@@ -255,10 +255,19 @@ def _held_no_quota(placements: tuple[PlacedPod, ...]) -> bool:
     return held_no_quota((p.gpus, p.preassigned_cell_types) for p in placements)
 
 
-def _restore(core: Core, gang: str, found: list[_Found], now: float, report: RecoveryReport) -> None:
+def _restore(
+    core: Core,
+    gang: str,
+    found: list[_Found],
+    now: float,
+    report: RecoveryReport,
+    held: Mapping[tuple[str, int], str],
+) -> None:
     """The gang's current placement: its bound pods in their slots, the other slots reserved, each
     with the quota cell types recorded for its GPUs (how `Core.adopt` rebinds the same VC cells, or
-    brings a gang that held none back opportunistic)."""
+    brings a gang that held none back opportunistic). A recorded slot whose GPUs a bound pod of
+    another gang holds is not reserved: HiveD's names were global, so one HiveD group with pods in
+    two namespaces comes back as one gang per namespace, each with its own pods."""
     placements = _record(found)
     members = {(f.node, f.gpus): f for f in found}
     adopted: list[AdoptedPod] = []
@@ -269,6 +278,8 @@ def _restore(core: Core, gang: str, found: list[_Found], now: float, report: Rec
         if f is not None:
             key = f.request.slot_key or p.slot_key
             adopted.append(AdoptedPod(f.request.uid, p.node, p.gpus, f.request.name, key, types))
+        elif any(held.get((p.node, gpu), gang) != gang for gpu in p.gpus):
+            report.notes.append(f"gang {gang}: slot on {p.node} {list(p.gpus)} is held by another gang's pod")
         else:
             uid = f"{PLACEHOLDER}/{gang}/{i}"
             placeholders.append(uid)

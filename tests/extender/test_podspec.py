@@ -220,3 +220,62 @@ def test_any_spec_document_is_a_request_or_a_user_error(junk: object, key: str) 
             assert err.field and err.message
         else:
             assert r.leaf_number > 0 and r.request.members
+
+
+# ------------------------------------------------------------------------ names are per namespace
+@pytest.mark.parametrize(
+    ("ns", "name", "gang"),
+    [
+        ("vision", "train", "vision/train"),
+        ("vision", "vision/train", "vision/train"),  # HiveD's habit: its own namespace, the same gang
+        ("evil", "vision/train", "evil/vision/train"),  # another namespace's name: a gang of its own
+        ("evil", "vision/llm/0_a", "evil/vision/llm/0_a"),  # a FrameworkController gang id, likewise
+        ("evil", "vision/pod:solo", "evil/vision/pod:solo"),
+    ],
+)
+def test_a_group_name_is_read_in_the_pods_own_namespace(ns: str, name: str, gang: str) -> None:
+    text = json.dumps(
+        {
+            "virtualCluster": "a",
+            "leafCellNumber": 1,
+            "affinityGroup": {"name": name, "members": [{"podNumber": 1, "leafCellNumber": 1}]},
+        }
+    )
+    assert req(pod("u", "p", ns, text)).request.name == gang
+
+
+@pytest.mark.parametrize("name", ["pod:solo", "vision/pod:solo", "pod:"])
+def test_the_one_pod_form_is_no_name_a_group_may_take(name: str) -> None:
+    text = json.dumps(
+        {
+            "virtualCluster": "a",
+            "leafCellNumber": 1,
+            "affinityGroup": {"name": name, "members": [{"podNumber": 1, "leafCellNumber": 1}]},
+        }
+    )
+    with pytest.raises(UserError) as err:
+        req(pod("u", "squat", "vision", text))
+    assert err.value.field == "affinityGroup.name" and "reserved for one-pod gangs" in err.value.message
+    assert req(pod("u", "solo", "vision", '{"virtualCluster": "a", "leafCellNumber": 1}')).request.name == (
+        "vision/pod:solo"
+    )
+
+
+def test_a_framework_pod_of_another_namespace_is_a_user_error_naming_the_annotation() -> None:
+    text = json.dumps(
+        {
+            "virtualCluster": "a",
+            "leafCellNumber": 1,
+            "affinityGroup": {
+                "name": "x",
+                "members": [{"podNumber": 2, "leafCellNumber": 1, "taskRole": "w"}],
+            },
+        }
+    )
+    p = pod("u", "w-0", "evil", text, annotations=fc_annotations("vision", "llm", "0_a", "w", 0))
+    with pytest.raises(UserError) as err:
+        req(p)
+    assert err.value.field == "FC_FRAMEWORK_NAMESPACE" and "'evil'" in err.value.message
+    assert framework_task(p) is None  # nor is it that framework's task anywhere else
+    own = pod("u", "w-0", "vision", text, annotations=fc_annotations("vision", "llm", "0_a", "w", 0))
+    assert req(own).request.name == "vision/llm/0_a"

@@ -243,3 +243,35 @@ def test_pods_hived_bound_are_adopted_with_exactly_their_gpus() -> None:
         await r.stop()
 
     run(go())
+
+
+def test_a_hived_group_name_is_adopted_in_each_pods_own_namespace() -> None:
+    """HiveD's names are global; topogang's are per namespace. Pods HiveD bound in one group
+    `shared` but in two namespaces come back as one gang per namespace, each pod with exactly its
+    GPUs, and neither gang keeps a slot on the GPUs the other namespace's pod holds."""
+
+    async def go() -> None:
+        kube, clock = FakeKube(), Clock()
+        hived_cluster(kube)
+        both = [("0.0.3.0", ALL16, "DGX2-V100-NODE"), ("0.0.3.1", ALL16, "DGX2-V100-NODE")]
+        shared = hived_spec("VC1", 1, 16, "shared", [(2, 16)], leaf_type="DGX2-V100")
+        pods = []
+        for ns, node in (("team-a", "0.0.3.0"), ("team-b", "0.0.3.1")):
+            p = hived_pod(f"{ns}-0", shared, node, bind_info(node, ALL16, "4-DGX2-V100-NODE", both))
+            p["metadata"]["namespace"] = ns
+            kube.server.put(pod_path(ns, p["metadata"]["name"]), p)
+            pods.append(p)
+        r = Running(kube_service(load_config(CONFIG), kube, clock=clock, namespace="topogang-system"))
+        await until("ready", lambda: r.s.ready)
+        core = r.s.core
+        assert core.gang("shared") is None
+        for p in pods:
+            ns, node = p["metadata"]["namespace"], p["spec"]["nodeName"]
+            g = core.gang(f"{ns}/shared")
+            assert g is not None, ns
+            held = [(core.slot_place(s)[0], s.pod_uid) for s in g.slots if s.pod_uid is not None]
+            assert held == [(node, p["metadata"]["uid"])], (ns, held)
+        assert violations(core) == []
+        await r.stop()
+
+    run(go())
