@@ -1,10 +1,10 @@
 """The gang ledger over HTTP (read-only), and the Framework proxy for the stock FrameworkBarrier.
 
     GET /v1/gangs[?namespace=&vc=&phase=]             every gang's GangStatus
-    GET /v1/gangs/{namespace}/{name}                  one gang: a FrameworkController framework's
-        [?waitFor=<Phase>&timeoutSeconds=N            current attempt, or an affinity group (named
-         &attempt=<attempt instance UID>              `namespace/name` or `name`)
-         &resourceVersion=N]
+    GET /v1/gangs/{namespace}/{name}                  one gang of that namespace: a FrameworkController
+        [?waitFor=<Phase>&timeoutSeconds=N            framework's current attempt, or a gang named
+         &attempt=<attempt instance UID>              `name` (or `namespace/name`) there; never
+         &resourceVersion=N]                          another namespace's (`extender.gangs.identity`)
     GET /apis/frameworkcontroller.microsoft.com/v1/namespaces/{namespace}/frameworks/{name}
 
 Long-poll: with `waitFor` the answer comes as soon as the gang's phase reaches it (Pending < Reserved
