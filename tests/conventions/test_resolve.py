@@ -351,3 +351,49 @@ def test_the_podgroups_read_here_are_kubernetes_1_37s_own_types() -> None:
     wrong["spec"]["schedulingPolicy"]["gang"]["minMember"] = 2  # coscheduling's word, not this API's
     with pytest.raises(ValidationError):
         client.V1beta1PodGroup.model_validate(wrong)
+
+
+# ------------------------------------------------------------------------ names are per namespace
+def _conventions(ns: str) -> list[tuple[dict[str, Any], dict[ObjRef, Any]]]:
+    """One pod of each convention in `ns`, all naming the group `shared`, with what it reads."""
+    yk = {
+        "yunikorn.apache.org/task-group-name": "w",
+        "yunikorn.apache.org/task-groups": task_groups(("w", 2, 4)),
+    }
+    return [
+        (
+            pod("a", ns, gpus=4, labels={COSCHED: "shared"}),
+            {ObjRef("coscheduling", ns, "shared"): coscheduling_podgroup("shared", ns, 2)},
+        ),
+        (
+            pod("b", ns, gpus=4, annotations={VOLCANO: "shared"}),
+            {ObjRef("volcano", ns, "shared"): volcano_podgroup("shared", ns, 2)},
+        ),
+        (pod("c", ns, gpus=4, labels={"applicationId": "shared"}, annotations=yk), {}),
+        (pod("d", ns, gpus=4), {}),  # a plain GPU pod: its one-pod gang
+    ]
+
+
+@pytest.mark.parametrize("i", range(4))
+def test_every_convention_names_its_gang_in_the_pods_namespace(i: int) -> None:
+    """The same group name in two namespaces is two gangs; a group name that spells another
+    namespace's gang is read in the pod's own (the object a convention reads is the pod's
+    namespace's too: `references`)."""
+    gangs = set()
+    for ns in ("vision", "nlp"):
+        p, objects = _conventions(ns)[i]
+        gang = run(p, objects).request.gang
+        assert gang.startswith(f"{ns}/"), gang
+        assert all(ref.namespace == ns for ref in references(p, ns))
+        gangs.add(gang)
+    assert len(gangs) == 2
+
+
+def test_a_convention_group_may_not_take_the_one_pod_form() -> None:
+    ann = {
+        "yunikorn.apache.org/task-group-name": "w",
+        "yunikorn.apache.org/task-groups": task_groups(("w", 1, 4)),
+    }
+    with pytest.raises(UserError, match="reserved for one-pod gangs"):
+        run(pod("squat", "vision", gpus=4, labels={"applicationId": "pod:d"}, annotations=ann))
+    assert run(pod("d", "vision", gpus=4)).request.gang == "vision/pod:d"
