@@ -458,7 +458,7 @@ def _check_framework_namespace(pod: Mapping[str, Any], namespace: str) -> None:
     """A FrameworkController pod lives in its framework's namespace: one claiming another's would
     join (or read) that namespace's gang, so it is refused, naming the annotation."""
     claimed = pod_annotations(pod).get(FC_NAMESPACE)
-    if claimed is not None and claimed != namespace:
+    if claimed not in (None, "") and claimed != namespace:
         raise UserError(
             FC_NAMESPACE,
             f"{str(claimed)[:80]!r} is not the pod's own namespace {namespace!r}: a FrameworkController "

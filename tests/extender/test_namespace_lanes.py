@@ -18,7 +18,11 @@ from hypothesis import strategies as st
 
 from extender.gangs.identity import explicit_key, gang_key, is_one_pod, one_pod_key, split_key
 from extender.http.verbs import Scheduler
-from tests.extender.helpers import args, bind_args, fc_annotations, pod, run, scheduler
+from extender.kube.recovery import recover
+from extender.standalone import MemoryBinder
+from tests.extender.helpers import args, bind_args, example, fc_annotations, pod, run, scheduler
+from tests.extender.test_kube_edge import bound_pods
+from topology.core import Core
 from topology.decisions import UserError
 from topology.invariants import violations
 
@@ -198,3 +202,34 @@ def test_no_explicit_name_takes_a_one_pod_gang(ns: str, pod_name: str, name: str
         assert err.field == "affinityGroup.name"
         return
     assert key != own and not is_one_pod(key)
+
+
+# ------------------------------------------------------------------------------- after a restart
+def test_recovery_keeps_each_gang_in_its_namespace() -> None:
+    """Bind info round-trips: gangs of two namespaces that wrote the same name come back as the
+    same two gangs, from the spec or (a spec that no longer parses) from the bind info alone."""
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        mine = [
+            pod(f"v{i}", f"train-{i}", VICTIM, group_spec("vision", 8, 2, "vision/train")) for i in range(2)
+        ]
+        theirs = pod("e0", "train-0", EVIL, group_spec("nlp", 8, 2, "vision/train"))
+        for p in [*mine, theirs]:
+            assert await place(s, p)
+        api = bound_pods(s, binder, [*mine, theirs])
+        for broken in (False, True):
+            if broken:  # the specs no longer say: the bind info alone names the gangs
+                for p in api:
+                    p["metadata"]["annotations"]["topogang.io/pod-scheduling-spec"] = "{not yaml"
+            fresh = Core(example().spec)
+            report = recover(fresh, api, now=0.0)
+            assert sorted(report.gangs) == ["evil/vision/train", "vision/train"], report.lines()
+            g = fresh.gang("evil/vision/train")
+            assert g is not None and {sl.pod_uid for sl in g.slots} == {"e0", None}
+            g = fresh.gang("vision/train")
+            assert g is not None and {sl.pod_uid for sl in g.slots} == {"v0", "v1"}
+            assert violations(fresh) == []
+
+    run(go())
