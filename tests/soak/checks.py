@@ -6,6 +6,7 @@
   holds a slot for exists, is not finished, and is bound to that slot's node (or its Binding is
   being written); every bound, unfinished pod carrying our bind info is held by the core on the
   same node and GPUs. A GPU in use that the core thinks free is how a double allocation starts.
+  No pod holds a slot of a gang of another namespace (`extender.gangs.identity`).
 - **No gang partially bound past its reservation**: a gang (one placement, as its members' bind
   info records it) with some members bound and running and others missing stays so for at most
   the reservation TTL plus slack (the expiry sweep's period and a margin), counted from when the
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, BindInfo, pod_bind_info
+from extender.gangs.identity import split_key
 from extender.gangs.podspec import is_enabled
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
@@ -99,6 +101,8 @@ def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
             out.append(f"core holds GPUs on {slot_node} for pod {uid} (gang {gang.name}), deleted in the API")
         elif kpods.finished(p):
             out.append(f"core holds GPUs on {slot_node} for finished pod {key(p)} (gang {gang.name})")
+        elif split_key(gang.name)[0] != kpods.namespace(p):
+            out.append(f"core holds pod {key(p)} in gang {gang.name} of another namespace")
         elif kpods.node_name(p) is None:
             if uid not in s._inflight:
                 out.append(f"core holds a slot on {slot_node} for unbound pod {key(p)}, no Binding in flight")
