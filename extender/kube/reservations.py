@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.gangs import reservations as rsv
+from extender.gangs.identity import split_key
 from extender.http.verbs import Scheduler
 from extender.kube.client import ApiError, AsyncKube
 
@@ -175,6 +176,9 @@ class ReservationStore:
                     continue
                 self.written[name] = rsv.UNKNOWN  # known to exist: the next sync rewrites or deletes it
                 if core.gang(r.request.name) is not None:
+                    continue
+                if not split_key(r.request.name)[0]:  # a global name: no pod names that gang any more
+                    lines.append(f"gang reservation of {r.request.name} names no namespace, dropped")
                     continue
                 deadline = rsv.deadline_of(r, clock_now=now, wall_now=wall)
                 if deadline is not None and deadline <= now:

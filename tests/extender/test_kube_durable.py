@@ -394,3 +394,26 @@ def test_gang_transitions_and_waits_become_events_on_member_pods() -> None:
         await a.stop()
 
     run(go())
+
+
+def test_a_reservation_object_of_a_gang_with_no_namespace_is_dropped() -> None:
+    """Gang names are per namespace: an object whose gang names none (written when names were
+    global) is no gang any pod names now, so it is dropped rather than holding GPUs until its TTL."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock)
+        pair = submit(kube, "p0", "pair-0", "vision", spec("vision", 8, 2, "pair"))
+        assert (await a.verb("filter", pair))["NodeNames"]
+        await a.stop()
+        (obj,) = kube.server.list(COLLECTION)[0]
+        assert obj["spec"]["gang"] == "vision/pair"
+        obj["spec"]["gang"] = "pair"  # as a global name was written
+        kube.server.put(f"{COLLECTION}/{obj['metadata']['name']}", obj)
+        kube.server.forget(pod_path("vision", "pair-0"))
+
+        b = await start(kube, clock)
+        assert b.s.core.gangs() == [] and violations(b.s.core) == []
+        await b.stop()
+
+    run(go())
