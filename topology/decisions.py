@@ -27,6 +27,9 @@ class Member:
 class GangRequest:
     """What a gang asks for. Every member pod of a gang carries the same request (HiveD's rule).
 
+    `name` is the gang's key, opaque to the core. The edge makes it `<namespace>/<name>` with the
+    pod's own namespace (`extender.gangs.identity`), so gangs of two namespaces never share a key.
+
     `slot_keys`, when given, names each pod slot in rank order (e.g. FrameworkController's
     `role/index`), so a retried pod takes back exactly its own slot and rank neighbours are placed as
     topology neighbours."""

@@ -37,7 +37,7 @@ def split_key(key: str) -> tuple[str, str]:
 
 
 def one_pod_key(namespace: str, pod: str) -> str:
-    """The key of a pod's own one-pod gang: a form no explicit name can take (`check_explicit`)."""
+    """The key of a pod's own one-pod gang: a form no explicit name can take (`explicit_key`)."""
     return f"{namespace}/{ONE_POD_PREFIX}{pod}"
 
 
