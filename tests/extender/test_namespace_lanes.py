@@ -83,6 +83,7 @@ step = st.one_of(
     st.tuples(st.just("bind-intruder"), st.integers(0, 5)),
     st.tuples(st.just("delete-intruder"), st.integers(0, 5)),
     st.tuples(st.just("victim"), st.integers(0, 4)),
+    st.tuples(st.just("squat-inside"), st.sampled_from(["pod:solo", "vision/pod:solo"])),
 )
 
 
@@ -153,6 +154,11 @@ async def play(steps: list[tuple[str, Any]], train_name: str) -> None:
             await place(s, intruders[arg])
         elif kind == "delete-intruder" and arg in intruders:
             await s.pod_gone(intruders.pop(arg)["metadata"]["uid"])
+        elif kind == "squat-inside":  # even vision's own pods cannot take its one-pod gang's name
+            p = pod("v-squat", "squat", VICTIM, group_spec("vision", 4, 1, arg))
+            namespace_of["v-squat"] = VICTIM
+            got = await s.filter(args(p))
+            assert "reserved for one-pod gangs" in got["Error"] and not got["NodeNames"], got
         elif kind == "victim":
             p = victims[arg]
             if p["metadata"]["uid"] not in bound and await place(s, p):
