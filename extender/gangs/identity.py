@@ -26,6 +26,7 @@ ONE_POD_PREFIX = "pod:"
 
 def gang_key(namespace: str, name: str) -> str:
     """The core's key of gang `name` of `namespace` (a name already qualified by that namespace is kept)."""
+    _check_namespace(namespace)
     prefix = f"{namespace}/"
     return name if name.startswith(prefix) else prefix + name
 
@@ -38,6 +39,7 @@ def split_key(key: str) -> tuple[str, str]:
 
 def one_pod_key(namespace: str, pod: str) -> str:
     """The key of a pod's own one-pod gang: a form no explicit name can take (`explicit_key`)."""
+    _check_namespace(namespace)
     return f"{namespace}/{ONE_POD_PREFIX}{pod}"
 
 
@@ -56,3 +58,10 @@ def explicit_key(namespace: str, name: str, field: str) -> str:
             "(a pod without an affinity group); choose another name",
         )
     return key
+
+
+def _check_namespace(namespace: str) -> None:
+    """A Kubernetes namespace is a DNS label: never empty, never with a `/` (which would let a
+    request's namespace spell another namespace's keys)."""
+    if not namespace or "/" in namespace:
+        raise UserError("metadata.namespace", f"{namespace[:80]!r} is not a namespace")

@@ -386,9 +386,9 @@ class GangLedger:
             return self.records.get(gang)
         if attempt:  # only FrameworkController gangs have attempts
             return None
-        key = gang_key(namespace, name)  # names are per namespace: never another namespace's gang
-        if split_key(key)[0] != namespace:
+        if not namespace or "/" in namespace:  # no namespace: no gang of it
             return None
+        key = gang_key(namespace, name)  # names are per namespace: never another namespace's gang
         rec = self.records.get(key)
         if rec is not None:
             return rec

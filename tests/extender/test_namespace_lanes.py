@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -239,3 +240,14 @@ def test_recovery_keeps_each_gang_in_its_namespace() -> None:
             assert violations(fresh) == []
 
     run(go())
+
+
+@pytest.mark.parametrize("ns", ["", "vision/evil", "/"])
+def test_a_namespace_that_could_spell_another_namespaces_keys_is_refused(ns: str) -> None:
+    with pytest.raises(UserError) as err:
+        gang_key(ns, "train")
+    assert err.value.field == "metadata.namespace"
+    with pytest.raises(UserError):
+        one_pod_key(ns, "solo")
+    s = scheduler()
+    assert s.gang_ledger.resolve(s.core, ns, "train", None) is None
