@@ -28,7 +28,7 @@ def gang_key(namespace: str, name: str) -> str:
     """The core's key of gang `name` of `namespace` (a name already qualified by that namespace is kept)."""
     _check_namespace(namespace)
     prefix = f"{namespace}/"
-    return name if name.startswith(prefix) else prefix + name
+    return name if name.startswith(prefix) and len(name) > len(prefix) else prefix + name
 
 
 def split_key(key: str) -> tuple[str, str]:

@@ -197,6 +197,7 @@ def test_keys_of_two_namespaces_never_meet(a: str, b: str, x: str, y: str) -> No
     if a != b:
         assert ka != kb
     assert gang_key(a, ka) == ka  # a key read again in its namespace is the same gang
+    assert split_key(gang_key(a, f"{a}/"))[0] == a
 
 
 @given(ns=namespaces, pod_name=names, name=names)
