@@ -35,6 +35,7 @@ from urllib.parse import quote
 
 from config.load import ConfigError, load_config
 from extender import kubesched
+from extender.gangs.identity import one_pod_key
 from extender.standalone import EXAMPLE_CONFIG
 from topology.core import Core
 
@@ -98,11 +99,11 @@ class Job:
 
     def server_gang(self, run: str) -> str:
         """The gang's name on the server: FrameworkController tasks form `<ns>/<framework>/<attempt>`,
-        a pod without an affinity group is its own gang `<ns>/<pod>`."""
+        a pod without an affinity group is its own gang `<ns>/pod:<pod>`."""
         if self.framework:
             return f"{self.namespace}/{self.base}/0_{run}"
         if self.single:
-            return f"{self.namespace}/{self.base}-0"
+            return one_pod_key(self.namespace, f"{self.base}-0")
         return self.gang
 
 
