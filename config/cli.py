@@ -85,7 +85,7 @@ def cli_generate(argv: Sequence[str] | None = None) -> int:
     """`topogang generate [--nodes N] [--gpus-per-node G] [--rack-size R] [--vcs V] [--out FILE]`."""
     parser = argparse.ArgumentParser(
         prog="topogang generate",
-        description="Write a synthetic cluster config (racks of nodes, VCs sharing ~90%% of the nodes).",
+        description="Write a synthetic cluster config (racks of nodes, VCs sharing ~90% of the nodes).",
     )
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus-per-node", type=int, default=8)
