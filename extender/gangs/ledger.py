@@ -277,6 +277,11 @@ class GangLedger:
         if self.clock() - self._pruned > PRUNE_EVERY_SECONDS:
             self.prune(core)
 
+    def has_members(self, gang: str) -> bool:
+        """Whether pods of `gang` are still known (filtered and not gone): it is still someone's job."""
+        rec = self.records.get(gang)
+        return rec is not None and rec.tombstone is None and bool(rec.pods)
+
     def prune(self, core: Core | None = None) -> None:
         """Drop tombstones past their time, and gangs nobody has filtered for a while that have no
         member left: Pending ones, and (given the core) any whose gang the core no longer has (it

@@ -482,7 +482,13 @@ class Scheduler:
             released = self.core.expire(now)
             for r in released:
                 self._released(r)
-            stale = [g for g, w in self.waiting.items() if now - w.last_seen > self.ttl_seconds]
+            # A gang whose member pods still exist keeps waiting (the ledger's Pending, /v1/inspect
+            # and the UI agree); only one nobody filtered for a TTL and whose pods are gone is dropped.
+            stale = [
+                g
+                for g, w in self.waiting.items()
+                if now - w.last_seen > self.ttl_seconds and not self.gang_ledger.has_members(g)
+            ]
             for g in stale:
                 del self.waiting[g]
             self.promises.expire(now)
