@@ -124,6 +124,16 @@ def load_config_text(text: str, filename: str = "<config>", *, check: bool = Tru
         errors.append(("", f"the top level must be a mapping of keys, not {_kind(raw)}"))
     if not isinstance(raw, dict):
         raise ConfigError(filename, errors)
+    if "physicalCluster" not in raw and ("kind" in raw or "metadata" in raw):
+        kind = raw.get("kind") if isinstance(raw.get("kind"), str) else "object"
+        errors.append(
+            (
+                "",
+                f"this is a Kubernetes {kind} (it has kind/metadata), not a topogang config: a config has "
+                "physicalCluster and virtualClusters (pods to copy are in examples/)",
+            )
+        )
+        raise ConfigError(filename, errors)
     try:
         model = HivedConfigModel.model_validate(raw)
     except ValidationError as exc:

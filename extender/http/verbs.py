@@ -482,14 +482,7 @@ class Scheduler:
             released = self.core.expire(now)
             for r in released:
                 self._released(r)
-            # A gang whose member pods still exist keeps waiting (the ledger's Pending, /v1/inspect
-            # and the UI agree); only one nobody filtered for a TTL and whose pods are gone is dropped.
-            stale = [
-                g
-                for g, w in self.waiting.items()
-                if now - w.last_seen > self.ttl_seconds and not self.gang_ledger.has_members(g)
-            ]
-            for g in stale:
+            for g in self.gang_ledger.stale_waits(self.waiting, now - self.ttl_seconds):
                 del self.waiting[g]
             self.promises.expire(now)
             promoted = self.promotions.due(self.core)  # promotions made durable, on this periodic pass

@@ -365,30 +365,18 @@ STYLES: dict[str, dict[str, Any]] = {
     "first-fit": {"color": "tab:green", "linestyle": "-.", "linewidth": 1.4, "marker": "s", "zorder": 4},
     "first-fit-elastic": {"color": "tab:red", "linestyle": ":", "linewidth": 1.8, "marker": "^", "zorder": 4},
     "private": {"color": "tab:purple", "linestyle": "-", "linewidth": 3.4, "alpha": 0.45, "zorder": 1},
-    "kueue-like": {
-        "color": "tab:brown",
-        "linestyle": (0, (5, 1, 1, 1)),
-        "linewidth": 1.6,
-        "marker": "D",
-        "zorder": 4,
-    },
+    "kueue-like": {"color": "tab:brown", "linestyle": (0, (5, 1, 1, 1)), "marker": "D", "zorder": 4},
 }
-# A policy without an entry above still gets a colour of its own, never one a listed policy has
-# (matplotlib's default cycle starts with topogang's blue).
-_SPARE_COLORS = ("tab:olive", "tab:cyan", "tab:pink", "tab:gray")
 
 
 def color_of(name: str) -> str:
-    """The policy's colour in every plot: its own, or a spare one that no listed policy uses."""
-    listed = STYLES.get(name, {}).get("color")
-    if listed is not None:
-        return str(listed)
-    return _SPARE_COLORS[sum(map(ord, name)) % len(_SPARE_COLORS)]
+    """Its own colour, or a spare no listed policy has (matplotlib's first colour is topogang's blue)."""
+    own = STYLES.get(name, {}).get("color")
+    return str(own or ("olive", "cyan", "pink", "gray")[sum(map(ord, name)) % 4])
 
 
 def _style(name: str, markers: bool = True) -> dict[str, Any]:
-    style = dict(STYLES.get(name, {"linestyle": "-", "zorder": 3}))
-    style["color"] = color_of(name)
+    style = dict(STYLES.get(name, {"linestyle": "-", "zorder": 3, "color": color_of(name)}))
     if markers and "marker" in style:
         style.update(markersize=4, markevery=0.1)
     else:

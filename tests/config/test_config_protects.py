@@ -105,3 +105,10 @@ def test_hived_design_config_keeps_loading_with_its_unused_chain_as_warnings() -
         "2-DGX1-V100-NODE",
     ]
     assert all("no GPU is lost" in w.message for w in unused)
+
+
+@pytest.mark.parametrize("name", ["explain-pod.json", "pod.yaml"])
+def test_a_pod_given_to_validate_is_named_as_a_pod(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = ROOT / "examples" / name
+    (line,) = _errors(path, capsys)
+    assert line.startswith(f"{path}: this is a Kubernetes Pod (it has kind/metadata), not a topogang config")
