@@ -12,6 +12,7 @@ USAGE = """usage: topogang COMMAND [ARGS]
 
 commands:
   validate FILE...   check a topology/quota config; print its summary or every error
+  diff OLD NEW       what an edit changes: GPUs, nodes, cells, VC quotas (--json for data)
   generate           write a generated cluster config (e.g. 1,000 nodes x 8 GPUs for benchmarks)
   schema             write the config's JSON Schema (for editors)
   demo [FILE]        place a scripted job mix on a cluster and print every decision
@@ -46,6 +47,12 @@ def _validate(argv: Sequence[str]) -> int:
     from config.cli import cli_validate
 
     return cli_validate(argv)
+
+
+def _diff(argv: Sequence[str]) -> int:
+    from config.cli import cli_diff
+
+    return cli_diff(argv)
 
 
 def _generate(argv: Sequence[str]) -> int:
@@ -92,6 +99,7 @@ def _barrier(argv: Sequence[str]) -> int:
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "validate": _validate,
+    "diff": _diff,
     "generate": _generate,
     "schema": _schema,
     "demo": _demo,

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from config.diff import config_diff, format_diff
 from config.generate import GenerateError, generate_yaml
 from config.load import ConfigError, load_config
 from config.problems import format_line, format_problem
@@ -110,6 +111,34 @@ def cli_generate(argv: Sequence[str] | None = None) -> int:
     return _write(text, args.out, "topogang generate")
 
 
+def cli_diff(argv: Sequence[str] | None = None) -> int:
+    """`topogang diff OLD NEW [--json]`: 0 when the configs describe the same cluster and quotas,
+    1 when they differ, 2 when either cannot be read or is invalid (as diff(1) does)."""
+    parser = argparse.ArgumentParser(
+        prog="topogang diff",
+        description="What changing config OLD into NEW changes: GPUs, nodes, cells, VC quotas, namespaces.",
+    )
+    parser.add_argument("old", metavar="OLD")
+    parser.add_argument("new", metavar="NEW")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    loaded = []
+    for file in (args.old, args.new):
+        try:
+            loaded.append(load_config(file))
+        except ConfigError as exc:
+            for line in exc.lines():
+                print(line, file=sys.stderr)
+    if len(loaded) != 2:
+        print("topogang diff: compares two valid configs; fix the errors above first", file=sys.stderr)
+        return 2
+    d = config_diff(loaded[0], loaded[1])
+    print(json.dumps(d, indent=2) if args.json else format_diff(d))
+    return 1 if d["changed"] else 0
+
+
 def cli_schema(argv: Sequence[str] | None = None) -> int:
     """`topogang schema [--out FILE|-] [--check]`: write (or check) the config's JSON Schema."""
     parser = argparse.ArgumentParser(
@@ -155,7 +184,7 @@ def _write(text: str, out: str | None, prog: str) -> int:
     return 0
 
 
-COMMANDS = {"validate": cli_validate, "generate": cli_generate, "schema": cli_schema}
+COMMANDS = {"validate": cli_validate, "generate": cli_generate, "schema": cli_schema, "diff": cli_diff}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
