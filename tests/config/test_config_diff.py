@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def _edit(tmp_path: Path, *pairs: tuple[str, str]) -> Path:
     return path
 
 
-def _json(old: Path, new: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+def _json(old: Path, new: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     rc = cli_diff([str(old), str(new), "--json"])
     return rc, json.loads(capsys.readouterr().out)
 
