@@ -12,6 +12,7 @@ USAGE = """usage: topogang COMMAND [ARGS]
 
 commands:
   validate FILE...   check a topology/quota config; print its summary or every error
+  diff OLD NEW       what an edit changes: GPUs, nodes, cells, VC quotas (--json for data)
   generate           write a generated cluster config (e.g. 1,000 nodes x 8 GPUs for benchmarks)
   schema             write the config's JSON Schema (for editors)
   demo [FILE]        place a scripted job mix on a cluster and print every decision
@@ -19,13 +20,39 @@ commands:
   replay             drive a running extender like kube-scheduler does and print its decisions
   simulate           replay a GPU-cluster trace through several policies and write a report
   barrier            FrameworkBarrier drop-in: wait until the gang is Ready, write injector.sh
+  version            print the installed version (also: topogang --version)
 """
+
+
+def version() -> str:
+    """The installed distribution's version, from its package metadata (one source: pyproject.toml)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("topogang")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _version(argv: Sequence[str]) -> int:
+    if argv:
+        print(f"topogang version: unexpected arguments {' '.join(argv)!r}", file=sys.stderr)
+        return 2
+    print(f"topogang {version()}")
+    return 0
 
 
 def _validate(argv: Sequence[str]) -> int:
     from config.cli import cli_validate
 
     return cli_validate(argv)
+
+
+def _diff(argv: Sequence[str]) -> int:
+    from config.cli import cli_diff
+
+    return cli_diff(argv)
 
 
 def _generate(argv: Sequence[str]) -> int:
@@ -72,6 +99,7 @@ def _barrier(argv: Sequence[str]) -> int:
 
 COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "validate": _validate,
+    "diff": _diff,
     "generate": _generate,
     "schema": _schema,
     "demo": _demo,
@@ -79,6 +107,7 @@ COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "replay": _replay,
     "simulate": _simulate,
     "barrier": _barrier,
+    "version": _version,
 }
 
 
@@ -87,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(USAGE)
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        return _version(args[1:])
     cmd = COMMANDS.get(args[0])
     if cmd is None:
         print(f"topogang: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)

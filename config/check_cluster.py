@@ -63,17 +63,6 @@ def check_cell_types(spec: ClusterSpec) -> TypeCheck:
             )
         )
     out.cyclic = {name for name in child if _reaches_cycle(name, child)}
-    for name, kid in child.items():
-        if kid and kid not in child:
-            near = difflib.get_close_matches(kid, order, n=1, cutoff=0.8)
-            if near:
-                out.problems.append(
-                    ConfigWarning(
-                        f"{TYPES}.{name}.childCellType",
-                        f"{kid!r} is not a defined cell type, so it is taken as a leaf (GPU) type; "
-                        f"did you mean {near[0]!r}?",
-                    )
-                )
     usable: dict[str, CellTypeSpec] = {}
     for t in spec.cell_types:
         if t.name not in out.cyclic:
@@ -159,12 +148,131 @@ def check_chains(spec: ClusterSpec, tc: TypeCheck) -> tuple[list[Problem], list[
     # "Unused" is only meaningful once every top cell resolved to a chain; otherwise it is noise
     # caused by the unknown top type reported above.
     all_resolved = bool(chains) and all(c.cell_type in chains for c in spec.physical_cells)
-    for ct in spec.cell_types:
-        if all_resolved and ct.name not in used and ct.name not in tc.cyclic:
-            problems.append(
-                ConfigWarning(f"{TYPES}.{ct.name}", f"cell type {ct.name!r} is not used by any physical cell")
-            )
+    problems += check_unused(spec, tc, used, resolved=all_resolved)
     return problems, chains, sound
+
+
+def check_unused(spec: ClusterSpec, tc: TypeCheck, used: set[str], *, resolved: bool) -> list[Problem]:
+    """Cell types no physical cell uses: an error when hardware may be lost, a warning when not.
+
+    The rule, per group of unused types connected by childCellType links:
+    - it is connected to a used type (it groups used cells, like a `T-POD` of used `T-RACK`s): a
+      warning, since every GPU is still in the cluster;
+    - it has a node-level type of its own (a whole chain nobody instantiated, like the DGX1-V100
+      chain of HiveD's design config): a warning, since such a chain never held hardware;
+    - its GPUs (leaf types) are in the cluster under other types (HiveD's reconfiguration test
+      leaves the finer DGX2 groupings unused after shortening that chain): a warning;
+    - otherwise it is an orphan: no node level, so it could only sit under a node, yet no used type
+      names it and its GPU type is nowhere in the cluster. A misspelt childCellType does exactly
+      that, and half of every node vanishes: an error.
+    A childCellType that is not a defined type is a leaf (GPU) type; when it is one typo away from
+    an unused defined type, that is the misspelling itself, reported there (and not again as the
+    orphan), as an error. `resolved` False (some top cell's type is unknown) keeps all of it a
+    warning: "used" is not known then."""
+    defined = [ct.name for ct in spec.cell_types if ct.name not in tc.cyclic]
+    child = {ct.name: ct.child_type for ct in spec.cell_types if ct.name not in tc.cyclic}
+    unused = [n for n in dict.fromkeys(defined) if n not in used]
+    problems: list[Problem] = []
+    explained: set[str] = set()
+    for name, kid in child.items():
+        if not kid or kid in child:
+            continue
+        near = difflib.get_close_matches(kid, list(child), n=1, cutoff=0.8)
+        if not near:
+            continue
+        where = f"{TYPES}.{name}.childCellType"
+        if resolved and near[0] not in used:
+            explained |= _component(near[0], child)
+            problems.append(
+                Problem(
+                    where,
+                    f"{kid!r} is not a defined cell type, so it would be taken as a leaf (GPU) type, "
+                    f"cutting off the defined type {near[0]!r} (no physical cell uses it) and every GPU "
+                    f"under it; did you mean {near[0]!r}?",
+                )
+            )
+        else:
+            problems.append(
+                ConfigWarning(
+                    where,
+                    f"{kid!r} is not a defined cell type, so it is taken as a leaf (GPU) type; "
+                    f"did you mean {near[0]!r}?",
+                )
+            )
+    if not resolved:
+        return problems
+    used_leaves = _leaves(used, child)
+    seen: set[str] = set()
+    for name in unused:
+        if name in seen:
+            continue
+        group = _component(name, child)
+        seen |= group
+        members = [n for n in unused if n in group]
+        if group & used:
+            users = sorted(n for n in group if n in used)
+            for n in members:
+                problems.append(
+                    ConfigWarning(
+                        f"{TYPES}.{n}",
+                        f"cell type {n!r} is not used by any physical cell; it groups types the cells "
+                        f"do use ({', '.join(users)}), so no GPU is lost",
+                    )
+                )
+        elif any(tc.types[n].is_node_level for n in members if n in tc.types):
+            for n in members:
+                problems.append(
+                    ConfigWarning(
+                        f"{TYPES}.{n}",
+                        f"cell type {n!r} is not used by any physical cell; its whole chain "
+                        f"({', '.join(members)}), node level included, has no physical cell, so it never "
+                        "held hardware and no GPU is lost",
+                    )
+                )
+        elif _leaves(members, child) <= used_leaves:
+            gpus = ", ".join(sorted(_leaves(members, child)))
+            for n in members:
+                problems.append(
+                    ConfigWarning(
+                        f"{TYPES}.{n}",
+                        f"cell type {n!r} is not used by any physical cell; its GPU type ({gpus}) is in "
+                        "the cluster under other cell types, so no GPU is lost",
+                    )
+                )
+        elif not group & explained:
+            for n in members:
+                problems.append(
+                    Problem(
+                        f"{TYPES}.{n}",
+                        f"cell type {n!r} is not used by any physical cell and cannot be: no type at or "
+                        "below it is node-level, so it can only sit under a node, no used type names it as "
+                        "childCellType, and its GPU type is in no physical cell: its GPUs are cut off from "
+                        "the cluster. Is a childCellType misspelt? (A whole unused chain with its own node "
+                        "level is only a warning.)",
+                    )
+                )
+    return problems
+
+
+def _leaves(names: set[str] | list[str], child: dict[str, str]) -> set[str]:
+    """The leaf (GPU) types directly under `names`: child types that are not defined types."""
+    return {child[n] for n in names if n in child and child[n] and child[n] not in child}
+
+
+def _component(name: str, child: dict[str, str]) -> set[str]:
+    """The defined types linked to `name` by childCellType, in either direction."""
+    links: dict[str, set[str]] = {n: set() for n in child}
+    for n, kid in child.items():
+        if kid in links:
+            links[n].add(kid)
+            links[kid].add(n)
+    out, todo = {name}, [name]
+    while todo:
+        for m in links.get(todo.pop(), ()):
+            if m not in out:
+                out.add(m)
+                todo.append(m)
+    return out
 
 
 def expand_cells(spec: ClusterSpec, tc: TypeCheck, chains: list[str]) -> Layout:

@@ -11,7 +11,7 @@ from itertools import pairwise
 
 from config.check_cluster import TypeCheck
 from config.names import dns1123_label_error, vc_name_error
-from config.problems import ConfigWarning
+from config.problems import ConfigWarning, did_you_mean
 from config.quota import Demand
 from topology.layout import ExpandedCell, Problem, TypeInfo
 from topology.spec import ClusterSpec, VirtualCellSpec
@@ -68,7 +68,11 @@ def check_vcs(spec: ClusterSpec, tc: TypeCheck, chains: list[str], pins: dict[st
             pinned = pins.get(pid)
             if pinned is None:
                 out.problems.append(
-                    Problem(where, f"pinned cell not found in physicalCells: VC: {vc.name}, ID: {pid}")
+                    Problem(
+                        where,
+                        f"pinned cell not found in physicalCells: VC: {vc.name}, ID: {pid}"
+                        + did_you_mean(pid, pins),
+                    )
                 )
             elif pid in owner:
                 again = "listed twice by" if owner[pid] == vc.name else "already assigned to"
@@ -101,7 +105,11 @@ def check_vcs(spec: ClusterSpec, tc: TypeCheck, chains: list[str], pins: dict[st
         if err:
             out.problems.append(Problem(where, f"invalid namespace name: {err}"))
         if vc_name not in seen:
-            out.problems.append(Problem(where, f"VC {vc_name!r} is not defined in virtualClusters"))
+            out.problems.append(
+                Problem(
+                    where, f"VC {vc_name!r} is not defined in virtualClusters" + did_you_mean(vc_name, seen)
+                )
+            )
     return out
 
 
@@ -127,10 +135,20 @@ def _check_virtual_cell(
     last, first = cell.cell_type, cell.chain
     known = set(types) | k.defined
     if last not in known:
-        problems.append(Problem(at, f"cellType {last} in VirtualCells is not found in cell types definition"))
+        problems.append(
+            Problem(
+                at,
+                f"cellType {last} in VirtualCells is not found in cell types definition"
+                + did_you_mean(last, known),
+            )
+        )
     if first not in chains and first not in k.unknown_tops:
         problems.append(
-            Problem(at, f"Illegal initial VC assignment: Chain {first} does not exists in physical cluster")
+            Problem(
+                at,
+                f"Illegal initial VC assignment: Chain {first} does not exists in physical cluster"
+                + (did_you_mean(first, chains) or _path_hint(first, cell.path, k)),
+            )
         )
     if first in types:
         for prev, cur in pairwise(cell.path):
@@ -145,3 +163,15 @@ def _check_virtual_cell(
     if len(problems) > before or ti is None or first not in chains:
         return None
     return Demand(vc, first, last, ti.level, cell.number)
+
+
+def _path_hint(first: str, path: tuple[str, ...], k: _Known) -> str:
+    """For a path that starts below a chain's top: the full path from the chain, when there is one."""
+    for chain in k.chains:
+        down = [chain]
+        while down[-1] != first and down[-1] in k.types and k.types[down[-1]].child_type:
+            down.append(k.types[down[-1]].child_type or "")
+        if down[-1] == first:
+            full = ".".join([*down, *path[1:]])
+            return f" (a path starts at a top cell's type, the chain: did you mean {full!r}?)"
+    return ""

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from config.diff import config_diff, format_diff
 from config.generate import GenerateError, generate_yaml
 from config.load import ConfigError, load_config
 from config.problems import format_line, format_problem
@@ -85,7 +86,7 @@ def cli_generate(argv: Sequence[str] | None = None) -> int:
     """`topogang generate [--nodes N] [--gpus-per-node G] [--rack-size R] [--vcs V] [--out FILE]`."""
     parser = argparse.ArgumentParser(
         prog="topogang generate",
-        description="Write a synthetic cluster config (racks of nodes, VCs sharing ~90%% of the nodes).",
+        description="Write a synthetic cluster config (racks of nodes, VCs sharing ~90% of the nodes).",
     )
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus-per-node", type=int, default=8)
@@ -108,6 +109,34 @@ def cli_generate(argv: Sequence[str] | None = None) -> int:
         print(f"topogang generate: error: {exc}", file=sys.stderr)
         return 2
     return _write(text, args.out, "topogang generate")
+
+
+def cli_diff(argv: Sequence[str] | None = None) -> int:
+    """`topogang diff OLD NEW [--json]`: 0 when the configs describe the same cluster and quotas,
+    1 when they differ, 2 when either cannot be read or is invalid (as diff(1) does)."""
+    parser = argparse.ArgumentParser(
+        prog="topogang diff",
+        description="What changing config OLD into NEW changes: GPUs, nodes, cells, VC quotas, namespaces.",
+    )
+    parser.add_argument("old", metavar="OLD")
+    parser.add_argument("new", metavar="NEW")
+    parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    args = _parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    loaded = []
+    for file in (args.old, args.new):
+        try:
+            loaded.append(load_config(file))
+        except ConfigError as exc:
+            for line in exc.lines():
+                print(line, file=sys.stderr)
+    if len(loaded) != 2:
+        print("topogang diff: compares two valid configs; fix the errors above first", file=sys.stderr)
+        return 2
+    d = config_diff(loaded[0], loaded[1])
+    print(json.dumps(d, indent=2) if args.json else format_diff(d))
+    return 1 if d["changed"] else 0
 
 
 def cli_schema(argv: Sequence[str] | None = None) -> int:
@@ -155,7 +184,7 @@ def _write(text: str, out: str | None, prog: str) -> int:
     return 0
 
 
-COMMANDS = {"validate": cli_validate, "generate": cli_generate, "schema": cli_schema}
+COMMANDS = {"validate": cli_validate, "generate": cli_generate, "schema": cli_schema, "diff": cli_diff}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,7 @@ from config.problems import errors_of, format_line, format_problem, warnings_of
 from config.schema import HivedConfigModel, PhysicalCellModel, TopogangModel, unknown_keys
 from config.untrusted import CONFIG_LIMITS, UntrustedError, check_yaml, yaml_error
 from config.validate import Analysis, analyze
+from config.yamlpos import locate
 from topology.layout import Problem
 from topology.spec import (
     CellTypeSpec,
@@ -123,10 +124,20 @@ def load_config_text(text: str, filename: str = "<config>", *, check: bool = Tru
         errors.append(("", f"the top level must be a mapping of keys, not {_kind(raw)}"))
     if not isinstance(raw, dict):
         raise ConfigError(filename, errors)
+    if "physicalCluster" not in raw and ("kind" in raw or "metadata" in raw):
+        kind = raw.get("kind") if isinstance(raw.get("kind"), str) else "object"
+        errors.append(
+            (
+                "",
+                f"this is a Kubernetes {kind} (it has kind/metadata), not a topogang config: a config has "
+                "physicalCluster and virtualClusters (pods to copy are in examples/)",
+            )
+        )
+        raise ConfigError(filename, errors)
     try:
         model = HivedConfigModel.model_validate(raw)
     except ValidationError as exc:
-        errors.extend(pydantic_errors(exc, raw))
+        errors.extend(pydantic_errors(exc, raw, compose(text)))
         raise ConfigError(filename, errors) from None
     spec = to_spec(model)
     analysis = analyze(spec) if check else None
@@ -247,8 +258,25 @@ _FRIENDLY = {
 }
 
 
-def pydantic_errors(exc: ValidationError, raw: Any) -> list[tuple[str, str]]:
-    """Each pydantic error as (config path, reason naming the offending value)."""
+def compose(text: str) -> yaml.Node | None:
+    """The YAML node tree (with line and column marks), for locating errors; None if unreadable.
+
+    Only called once a config is known to be wrong and to parse, so its cost never reaches a
+    valid load."""
+    loader = (_CTextLoader or _TextLoader)(text)
+    try:
+        node: yaml.Node | None = loader.get_single_node()
+        return node
+    except yaml.YAMLError:
+        return None
+    finally:
+        loader.dispose()
+
+
+def pydantic_errors(exc: ValidationError, raw: Any, root: yaml.Node | None = None) -> list[tuple[str, str]]:
+    """Each pydantic error as (config path, reason naming the offending value); with the YAML
+    `root`, the reason also names the line and column, and the indentation slip that likely caused
+    it (`config.yamlpos`)."""
     out: list[tuple[str, str]] = []
     for err in exc.errors(include_url=False):
         loc = err["loc"]
@@ -259,8 +287,9 @@ def pydantic_errors(exc: ValidationError, raw: Any) -> list[tuple[str, str]]:
             reason = f"invalid name {_short(err['input'])}: {err['msg']}"
         else:
             msg = _FRIENDLY.get(err["type"], err["msg"])
-            reason = f"{msg}, got {_short(err['input'])}"
-        out.append((path, reason))
+            got = "nothing (an empty value)" if err["input"] is None else _short(err["input"])
+            reason = f"{msg}, got {got}"
+        out.append((path, reason + locate(root, loc, err["type"])))
     return out
 
 

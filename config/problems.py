@@ -39,3 +39,14 @@ def format_problem(file: str, problem: Problem) -> str:
     """Errors as `FILE: path: reason`; warnings as `FILE: path: warning: reason`."""
     reason = f"warning: {problem.message}" if is_warning(problem) else problem.message
     return format_line(file, problem.path, reason)
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str:
+    """` (did you mean 'X'?)` for the closest of `choices`, or "" when none is close.
+
+    Every name a config refers to (a cell type, a chain, a pinned id, a VC) gets this hint when it
+    is unknown, so a typo costs one look at the message, not a search through the file."""
+    import difflib
+
+    near = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=cutoff)
+    return f" (did you mean {near[0]!r}?)" if near else ""

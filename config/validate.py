@@ -1,7 +1,8 @@
 """`validate(spec)`: every check on a cluster spec, all findings at once, never an exception.
 
-HiveD validates a handful of things by panicking on the first (`reference/hived.md` §2.3), so an admin
-learns about one mistake per crash-loop. Here each check runs on whatever the earlier ones left usable,
+HiveD validates a handful of things by panicking on the first (`pkg/api/config.go` and
+`pkg/algorithm` in github.com/microsoft/hivedscheduler), so an admin learns about one mistake per
+crash-loop. Here each check runs on whatever the earlier ones left usable,
 and every finding names the config path and the offending value. Where HiveD has an error text for a
 condition, the same text is used, so its users recognise it.
 

@@ -43,6 +43,18 @@ SPEC = "topogang.io/pod-scheduling-spec"
 ENABLE = "topogang.io/pod-scheduling-enable"
 
 
+def plural(n: int, word: str) -> str:
+    """`1 pod`, `2 pods`: the replay's lines are read by people."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def pods_times_gpus(pods: list[int]) -> str:
+    """`1 pod x 1 GPU`, `4 pods x 8 GPUs`; pods of different sizes are listed (`2 pods: 8+4 GPUs`)."""
+    if len(set(pods)) <= 1:
+        return f"{plural(len(pods), 'pod')} x {plural(pods[0] if pods else 0, 'GPU')}"
+    return f"{plural(len(pods), 'pod')}: {'+'.join(map(str, pods))} GPUs"
+
+
 class ReplayError(Exception):
     pass
 
@@ -300,9 +312,7 @@ class Replay:
             self.say(f"  {pods[i]['metadata']['namespace']}/{pods[i]['metadata']['name']:<22} {outcome}")
             if outcome.startswith("bound"):
                 self.stats.bound += 1
-        title = (
-            f"{job.gang} (VC {job.vc}, priority {job.priority}, {len(job.pods)} pods x {job.pods[0]} GPUs)"
-        )
+        title = f"{job.gang} (VC {job.vc}, priority {job.priority}, {pods_times_gpus(job.pods)})"
         if all(o.startswith("bound") for o in outcomes):
             self.stats.placed.append(job.gang)
             self.say(f"= {title}: placed {self.describe(job.server_gang(run))}")

@@ -67,3 +67,19 @@ def test_the_rule_catches_machine_paths_and_spares_portable_ones() -> None:
     assert offending("other/Dockerfile", "rm /" + "tmp/requirements.txt") != []
     portable = "/usr/bin/chromium /usr/local/go/bin/go ~/.cache/x https://example.org/" + "home/x ./tmp/y"
     assert offending("README.md", portable) == []
+
+
+# `reference/NAME.md` notes live beside the repository while it is written, not in it: a shipped file
+# cites public upstream docs or docs/ instead. (A URL's own `.../reference/...` path is not a citation.)
+REFERENCE_NOTE = re.compile(r"(?<![\w./-])reference/[\w.-]+\.md")
+
+
+def test_no_file_cites_reference_notes_missing_from_the_repository() -> None:
+    found = [
+        f"{name}: {match}"
+        for name in tracked_files()
+        if (ROOT / name).is_file() and name != "tests/test_no_machine_paths.py"
+        for match in REFERENCE_NOTE.findall((ROOT / name).read_text(encoding="utf-8", errors="replace"))
+        if not (ROOT / match).exists()
+    ]
+    assert found == []

@@ -1,7 +1,8 @@
 """The annotations a Binding writes into the pod: the decision, durable where Kubernetes keeps it.
 
 kube-apiserver merges a Binding's annotations into the pod atomically with `spec.nodeName`, so they
-are the commit record (HiveD's trick, `reference/hived.md` §1.5, §3.3-3.4):
+are the commit record (HiveD's trick: its `pod-bind-info` annotation, doc/user-manual.md in
+github.com/microsoft/hivedscheduler):
 
 - `…/pod-leaf-cell-isolation: "4,5,6,7"`: the GPU indices, for `NVIDIA_VISIBLE_DEVICES` through the
   downward API (written under topogang's key, HiveD's, and HiveD's older `pod-gpu-isolation`);

@@ -278,6 +278,17 @@ class GangLedger:
         if self.clock() - self._pruned > PRUNE_EVERY_SECONDS:
             self.prune(core)
 
+    def stale_waits(self, waiting: Mapping[str, Any], seen_before: float) -> list[str]:
+        """Waiting gangs nobody filtered since `seen_before` and whose pods are gone. One whose member
+        pods still exist keeps waiting, as its record keeps it Pending: /v1/inspect, the UI and
+        /v1/gangs agree (standalone retries nothing, so a TTL alone once hid it from the first two)."""
+        return [
+            g
+            for g, w in waiting.items()
+            if w.last_seen < seen_before
+            and ((rec := self.records.get(g)) is None or rec.tombstone is not None or not rec.pods)
+        ]
+
     def prune(self, core: Core | None = None) -> None:
         """Drop tombstones past their time, and gangs nobody has filtered for a while that have no
         member left: Pending ones, and (given the core) any whose gang the core no longer has (it

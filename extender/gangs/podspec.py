@@ -3,7 +3,7 @@
 A pod opts in with a positive resource limit `topogang.io/pod-scheduling-enable` (or HiveD's
 `hivedscheduler.microsoft.com/pod-scheduling-enable`) on any container or init container, and
 describes itself in the annotation `topogang.io/pod-scheduling-spec` (or HiveD's key), YAML or JSON,
-with HiveD's fields and defaults (`reference/hived.md` §3):
+with HiveD's fields and defaults (HiveD's doc/user-manual.md; every field in docs/pod-spec.md):
 
     virtualCluster, priority (0), pinnedCellId, leafCellType, leafCellNumber, gangReleaseEnable,
     lazyPreemptionEnable, ignoreK8sSuggestedNodes, affinityGroup {name, members [{podNumber,

@@ -1,8 +1,8 @@
 """kube-scheduler's extender replies, always in the canonical PascalCase with explicit nulls.
 
 Go decodes them case-insensitively; a filter reply takes the form its request used (node names, or
-the full node objects for a scheduler without `nodeCacheCapable`). See
-`reference/extender-protocol.md` §1 and the request side in `extender.http.wire`.
+the full node objects for a scheduler without `nodeCacheCapable`). See the
+wire types in k8s.io/kube-scheduler/extender/v1 (types.go) and the request side in `extender.http.wire`.
 """
 
 from __future__ import annotations

@@ -482,8 +482,7 @@ class Scheduler:
             released = self.core.expire(now)
             for r in released:
                 self._released(r)
-            stale = [g for g, w in self.waiting.items() if now - w.last_seen > self.ttl_seconds]
-            for g in stale:
+            for g in self.gang_ledger.stale_waits(self.waiting, now - self.ttl_seconds):
                 del self.waiting[g]
             self.promises.expire(now)
             promoted = self.promotions.due(self.core)  # promotions made durable, on this periodic pass

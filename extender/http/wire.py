@@ -4,7 +4,7 @@ kube-scheduler marshals its untagged Go structs, so request keys are PascalCase 
 explicit `null`; Go decodes our replies case-insensitively. We read keys case-insensitively too (some
 third-party senders copied the old lower-case tags) and always answer with the canonical PascalCase
 names and explicit nulls. Every malformed input raises `WireError` naming the offending path, so the
-caller can answer with a message a human can act on. See `reference/extender-protocol.md` §1.
+caller can answer with a message a human can act on. See k8s.io/kube-scheduler/extender/v1 (types.go).
 A server that is given a `NodeLists` shares kube-scheduler's node lists from request to request.
 """
 

@@ -1,9 +1,8 @@
 """The API server, spoken to as raw JSON through the `kubernetes` client's transport.
 
-The generated models are slow and choke on partial objects (`reference/extender-protocol.md` §1.1,
-§5.5), so this uses the client only for configuration, authentication and connection pooling, and
-reads and writes plain dicts. `KubeApi` is blocking; `AsyncKube` runs every call in a thread so the
-event loop never waits on the network.
+The generated models are slow and choke on partial objects, so this uses the client only for
+configuration, authentication and connection pooling, and reads and writes plain dicts. `KubeApi` is
+blocking; `AsyncKube` runs every call in a thread so the event loop never waits on the network.
 """
 
 from __future__ import annotations

@@ -365,11 +365,18 @@ STYLES: dict[str, dict[str, Any]] = {
     "first-fit": {"color": "tab:green", "linestyle": "-.", "linewidth": 1.4, "marker": "s", "zorder": 4},
     "first-fit-elastic": {"color": "tab:red", "linestyle": ":", "linewidth": 1.8, "marker": "^", "zorder": 4},
     "private": {"color": "tab:purple", "linestyle": "-", "linewidth": 3.4, "alpha": 0.45, "zorder": 1},
+    "kueue-like": {"color": "tab:brown", "linestyle": (0, (5, 1, 1, 1)), "marker": "D", "zorder": 4},
 }
 
 
+def color_of(name: str) -> str:
+    """Its own colour, or a spare no listed policy has (matplotlib's first colour is topogang's blue)."""
+    own = STYLES.get(name, {}).get("color")
+    return str(own or ("olive", "cyan", "pink", "gray")[sum(map(ord, name)) % 4])
+
+
 def _style(name: str, markers: bool = True) -> dict[str, Any]:
-    style = dict(STYLES.get(name, {"linestyle": "-", "zorder": 3}))
+    style = dict(STYLES.get(name, {"linestyle": "-", "zorder": 3, "color": color_of(name)}))
     if markers and "marker" in style:
         style.update(markersize=4, markevery=0.1)
     else:
@@ -413,7 +420,7 @@ def vc_p95_figure(info: RunInfo, m: Mapping[str, PolicyMetrics]) -> Any:
             d = m[n].per_vc.get(vc, {}).get("all")
             vals.append(0.0 if d is None else d.p95 / 3600)
         xs = [k + (i - (len(names) - 1) / 2) * width for k in range(len(vcs))]
-        color = STYLES.get(n, {}).get("color")
+        color = color_of(n)
         ax.bar(xs, vals, width, label=n, color=color, edgecolor=color)
         for x, v in zip(xs, vals, strict=True):
             if v == 0:

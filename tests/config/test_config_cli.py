@@ -122,3 +122,10 @@ def test_subprocess_python_m_config() -> None:
     proc = _subprocess([sys.executable, "-m", "config", "validate", EXAMPLE])
     assert proc.returncode == 0, proc.stderr
     assert "Chains" in proc.stdout and proc.stderr == ""
+
+
+def test_generate_help_prints_a_plain_percent_sign(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help strings with %, not descriptions: `%%` there is printed as is."""
+    assert cli_generate(["--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "~90% of the nodes" in out and "%%" not in out

@@ -114,8 +114,9 @@ def test_pydantic_paths_use_brackets_for_lists_and_dots_for_keys() -> None:
     text = BASE.replace("cellNumber: 1", "cellNumber: []").replace("cellAddress: n2}", "cellAddress: [x]}")
     assert errors(text) == [
         "f.yaml: physicalCluster.physicalCells[0].cellChildren[1].cellAddress: "
-        "Input should be a valid string, got ['x']",
-        "f.yaml: virtualClusters.a.virtualCells[0].cellNumber: Input should be a valid integer, got []",
+        "Input should be a valid string, got ['x'] (line 7, column 40)",
+        "f.yaml: virtualClusters.a.virtualCells[0].cellNumber: Input should be a valid integer, got [] "
+        "(line 10, column 36)",
     ]
 
 
@@ -128,7 +129,8 @@ def test_numeric_mapping_keys_render_as_keys_not_indexes() -> None:
 
 def test_wrong_container_types() -> None:
     assert errors("physicalCluster: [1, 2]\n") == [
-        "f.yaml: physicalCluster: Input should be a mapping of keys, got ['1', '2']"
+        "f.yaml: physicalCluster: Input should be a mapping of keys, got ['1', '2'] (line 1, column 1); "
+        "'physicalCluster' needs a mapping (its keys on the lines below it, indented further), not a list"
     ]
 
 

@@ -594,3 +594,26 @@ def test_a_failed_bind_gives_the_slot_back_without_renewing_the_reservation() ->
         assert violations(s.core) == []
 
     run(go())
+
+
+def test_a_waiting_gang_with_pods_still_waits_after_its_ttl_in_inspect_and_the_ledger() -> None:
+    """Standalone retries nothing: the gang once vanished from /v1/inspect and the UI after its TTL
+    while /v1/gangs still listed it as Pending. Both now keep it until its pods are gone."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = scheduler(clock=clock, ttl_seconds=30.0)
+        p = pod("u1", "big", "research", spec("research", 8, 3, "research/big"))
+        await s.filter(args(p))
+        clock.t += 3 * 30.0
+        await s.expire()
+        names = [g["metadata"]["name"] for g in views.affinity_groups(s.core, s.waiting, s.clock())]
+        assert names == ["research/big"]
+        (rec,) = s.gang_ledger.all(s.core)
+        assert s.gang_ledger.status(s.core, rec, s.waiting_of)["phase"] == "Pending"
+        await s.pod_gone("u1")
+        clock.t += 3 * 30.0
+        await s.expire()
+        assert views.affinity_groups(s.core, s.waiting, s.clock()) == []
+
+    run(go())

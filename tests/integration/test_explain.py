@@ -39,9 +39,9 @@ def test_explain_answers_fit_wait_and_errors_without_changing_state(client: http
 
 
 def test_the_shipped_example_pod_is_explained_as_the_readme_says(client: httpx.Client) -> None:
-    """`curl -d @config/examples/explain-pod.json` (the README's): a 2 x 8-GPU gang, placed on two nodes."""
+    """`curl -d @examples/explain-pod.json` (the README's): a 2 x 8-GPU gang, placed on two nodes."""
     before = state(client)
-    r = client.post("/v1/explain", content=(ROOT / "config" / "examples" / "explain-pod.json").read_bytes())
+    r = client.post("/v1/explain", content=(ROOT / "examples" / "explain-pod.json").read_bytes())
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["gang"] == "vision/train" and body["vc"] == "vision"

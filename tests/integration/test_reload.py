@@ -65,3 +65,26 @@ def test_valid_edit_applies_without_restart_and_invalid_one_is_rejected(tmp_path
 
 def _nodes(client: httpx.Client) -> list[str]:
     return kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
+
+
+def test_reload_refuses_an_edit_that_validate_refuses_and_keeps_every_gpu(tmp_path: Path) -> None:
+    """A misspelt childCellType once validated with a warning and a reload halved the cluster."""
+    config = tmp_path / "cluster.yaml"
+    text = CONFIG.read_text()
+    assert "childCellType: A100-SWITCH" in text
+    config.write_text(text)
+    with (
+        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
+        httpx.Client(base_url=server.url, timeout=10.0) as client,
+    ):
+        before = client.get("/v1/inspect").json()
+        applied = client.get("/v1/config").json()["appliedHash"]
+        config.write_text(text.replace("childCellType: A100-SWITCH", "childCellType: A100-SWTICH", 1))
+        rejected = wait_for(client, "rejected")
+        assert rejected["appliedHash"] == applied
+        (line,) = [e for e in rejected["lastErrors"] if "A100-HALF.childCellType" in e]
+        assert line.startswith(f"{config}: physicalCluster.cellTypes.A100-HALF.childCellType: ")
+        assert "did you mean 'A100-SWITCH'?" in line
+        after = client.get("/v1/inspect").json()
+        assert after["virtualClusters"] == before["virtualClusters"]
+        assert len(_nodes(client)) == 12

@@ -76,3 +76,13 @@ def test_the_capacity_line_is_in_the_legend(run: tuple[RunInfo, dict[str, Policy
         assert "capacity (640 GPUs)" in labels and "last submit" in labels
     finally:
         plt.close(fig)
+
+
+def test_every_policy_has_a_colour_of_its_own() -> None:
+    """kueue-like once had no entry and got matplotlib's first colour: topogang's blue."""
+    from loadtest.simulate.cli import POLICIES
+    from loadtest.simulate.report import color_of
+
+    colours = [color_of(p) for p in POLICIES]
+    assert len(set(colours)) == len(POLICIES), dict(zip(POLICIES, colours, strict=True))
+    assert color_of("some-new-policy") not in colours

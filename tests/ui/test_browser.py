@@ -111,6 +111,9 @@ def test_page_loads_without_console_errors(opened: Opened, client: httpx.Client,
     assert page.locator("#topology .g").count() == 96
     assert page.locator("#topology .node").count() == 12
     assert page.locator("#topology .cell").count() == 3  # racks
+    # racks are named by their nodes' common prefix, not by their index in physicalCells
+    labels = page.locator("#topology .cell > .lbl").all_inner_texts()
+    assert labels == ["A100-RACK a100-r1-*", "A100-RACK a100-r2-*", "A100-RACK a100-r3-*"]
     # NVLink/PCIe grouping: every node nests 2 halves of 2 switches of 2 GPUs
     assert page.locator("#topology .node").first.locator(".grp.l2").count() == 4
     assert page.locator("#quotas .vc").count() == 3

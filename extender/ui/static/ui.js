@@ -104,7 +104,7 @@
         }
         const [address, kids] = cell;
         const nodesBelow = kids.length && typeof kids[0] === "string";
-        html.push('<div class="cell"><div class="lbl">' + esc(levelTypes[level]) + " " + esc(address) + "</div>");
+        html.push('<div class="cell"><div class="lbl">' + esc(levelTypes[level]) + " " + esc(cellLabel(address, kids)) + "</div>");
         html.push('<div class="kids' + (nodesBelow ? " nodes" : "") + '">');
         for (const kid of kids) walk(kid, level - 1);
         html.push("</div></div>");
@@ -126,6 +126,27 @@
     ui.highlighted = [];
     renderLegend();
     ui.lastRenderMs = performance.now() - t0;
+  }
+
+  // A cell above node level is named by what an admin recognises: its nodes' common name prefix
+  // ("a100-r1-*" for a rack of a100-r1-n1..n4), else its address (HiveD's index path, e.g. "0/1").
+  function cellLabel(address, kids) {
+    const names = [];
+    const walk = (c) => {
+      if (typeof c === "string") names.push(c);
+      else c[1].forEach(walk);
+    };
+    kids.forEach(walk);
+    if (names.length < 2) return names.length ? names[0] : address;
+    let prefix = names[0];
+    for (const n of names) {
+      let i = 0;
+      while (i < prefix.length && i < n.length && prefix[i] === n[i]) i++;
+      prefix = prefix.slice(0, i);
+    }
+    const cut = Math.max(prefix.lastIndexOf("-"), prefix.lastIndexOf("."), prefix.lastIndexOf("_"));
+    prefix = cut > 0 ? prefix.slice(0, cut + 1) : "";
+    return prefix.length >= 2 ? prefix + "*" : address;
   }
 
   function countNodes(tops) {

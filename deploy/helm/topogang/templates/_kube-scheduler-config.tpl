@@ -5,7 +5,8 @@ scheduler-config.yaml holds it.
 */}}
 {{- define "topogang.schedulerConfig" -}}
 {{- $tls := .Values.extender.tls -}}
-# The second kube-scheduler that sends GPU gang pods to topogang (reference/extender-protocol.md §3, §7.1).
+# The second kube-scheduler that sends GPU gang pods to topogang (the `extenders` of KubeSchedulerConfiguration:
+# https://kubernetes.io/docs/reference/config-api/kube-scheduler-config.v1/#kubescheduler-config-k8s-io-v1-Extender).
 #
 # Pods opt in with `spec.schedulerName: {{ .Values.scheduler.name }}` and a limit `topogang.io/pod-scheduling-enable: 1`
 # (HiveD's `hivedscheduler.microsoft.com/pod-scheduling-enable` works too).
