@@ -23,6 +23,7 @@ from topology.decisions import (
     WaitCode,
     WaitReason,
 )
+from topology.expiry import cooling
 from topology.gangs import existing, live_victims, place_new, placement_of, record_gang, release
 from topology.placement import Shortfall
 from topology.requests import chains, level_named, suggested_ids, validate
@@ -161,6 +162,9 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
             return Preemption(held.name, live_victims(cluster, held.victims))
         return placement_of(cluster, held)
     validate(cluster, req)
+    cooling_wait = cooling(cluster, req, now)
+    if cooling_wait is not None:
+        return cooling_wait
     suggested = suggested_ids(cluster, req)
     got = place_new(cluster, req, now, suggested)
     if not isinstance(got, Wait) or req.opportunistic:
