@@ -45,8 +45,10 @@ class Plan:
 
 
 def may_preempt(req: GangRequest, owner: int, g: Gang) -> bool:
-    """Can a gang of `req` displace `g`? Lower priority in the same VC (same owner), or opportunistic."""
-    if g.name == req.name or req.opportunistic:
+    """Can a gang of `req` displace `g`? Lower priority in the same VC (same owner), or opportunistic.
+    Never one already being evicted: its GPUs come free as its pods go (or, for a pod whose bind
+    info topogang did not write, when the admin removes it)."""
+    if g.name == req.name or req.opportunistic or g.evicting:
         return False
     if g.priority < 0:
         return True

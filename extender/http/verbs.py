@@ -22,6 +22,7 @@ from typing import Any
 
 from extender.conventions.edge import Conventions
 from extender.gangs.bindinfo import bind_annotations
+from extender.gangs.bindsig import BindSigner
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
@@ -97,6 +98,7 @@ class Scheduler:
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
+        self.signer: BindSigner | None = None  # Kubernetes mode: signs every Binding's bind info
         self.promotions = PromotionWriter(
             binder, known_names(self.pods, self.gang_ledger), metrics=self.metrics
         )
@@ -410,6 +412,8 @@ class Scheduler:
         # from the claim on, any failure gives the slot back: nothing may stay claimed for an unbound pod
         try:
             annotations = bind_annotations(decision, pr.slot_key)
+            if self.signer is not None:  # what recovery checks before it adopts the bind info
+                annotations = self.signer.signed(annotations, pr.uid)
             await self.binder.bind(
                 BindTarget(args.pod_namespace, args.pod_name, args.pod_uid), args.node, annotations
             )
