@@ -22,6 +22,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from extender.gangs.bindinfo import bind_annotations
+from topology.decisions import Bind
+
 SIGNATURE_ANNOTATION = "topogang.io/pod-bind-signature"
 TOPOGANG_BIND_INFO = "topogang.io/pod-bind-info"
 HIVED_BIND_INFO = "hivedscheduler.microsoft.com/pod-bind-info"
@@ -87,6 +90,12 @@ class BindSigner:
         if not hmac.compare_digest(sig.encode(), self.sign(pod_uid, info).encode()):
             return "its bind signature does not match its bind info"
         return None
+
+
+def signed_bind_annotations(signer: BindSigner | None, bind: Bind, slot_key: str | None) -> dict[str, str]:
+    """What a Binding (or a promotion's write-back) writes for `bind`, signed when there is a key."""
+    out = bind_annotations(bind, slot_key)
+    return signer.signed(out, bind.pod_uid) if signer is not None else out
 
 
 def _uid_and_annotations(pod: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:

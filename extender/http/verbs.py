@@ -21,8 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from extender.conventions.edge import Conventions
-from extender.gangs.bindinfo import bind_annotations
-from extender.gangs.bindsig import BindSigner
+from extender.gangs.bindsig import signed_bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
@@ -98,7 +97,6 @@ class Scheduler:
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
-        self.signer: BindSigner | None = None  # Kubernetes mode: signs every Binding's bind info
         self.promotions = PromotionWriter(
             binder, known_names(self.pods, self.gang_ledger), metrics=self.metrics
         )
@@ -411,9 +409,7 @@ class Scheduler:
                 self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of)
         # from the claim on, any failure gives the slot back: nothing may stay claimed for an unbound pod
         try:
-            annotations = bind_annotations(decision, pr.slot_key)
-            if self.signer is not None:  # what recovery checks before it adopts the bind info
-                annotations = self.signer.signed(annotations, pr.uid)
+            annotations = signed_bind_annotations(self.promotions.signer, decision, pr.slot_key)
             await self.binder.bind(
                 BindTarget(args.pod_namespace, args.pod_name, args.pod_uid), args.node, annotations
             )

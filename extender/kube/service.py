@@ -122,7 +122,7 @@ def kube_service(
     scheduler.promotions.locate.insert(0, sync.live.get)  # every opted-in pod of the cluster, by UID
     sync.on_invalid = on_invalid
     if signing_key is not None:
-        scheduler.signer = scheduler.promotions.signer = sync.signer = BindSigner(signing_key)
+        scheduler.promotions.signer = sync.signer = BindSigner(signing_key)  # binds and write-backs
         sync.adopt_unsigned = adopt_unsigned_bind_info
     else:
         log.warning("no bind signing key: bind info read back after a restart is adopted unchecked")
