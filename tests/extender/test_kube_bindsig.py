@@ -13,6 +13,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from extender.gangs.bindsig import SIGNATURE_ANNOTATION, BindSigner, SigningKeyError, load_key
 from extender.kube.client import pod_path
@@ -181,3 +183,18 @@ def test_a_key_too_short_or_missing_is_named(tmp_path: Any) -> None:
         load_key(tmp_path / "absent")
     (tmp_path / "good").write_bytes(KEY + b"\n")
     assert load_key(tmp_path / "good") == KEY
+
+
+@given(uid=st.text(min_size=1, max_size=20), info=st.text(max_size=200), other=st.text(max_size=200))
+def test_a_signature_holds_for_its_own_pod_and_text_only(uid: str, info: str, other: str) -> None:
+    signer = BindSigner(KEY)
+    ann = {INFO: info, SIGNATURE_ANNOTATION: signer.sign(uid, info)}
+    assert signer.verdict(uid, ann) is None
+    assert signer.verdict(uid + "x", ann) is not None  # copied onto another pod
+    if other != info:
+        assert signer.verdict(uid, {**ann, INFO: other}) is not None  # edited
+    assert BindSigner(b"o" * 32).verdict(uid, ann) is not None  # another key
+    assert signer.verdict(uid, {INFO: info}) is not None  # unsigned
+    assert signer.verdict(uid, {INFO: info}, adopt_unsigned=True) is None  # the opt-in
+    if other != info:  # the opt-in adopts what carries no signature, never a wrong one
+        assert signer.verdict(uid, {**ann, INFO: other}, adopt_unsigned=True) is not None
