@@ -79,6 +79,16 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--lease-seconds", type=float, default=15.0, help="Lease duration (default 15)")
     ap.add_argument("--renew-deadline", type=float, default=10.0, help="leader gives up after (default 10)")
     ap.add_argument("--retry-seconds", type=float, default=2.0, help="Lease retry/renew period (default 2)")
+    ap.add_argument(
+        "--bind-signing-key-file",
+        default=None,
+        help="key (>= 32 bytes) signing bind info; a restart adopts only bind info it signed (with --kube)",
+    )
+    ap.add_argument(
+        "--adopt-unsigned-bind-info",
+        action="store_true",
+        help="switching over from HiveD: adopt its unsigned bind info at this first start (with --kube)",
+    )
     return ap
 
 
@@ -138,6 +148,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
 def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> Service:
     if not kube:
         return build_standalone(loaded, keep_victims=args.keep_victims)
+    from extender.gangs.bindsig import load_key
     from extender.kube.leader import LeaseSettings
     from extender.kube.service import DEFAULT_NAMESPACE, build_kube_service
 
@@ -147,8 +158,15 @@ def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> S
         lease = LeaseSettings(
             namespace, args.lease_name, args.lease_seconds, args.renew_deadline, args.retry_seconds
         )
+    key = load_key(args.bind_signing_key_file) if args.bind_signing_key_file else None
     return build_kube_service(
-        loaded, kubeconfig=args.kubeconfig, namespace=namespace, lease=lease, on_lost=_exit_on_lost
+        loaded,
+        kubeconfig=args.kubeconfig,
+        namespace=namespace,
+        lease=lease,
+        on_lost=_exit_on_lost,
+        signing_key=key,
+        adopt_unsigned_bind_info=args.adopt_unsigned_bind_info,
     )
 
 

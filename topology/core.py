@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from topology import gangs, health, preemption, promotion, recovery, requests
+from topology import expiry, gangs, health, preemption, promotion, recovery, requests
 from topology.cluster import Cluster
 from topology.decisions import (
     AdoptedPod,
@@ -53,6 +53,9 @@ class Core(Cluster):
             return gangs.placement_of(self, held)
         suggested = requests.suggested_ids(self, req)
         requests.validate(self, req)
+        cooling = expiry.cooling(self, req, now)  # it expired less than a TTL ago
+        if cooling is not None:
+            return cooling
         got = gangs.place_new(self, req, now, suggested)
         if not isinstance(got, Wait) or req.opportunistic:
             return got
@@ -142,7 +145,7 @@ class Core(Cluster):
     def expire(self, now: float) -> list[Released]:
         """Release every reservation (or preemption) whose deadline passed before all its slots were
         claimed; pods already bound to it are named for eviction and keep their GPUs until gone."""
-        return self._promoting(gangs.expire(self, now))
+        return self._promoting(expiry.expire(self, now))
 
     def _promoting(self, released: _R) -> _R:
         """After a release: opted-in opportunistic gangs whose VC now has room become guaranteed."""

@@ -74,6 +74,7 @@ class WaitCode(StrEnum):
     RESERVED = "Reserved"  # all candidate slots of the gang are claimed
     PREEMPTIBLE = "Preemptible"  # it would fit by preempting the listed victims (see `Wait.victims`)
     PREEMPTING = "Preempting"  # cells are reserved for it; waiting for the victims to go
+    EXPIRED = "Expired"  # its reservation expired before it was whole; placed again one TTL later
 
 
 @dataclass(frozen=True, slots=True)

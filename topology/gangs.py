@@ -4,7 +4,13 @@ A gang is placed whole when its first member is filtered (`place_new`): the `Pla
 every pod and a `Gang` with one `Slot` per pod is recorded in the reservations. Its pods then claim the
 slots one by one (`claim`). A gang is released when none of its pods is alive, when it is deleted,
 or when its reservation expires before every slot was claimed; pods still running then keep their
-GPUs until they are gone (`_evicting`), and a leaf a preemptor waits for passes straight to it.
+GPUs until they are gone (`keep_until_gone`), and a leaf a preemptor waits for passes straight to it.
+
+The TTL is a cap on how long a gang holds cells while not whole: its deadline is set when it is
+placed (or when its victims are gone) and again only when a whole gang loses a member, never while
+it is not whole. Filters, members deleted and re-created, failed binds: none of them moves it. One
+whose every bound member was deleted while it was not whole carries its deadline into its next
+placement (`record_gang`); expiry itself is `topology.expiry`.
 """
 
 from __future__ import annotations
@@ -90,8 +96,13 @@ def record_gang(
     leaves: list[tuple[int, ...]],
     now: float,
 ) -> Gang:
-    """Record a placed gang: its slots, TTL deadline and lowest common cell level."""
+    """Record a placed gang: its slots, TTL deadline and lowest common cell level. A gang released
+    with every member gone while not whole carries on with the deadline it had."""
     slots = _slots(cluster, req, leaves)
+    deadline = now + req.ttl_seconds
+    carried = cluster.reservations.windows.pop(req.name, None)
+    if carried is not None and carried[0] > now:
+        deadline = min(deadline, carried[0])
     gang = Gang(
         id=gang_id,
         name=req.name,
@@ -101,7 +112,7 @@ def record_gang(
         priority=req.priority,
         slots=slots,
         created=now,
-        deadline=now + req.ttl_seconds,
+        deadline=deadline,
         lca_level=cluster.topo.lca_level([leaf for s in slots for leaf in s.leaves]),
     )
     cluster.reservations.add(gang)
@@ -318,9 +329,12 @@ def release_pod(cluster: Cluster, pod_uid: str, now: float, *, finished: bool = 
             slot.released_early = True
             _free_leaves(cluster, list(slot.leaves), now)
     if not gang.live_slots():
+        if not finished and gang.deadline is not None and not gang.evicting:
+            # not whole: a member re-created now places it again inside the same window
+            cluster.reservations.windows[gang.name] = (gang.deadline, gang.request.ttl_seconds)
         return release(cluster, gang, "all members gone", now)
-    if not finished and not gang.evicting:
-        gang.deadline = now + gang.request.ttl_seconds
+    if not finished and not gang.evicting and gang.deadline is None:
+        gang.deadline = now + gang.request.ttl_seconds  # it was whole: a new window starts now
     return None
 
 
@@ -334,30 +348,15 @@ def delete_gang(cluster: Cluster, name: str) -> Released | None:
 
 def evict_gang(cluster: Cluster, name: str, now: float) -> Released | None:
     """Let a gang go whose pods the caller evicts (a superseded framework attempt): as
-    `delete_gang`, but its running pods keep their GPUs until they are gone (`_evicting`)."""
+    `delete_gang`, but its running pods keep their GPUs until they are gone (`keep_until_gone`)."""
     gang = cluster.reservations.by_name.get(name)
     if gang is None:
         return None
-    _evicting(cluster, gang, now)
+    keep_until_gone(cluster, gang, now)
     return release(cluster, gang, "deleted", now)
 
 
-def expire(cluster: Cluster, now: float) -> list[Released]:
-    """Release every reservation (or preemption) whose deadline passed before all its slots were
-    claimed; pods already bound to it are named for eviction, so no gang stays half-bound, and
-    keep their GPUs until they are gone (`_evicting`)."""
-    out = []
-    for gang in cluster.reservations.gangs():
-        if gang.deadline is not None and gang.deadline <= now and gang.phase is not GangPhase.BOUND:
-            _evicting(cluster, gang, now)
-            if gang.pending:
-                out.append(cancel(cluster, gang, "expired"))
-            else:
-                out.append(release(cluster, gang, "expired"))
-    return out
-
-
-def _evicting(cluster: Cluster, gang: Gang, now: float) -> None:
+def keep_until_gone(cluster: Cluster, gang: Gang, now: float) -> None:
     """A gang let go while its pods run: they are evicted, but each runs until it is gone (its
     grace period), so its GPUs must not go to anyone else before. Their slots move to a gang of
     their own, `<gang>/evicted/<id>`, that frees each slot's GPUs as its pod goes (and only then

@@ -23,6 +23,7 @@ from topology.decisions import (
     WaitCode,
     WaitReason,
 )
+from topology.expiry import cooling
 from topology.gangs import existing, live_victims, place_new, placement_of, record_gang, release
 from topology.placement import Shortfall
 from topology.requests import chains, level_named, suggested_ids, validate
@@ -44,8 +45,10 @@ class Plan:
 
 
 def may_preempt(req: GangRequest, owner: int, g: Gang) -> bool:
-    """Can a gang of `req` displace `g`? Lower priority in the same VC (same owner), or opportunistic."""
-    if g.name == req.name or req.opportunistic:
+    """Can a gang of `req` displace `g`? Lower priority in the same VC (same owner), or opportunistic.
+    Never one already being evicted: its GPUs come free as its pods go (or, for a pod whose bind
+    info topogang did not write, when the admin removes it)."""
+    if g.name == req.name or req.opportunistic or g.evicting:
         return False
     if g.priority < 0:
         return True
@@ -161,6 +164,9 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
             return Preemption(held.name, live_victims(cluster, held.victims))
         return placement_of(cluster, held)
     validate(cluster, req)
+    cooling_wait = cooling(cluster, req, now)
+    if cooling_wait is not None:
+        return cooling_wait
     suggested = suggested_ids(cluster, req)
     got = place_new(cluster, req, now, suggested)
     if not isinstance(got, Wait) or req.opportunistic:

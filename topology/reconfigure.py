@@ -43,6 +43,7 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
             bad = old.node_health(node)
             if bad:
                 new.set_node_health(node, True, bad_gpus=frozenset(bad))
+    new.reservations.windows.update(old.reservations.windows)
     gangs = sorted(old.gangs(), key=lambda g: (-g.request.priority, g.created, g.id))
     for g in gangs:
         if g.phase is GangPhase.PREEMPTING:
@@ -64,6 +65,8 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         if adopted is None:
             report.lost.append(f"gang {g.name}: none of its GPUs exist any more")
             continue
+        if g.deadline is not None and adopted.deadline is not None:
+            adopted.deadline = min(adopted.deadline, g.deadline)  # a reload does not extend the TTL
         report.lost.extend(h for h in adopted.history if "not in the cluster" in h or "already held" in h)
         if adopted.priority < 0 <= g.priority:
             adopted.downgraded_by = "reconfiguration"

@@ -88,6 +88,10 @@ class Reservations:
         self.pod_gang: dict[str, int] = {}
         self.promote_ids: set[int] = set()  # gangs that asked to be promoted (`promotion.py`)
         self.promoted: set[int] = set()  # gangs promoted since the edge last asked (`Core.take_promoted`)
+        # gang name -> (deadline, TTL) of the not-whole window of a gang released before it was
+        # whole (expired, or every member gone): its next placement carries the deadline on, or
+        # waits a TTL past it (`expiry.cooling`, `gangs.record_gang`)
+        self.windows: dict[str, tuple[float, float]] = {}
         self._next_id = 0
 
     def new_id(self) -> int:

@@ -48,11 +48,13 @@ def object_name(gang: str) -> str:
 
 
 def needs_object(gang: Gang) -> bool:
-    """Whether only an object can bring this reservation back: it preempts (victims are being
-    deleted for it), or no member is bound yet (no annotation records it)."""
+    """Whether only an object can bring this reservation back as it was: it preempts (victims are
+    being deleted for it), or it is not whole yet. With no member bound no annotation records it;
+    with some bound, the members' bind info records where it is but not its deadline, which a
+    restart must keep (the TTL caps how long a gang holds cells while not whole)."""
     if gang.phase is GangPhase.PREEMPTING:
         return True
-    return gang.phase is GangPhase.RESERVED and not any(s.pod_uid or s.finished for s in gang.slots)
+    return gang.phase is GangPhase.RESERVED and not gang.evicting
 
 
 def needs_write_through(gang: Gang) -> bool:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Protocol, runtime_checkable
 
-from extender.gangs.bindinfo import bind_annotations
+from extender.gangs.bindsig import BindSigner, signed_bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.http.podcache import PodCache
 from extender.http.ports import BindTarget
@@ -67,6 +67,8 @@ class PromotionWriter:
         self.failures = 0
         self.locate = list(locate)  # where a pod UID's namespace and name are known, first hit wins
         self._unnamed: set[str] = set()  # gangs of the last `due` with a pod it could not name
+        # signs the bind info of every Binding (`Scheduler.bind`) and every write-back (`bindsig`)
+        self.signer: BindSigner | None = None
 
     def due(self, core: Core) -> list[Write]:
         """The annotations to write now (the caller holds the scheduler lock)."""
@@ -102,7 +104,8 @@ class PromotionWriter:
                     self._unnamed.add(name)
                     continue
                 bind = Bind(sl.pod_uid, sl.index, p.node, p.gpu_indices, placement)
-                out.append((name, BindTarget(at[0], at[1], sl.pod_uid), bind_annotations(bind, sl.key)))
+                ann = signed_bind_annotations(self.signer, bind, sl.key)
+                out.append((name, BindTarget(at[0], at[1], sl.pod_uid), ann))
         return out
 
     def _locate(self, uid: str) -> tuple[str, str] | None:

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from extender.conventions.edge import Conventions
-from extender.gangs.bindinfo import bind_annotations
+from extender.gangs.bindsig import signed_bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
@@ -409,7 +409,7 @@ class Scheduler:
                 self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of)
         # from the claim on, any failure gives the slot back: nothing may stay claimed for an unbound pod
         try:
-            annotations = bind_annotations(decision, pr.slot_key)
+            annotations = signed_bind_annotations(self.promotions.signer, decision, pr.slot_key)
             await self.binder.bind(
                 BindTarget(args.pod_namespace, args.pod_name, args.pod_uid), args.node, annotations
             )

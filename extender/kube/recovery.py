@@ -13,11 +13,17 @@ a gang that are all being deleted: no reservation comes back for the slots none 
 
 Pods bound by HiveD (its bind-info and isolation annotations) are adopted the same way, which is how
 a cluster moves from HiveD to topogang without draining.
+
+Bind info counts only when `verify` (the extender's `BindSigner`, `extender.gangs.bindsig`) says it
+is topogang's own decision. A pod whose bind info is not (forged, edited, HiveD's without the
+admin's opt-in) is no member of any gang: its claimed GPUs are held, as a gang of its own named
+`unverified:<namespace>/<pod>` (a colon no namespace can hold, so no tenant's gang key meets it) with no quota cell and no priority, until the pod is gone, so no
+one else is placed on them; it is listed in the report for the caller to tell the admin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -32,9 +38,31 @@ from extender.gangs.identity import gang_key
 from extender.gangs.podspec import PodRequest, is_enabled, pod_request
 from extender.kube import pods as kpods
 from topology.core import Core
-from topology.decisions import AdoptedPod, GangRequest, Member, UserError, held_no_quota
+from topology.decisions import (
+    OPPORTUNISTIC_PRIORITY,
+    AdoptedPod,
+    GangRequest,
+    Member,
+    UserError,
+    held_no_quota,
+)
 
 PLACEHOLDER = "topogang-recovery"
+UNVERIFIED = "unverified"
+# a pod's bind info -> None when it is topogang's own decision, else why not
+Verify = Callable[[Mapping[str, Any]], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Unverified:
+    """A bound pod whose bind info topogang did not write: held, not adopted."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    gpus: tuple[int, ...]
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +83,7 @@ class RecoveryReport:
     notes: list[str] = field(default_factory=list)
     # pods whose bind info was read without fault: nothing to tell them (`ClusterSync.check`)
     bind_info_read: set[str] = field(default_factory=set)
+    unverified: list[Unverified] = field(default_factory=list)  # held, not adopted
 
     def lines(self) -> list[str]:
         out = [
@@ -62,6 +91,11 @@ class RecoveryReport:
             f"({self.open_slots} slots still open)"
         ]
         out += [f"skipped pod {pod}: {why}" for pod, why in self.skipped]
+        out += [
+            f"pod {u.namespace}/{u.name} on {u.node} GPUs {list(u.gpus)} held without quota or "
+            f"priority, not adopted: {u.reason}"
+            for u in self.unverified
+        ]
         out += self.notes
         return out
 
@@ -114,6 +148,7 @@ def collect(
     namespace_vcs: Mapping[str, str] | None = None,
     ttl_seconds: float = 300.0,
     report: RecoveryReport | None = None,
+    verify: Verify | None = None,
 ) -> dict[str, list[_Found]]:
     """Bound, live, opted-in pods grouped by gang name (sorted, so recovery is deterministic). A pod
     whose annotations cannot be read is skipped, with the reason in the report: its annotations are
@@ -126,6 +161,10 @@ def collect(
         if node is None or kpods.finished(pod) or not is_enabled(pod) or not kpods.uid(pod):
             continue
         key = f"{kpods.uid(pod)}({kpods.namespace(pod)}/{kpods.name(pod)})"
+        why = verify(pod) if verify is not None else None
+        if why is not None:
+            _unverified(pod, node, key, why, report)
+            continue
         try:
             found = _found(pod, node, key, namespace_vcs, ttl_seconds, report)
         except Exception as err:  # whatever else the pod's content provokes: this pod only
@@ -134,6 +173,37 @@ def collect(
         if found is not None:
             groups.setdefault(found.request.gang, []).append(found)
     return dict(sorted(groups.items()))
+
+
+def _unverified(pod: Mapping[str, Any], node: str, key: str, why: str, report: RecoveryReport) -> None:
+    """A pod whose bind info is not topogang's decision: the GPUs it claims, to hold."""
+    try:
+        info = pod_bind_info(kpods.pod_annotations(pod))
+    except ValueError:
+        info = None
+    try:
+        gpus = _gpus(pod, info)
+    except ValueError as err:
+        report.skipped.append((key, f"{why}; and {err}"))
+        return
+    u = Unverified(kpods.uid(pod), kpods.namespace(pod), kpods.name(pod), node, tuple(sorted(gpus)), why)
+    report.unverified.append(u)
+
+
+def _hold(core: Core, u: Unverified, now: float) -> None:
+    """Hold an unverified pod's GPUs until it is gone: a one-pod gang, opportunistic (no quota,
+    no priority), being evicted (it never expires, is no preemption victim, frees as the pod goes).
+    Nothing evicts it: the admin decides (the Warning Event and /v1/inspect name it)."""
+    vcs = core.vc_names()
+    if not vcs or not u.gpus:
+        return
+    req = GangRequest(
+        name=f"{UNVERIFIED}:{u.namespace}/{u.name}",
+        vc=vcs[0],
+        members=(Member(1, len(u.gpus)),),
+        priority=OPPORTUNISTIC_PRIORITY,
+    )
+    core.adopt(req, [AdoptedPod(u.uid, u.node, u.gpus, u.name)], now, evicting=True)
 
 
 def _found(
@@ -225,10 +295,14 @@ def recover(
     now: float,
     namespace_vcs: Mapping[str, str] | None = None,
     ttl_seconds: float = 300.0,
+    verify: Verify | None = None,
 ) -> RecoveryReport:
-    """Adopt every bound gang into `core`; unbound members' slots stay reserved (open)."""
+    """Adopt every bound gang into `core`; unbound members' slots stay reserved (open). With
+    `verify`, only bind info it vouches for is adopted; other bound pods' GPUs are held."""
     report = RecoveryReport()
-    groups = collect(pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report)
+    groups = collect(pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report, verify=verify)
+    for u in report.unverified:
+        _hold(core, u, now)
     held = {(f.node, gpu): gang for gang, fs in groups.items() for f in fs for gpu in f.gpus}
     for gang, everyone in groups.items():
         found, *earlier = _by_placement(everyone)

@@ -159,7 +159,8 @@ class ReservationStore:
     # ------------------------------------------------------------------ start
     async def restore(self) -> list[str]:
         """Read every object back into the core (after bound pods were adopted, so a gang with a
-        bound member is already there and its object is simply dropped at the next sync). An object
+        bound member is already there: it takes the object's deadline when that is earlier, and a
+        whole gang's object is dropped at the next sync). An object
         that cannot be restored is deleted; the gang places afresh. Report lines."""
         items, _ = await self.kube.list(rsv.collection_path(self.namespace))
         lines: list[str] = []
@@ -175,12 +176,15 @@ class ReservationStore:
                     self.written[name] = rsv.UNKNOWN
                     continue
                 self.written[name] = rsv.UNKNOWN  # known to exist: the next sync rewrites or deletes it
-                if core.gang(r.request.name) is not None:
-                    continue
                 if not split_key(r.request.name)[0]:  # a global name: no pod names that gang any more
                     lines.append(f"gang reservation of {r.request.name} names no namespace, dropped")
                     continue
                 deadline = rsv.deadline_of(r, clock_now=now, wall_now=wall)
+                if core.gang(r.request.name) is not None:
+                    # adopted from its bound members with a fresh TTL: it keeps the deadline it had
+                    # (one past expires at the next sweep), so a restart does not extend it
+                    core.restore(r.request, r.slots, now, deadline)
+                    continue
                 if deadline is not None and deadline <= now:
                     lines.append(f"gang reservation of {r.request.name} expired while no one led, dropped")
                     continue

@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from config.load import LoadedConfig
 from extender.conventions import edge as conventions
+from extender.gangs.bindsig import BindSigner
 from extender.gangs.ledger_records import Record, TransitionHook
 from extender.gangs.podspec import PodRequest
 from extender.http.app import Service
@@ -35,6 +36,7 @@ from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, 
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
+from extender.kube.recovery import Unverified
 from extender.kube.reservations import ReservationStore
 from extender.kube.sync import ClusterSync
 from extender.ops.background import every
@@ -63,10 +65,15 @@ def kube_service(
     lease: LeaseSettings | None = None,
     identity: str | None = None,
     on_lost: Callable[[], None] | None = None,
+    signing_key: bytes | None = None,
+    adopt_unsigned_bind_info: bool = False,
 ) -> Service:
     """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one). `namespace` holds the
     extender's own objects (GangReservations, the Lease); `lease` turns on leader election, and
-    `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby)."""
+    `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby).
+    `signing_key` signs every Binding's bind info, and recovery adopts only bind info it signed
+    (`extender.gangs.bindsig`); `adopt_unsigned_bind_info` is the admin's opt-in to adopt
+    HiveD's at the first start of a switch-over."""
     extras = loaded.extras
     ttl = float(extras.reservation_ttl_seconds)
     frameworks: dict[tuple[str, str], tuple[float, Mapping[str, Any] | None]] = {}
@@ -114,6 +121,22 @@ def kube_service(
     sync = ClusterSync(scheduler, kube)
     scheduler.promotions.locate.insert(0, sync.live.get)  # every opted-in pod of the cluster, by UID
     sync.on_invalid = on_invalid
+    if signing_key is not None:
+        scheduler.promotions.signer = sync.signer = BindSigner(signing_key)  # binds and write-backs
+        sync.adopt_unsigned = adopt_unsigned_bind_info
+    else:
+        log.warning("no bind signing key: bind info read back after a restart is adopted unchecked")
+
+    def on_unverified(u: Unverified) -> None:
+        metrics.unverified_pods.inc()
+        text = (
+            f"topogang: this pod claims GPUs {list(u.gpus)} of {u.node} without a topogang decision "
+            f"({u.reason}): they are held, with no quota or priority, until the pod is gone"
+        )
+        ref = ObjectRef("Pod", u.namespace, u.name, u.uid)
+        recorder.record(ref, "BindInfoUnverified", text, warning=True)
+
+    sync.on_unverified = on_unverified
     scheduler.evictor = sync.evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)
     gangs = scheduler.conventions
@@ -246,6 +269,8 @@ def build_kube_service(
     namespace: str = DEFAULT_NAMESPACE,
     lease: LeaseSettings | None = None,
     on_lost: Callable[[], None] | None = None,
+    signing_key: bytes | None = None,
+    adopt_unsigned_bind_info: bool = False,
 ) -> Service:
     return kube_service(
         loaded,
@@ -253,4 +278,6 @@ def build_kube_service(
         namespace=namespace,
         lease=lease,
         on_lost=on_lost,
+        signing_key=signing_key,
+        adopt_unsigned_bind_info=adopt_unsigned_bind_info,
     )

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from extender.gangs.bindsig import BindSigner, signed_by, verifier
 from extender.gangs.podspec import is_enabled
 from extender.http import views
 from extender.http.verbs import Scheduler
@@ -30,7 +31,7 @@ from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
-from extender.kube.recovery import recover
+from extender.kube.recovery import RecoveryReport, Unverified, Verify, recover
 
 log = logging.getLogger("topogang.kube")
 
@@ -49,6 +50,10 @@ class ClusterSync:
         self.foreign: set[str] = set()  # bound pods without a readable decision (logged once)
         self.checked: dict[str, int] = {}  # uid -> `invalid.fingerprint` of what was last judged
         self.on_invalid: Callable[[Mapping[str, Any], Invalid], None] = lambda pod, bad: None
+        # bind info is adopted only when this signer vouches for it (None: taken as it is)
+        self.signer: BindSigner | None = None
+        self.adopt_unsigned = False  # the admin's opt-in: unsigned bind info at the first start
+        self.on_unverified: Callable[[Unverified], None] = lambda u: None
         self.synced = False
         self.synced_event = asyncio.Event()
         self.hold_reason: Callable[[], str] = lambda: ""  # why not to serve although synced
@@ -74,6 +79,7 @@ class ClusterSync:
                 now=self.s.clock(),
                 namespace_vcs=self.s.namespace_vcs,
                 ttl_seconds=self.s.ttl_seconds,
+                verify=self._verify(pods, first=True),
             )
             for pod in pods:  # pod IPs and FrameworkController identities for the gang ledger
                 if is_enabled(pod) and not kpods.finished(pod):
@@ -90,6 +96,7 @@ class ClusterSync:
                     self._guarded("checking", pod, self.check, pod)
         for line in report.lines():
             log.info("%s", line)
+        self._tell_unverified(report)
         self.synced = True
         self.synced_event.set()
         self.refresh_ready()
@@ -242,13 +249,40 @@ class ClusterSync:
                     now=self.s.clock(),
                     namespace_vcs=self.s.namespace_vcs,
                     ttl_seconds=self.s.ttl_seconds,
+                    verify=self._verify([], first=False),
                 )
+            self._tell_unverified(report)
             if not report.pods:
                 self.foreign.add(uid)
             for line in report.lines()[1:]:
                 log.warning("%s", line)
         async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
             self.s.gang_ledger.observe(self.s.core, pod, self.s.waiting_of)
+
+    def _verify(self, pods: Sequence[Mapping[str, Any]], *, first: bool) -> Verify | None:
+        """How recovery judges bind info. Unsigned bind info (HiveD's) is adopted only at the
+        first start, with the admin's opt-in, and only while no pod carries bind info this key
+        signed: once topogang has bound anything, a switch-over is over."""
+        signer = self.signer
+        if signer is None:
+            return None
+        unsigned = first and self.adopt_unsigned
+        if unsigned and signed_by(signer, pods):
+            log.warning("unsigned bind info not adopted despite the opt-in: topogang has bound pods already")
+            unsigned = False
+        return verifier(signer, adopt_unsigned=unsigned)
+
+    def _tell_unverified(self, report: RecoveryReport) -> None:
+        for u in report.unverified:
+            log.warning(
+                "pod %s/%s claims GPUs %s of %s without topogang's decision (%s): held, not adopted",
+                u.namespace,
+                u.name,
+                list(u.gpus),
+                u.node,
+                u.reason,
+            )
+            self.on_unverified(u)
 
     def _held(self, uid: str) -> bool:
         """Whether the core already has this pod in a gang slot."""

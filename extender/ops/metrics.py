@@ -104,6 +104,12 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.unverified_pods = Counter(
+            "topogang_unverified_bind_info",
+            "Bound pods whose bind info topogang did not write (forged, edited, or HiveD's without the "
+            "opt-in): their GPUs are held, with no quota or priority, until they are gone.",
+            registry=self.registry,
+        )
         self.promotion_writes = Counter(
             "topogang_promotion_writes",
             "Bind info of a promoted gang's pods re-written (so a restart keeps it guaranteed), by result.",

@@ -135,7 +135,15 @@ def test_hard_timeout_releases_everything_and_the_gang_is_placed_again(
     assert first["metadata"]["uid"] in bindings(client)
     eventually(lambda: group(client, f"vision/{pg}") is None)
     assert first["metadata"]["uid"] not in bindings(client)  # the bound member was evicted
-    filter_(client, second, node_names)  # the gang is placed again, whole
+    first_answer = filter_(client, second, node_names)  # within a TTL of its expiry it waits
+    assert not first_answer["NodeNames"] and "[Expired]" in str(first_answer), first_answer
+
+    def placed_again() -> bool:
+        filter_(client, second, node_names)
+        doc = group(client, f"vision/{pg}")  # a waiting gang is shown too, holding no slots
+        return doc is not None and bool(doc["status"].get("slots"))
+
+    eventually(placed_again)  # a TTL later it is placed again, whole
     doc = group(client, f"vision/{pg}")
     assert doc is not None and shape(doc) == [8, 8] and doc["status"]["allocatedPods"] == []
 

@@ -5,6 +5,7 @@ broken are refused with the value to change. The e2e suite installs its cluster 
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,8 @@ NON_DEFAULT = (
     "--set", "scheduler.nodeSelector.pool=system",
     "--set", "managedResources[0].name=example.com/gang",
     "--set", "managedResources[0].ignoredByScheduler=true",
+    "--set", "extender.bindSigning.existingSecret=own-signing-key",
+    "--set", "extender.bindSigning.adoptUnsignedBindInfo=true",
 )  # fmt: skip
 
 
@@ -102,6 +105,12 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     assert ext["spec"]["replicas"] == 2 and args.leader_elect and args.lease_name == "topogang-extender"
     assert mounted(ext, args.config)["configMap"]["name"] == "topogang-config"
     assert args.kube and args.tls_cert is None and args.listen == ":9096"
+    # bind info is signed with a key of the chart's own Secret, random, kept past an uninstall
+    key = one(docs, "Secret", "topogang-bind-signing-key")
+    assert len(base64.b64decode(key["data"]["key"])) >= 32
+    assert key["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert mounted(ext, args.bind_signing_key_file)["secret"]["secretName"] == "topogang-bind-signing-key"
+    assert not args.adopt_unsigned_bind_info
     cfg = scheduler_config(docs)
     assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
     sched = one(docs, "Deployment", "topogang-scheduler")
@@ -119,6 +128,10 @@ def test_non_default_values_tls_three_replicas_existing_configmap(helm: Path) ->
     args = serve_parser().parse_args(c["args"])
     assert args.config == "/etc/topogang/cluster.yaml"
     assert mounted(ext, args.config)["configMap"]["name"] == "cluster-topology"
+    # an existing signing key Secret: the chart makes none, and mounts that one; the switch-over opt-in
+    assert [d for d in docs if d["kind"] == "Secret"] == []
+    assert mounted(ext, args.bind_signing_key_file)["secret"]["secretName"] == "own-signing-key"
+    assert args.adopt_unsigned_bind_info
     # the namespace, everywhere (the scheduler's authentication reader stays in kube-system)
     assert one(docs, "Namespace")["metadata"]["name"] == NS
     namespaced = [d for d in docs if "namespace" in d["metadata"]]

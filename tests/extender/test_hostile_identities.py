@@ -91,7 +91,7 @@ def test_a_bind_that_fails_before_the_binding_is_written_leaves_nothing_claimed(
     def broken(*_: Any) -> dict[str, str]:
         raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
 
-    monkeypatch.setattr(verbs, "bind_annotations", broken)
+    monkeypatch.setattr(verbs, "signed_bind_annotations", broken)
 
     async def go() -> None:
         s = scheduler()

@@ -481,6 +481,7 @@ def test_recovery_keeps_an_earlier_placement_being_evicted_apart() -> None:
         await place(s, old)
         clock.t += 31
         await s.expire()  # old is evicted: it terminates while the gang places again
+        clock.t += 30  # an expired gang is placed again one TTL later
         await place(s, new)
         api = bound_pods(s, binder, [old, new])
         api[0]["metadata"]["deletionTimestamp"] = "2025-01-01T00:00:00Z"

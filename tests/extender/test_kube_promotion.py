@@ -1,7 +1,7 @@
 """Promotion end to end in Kubernetes mode, against the in-memory API server: a gang whose spec says
 `promoteWhenQuota` is promoted when its VC's quota frees up, its pods' bind info is re-written (a
-failed patch is retried by the next periodic pass), and after a restart it is back guaranteed; a gang
-that did not opt in stays opportunistic throughout."""
+failed patch is retried by the next periodic pass, and signed again), and after a restart it is back
+guaranteed; a gang that did not opt in stays opportunistic throughout."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from extender.gangs import reservations as rsv
 from extender.gangs.bindinfo import pod_bind_info
+from extender.gangs.bindsig import SIGNATURE_ANNOTATION, BindSigner
 from extender.kube.client import pod_path
 from extender.standalone import MemoryBinder
 from tests.extender.helpers import Clock, args, bind_args, example, pod, run, scheduler, spec
@@ -19,6 +20,7 @@ from topology.decisions import GangRequest, Member, Wait, WaitCode
 from topology.invariants import violations
 
 NLP = "nlp"  # 3 whole nodes of quota in the example cluster
+KEY = b"promotion-test-signing-key-32-by"  # recovery adopts only bind info this key signed
 
 
 def cell_types(kube: FakeKube, name: str) -> tuple[str, ...]:
@@ -60,7 +62,7 @@ async def vc_used(r: Running) -> float:
 def test_a_promoted_gang_is_written_back_and_comes_back_guaranteed_after_a_restart() -> None:
     async def go() -> None:
         kube, clock = cluster(), Clock()
-        a = await start(kube, clock)
+        a = await start(kube, clock, signing_key=KEY)
         big = [submit(kube, f"b{i}", f"big-{i}", NLP, spec(NLP, 8, 3, "nlp/big")) for i in range(3)]
         for p in big:
             await a.place(p)
@@ -87,6 +89,8 @@ def test_a_promoted_gang_is_written_back_and_comes_back_guaranteed_after_a_resta
         assert cell_types(kube, "opp-0") == ("",) * 8 and "nlp/opp" in a.s.promotions.pending
         await a.s.expire()  # the next pass writes it
         assert cell_types(kube, "opp-0") == quota_types[:8] and not a.s.promotions.pending
+        ann = kube.server.at(pod_path(NLP, "opp-0"))["metadata"]["annotations"]
+        assert ann[SIGNATURE_ANNOTATION] == BindSigner(KEY).sign("o0", ann["topogang.io/pod-bind-info"])
         assert cell_types(kube, "stay-0") == ("",) * 8  # never promoted, never re-written
         await a.s.expire()
         assert kube.requests.get("PATCH pods") == 2  # written once, not again every pass
@@ -96,7 +100,7 @@ def test_a_promoted_gang_is_written_back_and_comes_back_guaranteed_after_a_resta
         await shut_down(kube, a)
 
         clock.t += 30
-        b = await start(kube, clock)
+        b = await start(kube, clock, signing_key=KEY)
         assert (priority(b, "nlp/opp"), priority(b, "nlp/stay")) == (0, -1)
         assert await vc_used(b) == 8.0
         # the consequence: nlp's next 3-node job waits for quota, since nlp/opp holds one of nlp's

@@ -10,9 +10,11 @@
 - **No gang partially bound past its reservation**: a gang (one placement, as its members' bind
   info records it) with some members bound and running and others missing stays so for at most
   the reservation TTL plus slack (the expiry sweep's period and a margin), counted from when the
-  extender's pod watch has seen it so. A member leaving restarts the reservation's TTL
-  (`Core.release_pod`), so it restarts the clock here too; so does an extender restart, since
-  recovery re-creates an open reservation with a fresh TTL.
+  extender's pod watch has seen it so. The TTL is a cap: members leaving and coming back while
+  the gang is not whole do not restart it (`Core.release_pod`), so they do not restart the clock
+  here; only a gang seen whole starts a new one when it loses a member. An extender restart
+  does: recovery keeps the deadline its `GangReservation` object records, but an object not yet
+  written (the once-a-second sync) brings the gang back with a fresh TTL.
 - **The core's own guarantees**: `topology.invariants.violations`.
 """
 
@@ -135,9 +137,10 @@ def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
 class PartialGangs:
     """How long each placed gang has been partially bound (see the module docstring).
 
-    The clock of a gang starts, and starts again when a member leaves, at the first check where
-    the extender's pod watch has caught up: the reservation's TTL restarts when the extender sees
-    the member go (`Core.release_pod`), which a cut watch delays by its back-off and re-list."""
+    The clock of a gang starts at the first check where the extender's pod watch has caught up
+    after it was whole (or never seen): a whole gang that loses a member gets a new TTL when the
+    extender sees the member go (`Core.release_pod`), which a cut watch delays by its back-off and
+    re-list. Members leaving and joining while it is not whole do not restart it."""
 
     ttl: float
     slack: float
@@ -171,9 +174,7 @@ class PartialGangs:
                 continue
             seen.add(k)
             uids = frozenset(kpods.uid(p) for p in ms)
-            since, before = self.since.get(k, (None, uids))
-            if not before <= uids:  # a member left: its slot's reservation starts again
-                since = None
+            since, _before = self.since.get(k, (None, uids))
             if since is None and watched:
                 since = now
             self.since[k] = (since, uids)

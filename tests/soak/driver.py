@@ -74,6 +74,7 @@ BINDING = r"/pods/[^/]+/binding$"
 MAX_ACTIVE_JOBS = 24
 BOUNDED_CACHES = (podspec._specs.clear, bindinfo._group_yaml.cache_clear)
 MAX_VIOLATIONS_KEPT = 40
+SIGNING_KEY = b"soak-bind-signing-key-0123456789"  # recovery adopts only bind info it signed
 # the soak always prioritizes (a one-node answer too) and backs a pod off after preempting for it
 SOAK_RULES = kubesched.Rules(prioritize_one=True, refilter=False)
 
@@ -335,7 +336,7 @@ class Soak:
     async def start_extender(self) -> None:
         loop = asyncio.get_running_loop()
         self.kube = FakeKube(self.server, watch_lag=self.rng.choice((0.0, 0.0, 0.5, 2.0)))
-        self.service = kube_service(self.loaded, self.kube, clock=loop.time)
+        self.service = kube_service(self.loaded, self.kube, clock=loop.time, signing_key=SIGNING_KEY)
         # wall time follows the virtual clock too: the ledger's tombstones and the persisted
         # reservations' expiresAt are read back against it
         self.service.scheduler.gang_ledger.wall = lambda: self.server.wall_offset + loop.time()

@@ -3,6 +3,10 @@
 Rules cover the whole life of gangs: submit (every priority), member schedule, member delete
 (finished or not), gang delete, reservation expiry, preemption (with and without the victims going),
 node and GPU health flips, and reconfiguration between two quota layouts on the same hardware.
+
+The TTL is a cap (`ttl_caps_not_whole`): whatever the sequence (members churned, gangs filtered
+again, restarts, reloads), no gang holds its cells while not whole for a TTL or longer, and a gang
+whose reservation expired is not placed again within a TTL of its expiry.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from topology.decisions import (
     Preemption,
     UserError,
     Wait,
+    WaitCode,
 )
 from topology.invariants import snapshot, violations
 from topology.reconfigure import reconfigure
@@ -59,6 +64,19 @@ class CoreMachine(RuleBasedStateMachine):
         self.spec = SPEC
         self.now = 0.0
         self.counter = 0
+        self.requests: dict[str, GangRequest] = {}  # every gang ever asked for, to filter again
+        self.windows: dict[str, tuple[float, float]] = {}  # not whole since, TTL: placed gangs
+        self.cooled: dict[str, float] = {}  # expired gangs: not placed again before this time
+        self.carried: set[str] = set()  # released before whole (expired, members gone): window goes on
+
+    def _release(self, uid: str, *, finished: bool = False) -> None:
+        """Delete (or finish) a member; a gang released not whole with its members deleted keeps
+        its window: placing it again must not start a new one."""
+        g = self.core.gang_of_pod(uid)
+        was = g.name if g is not None and g.phase is GangPhase.RESERVED and not g.evicting else None
+        released = self.core.release_pod(uid, self.now, finished=finished)
+        if released is not None and was is not None and not finished:
+            self.carried.add(was)
 
     def _uid(self) -> str:
         self.counter += 1
@@ -76,8 +94,9 @@ class CoreMachine(RuleBasedStateMachine):
         promote: bool = False,
     ) -> GangRequest:
         self.counter += 1
-        return GangRequest(
-            f"g{self.counter}",
+        name = f"g{self.counter}"
+        self.requests[name] = req = GangRequest(
+            name,
             vc,
             tuple(Member(p, g) for p, g in ms),
             priority=prio,
@@ -87,6 +106,7 @@ class CoreMachine(RuleBasedStateMachine):
             lazy_preemption=lazy,
             promote_when_quota=promote,
         )
+        return req
 
     @rule(
         vc=st.sampled_from(["a", "b", "c"]),
@@ -139,7 +159,7 @@ class CoreMachine(RuleBasedStateMachine):
                 )
             if kill:
                 for v in got.victims:
-                    self.core.release_pod(v.pod_uid, self.now)
+                    self._release(v.pod_uid)
 
     @precondition(lambda self: any(g.victims for g in self.core.gangs()))
     @rule(data=st.data())
@@ -149,7 +169,7 @@ class CoreMachine(RuleBasedStateMachine):
             victim = self.core.reservations.by_id.get(vid)
             for s in list(victim.slots) if victim is not None else []:
                 if s.pod_uid is not None:
-                    self.core.release_pod(s.pod_uid, self.now)
+                    self._release(s.pod_uid)
 
     @precondition(lambda self: bool(self.core.gangs()))
     @rule(vc=st.sampled_from(["a", "b", "c"]), ms=members)
@@ -197,7 +217,7 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(data=st.data(), finished=st.booleans())
     def delete_member(self, data: st.DataObject, finished: bool) -> None:
         uid = data.draw(st.sampled_from(sorted(self.core.reservations.pod_gang)))
-        self.core.release_pod(uid, self.now, finished=finished)
+        self._release(uid, finished=finished)
         assert uid not in self.core.reservations.pod_gang
 
     @precondition(lambda self: bool(self.core.gangs()))
@@ -207,11 +227,54 @@ class CoreMachine(RuleBasedStateMachine):
         self.core.delete_gang(g)
         assert self.core.gang(g) is None
 
+    @precondition(lambda self: bool(self.requests))
+    @rule(data=st.data(), expired=st.booleans())
+    def refilter(self, data: st.DataObject, expired: bool) -> None:
+        """A member of a gang asked for before is filtered again (placed, released or expired):
+        that never moves a placed gang's deadline, and an expired one waits a TTL."""
+        recent = set(self.cooled) | self.carried  # released before whole: the interesting ones
+        names = sorted(recent) if expired and recent else sorted(self.requests)
+        name = data.draw(st.sampled_from(names))
+        req = self.requests[name]
+        was = self.core.gang(name)
+        deadline = was.deadline if was is not None else None
+        try:
+            got = self.core.reserve(req, self.now)
+        except UserError:  # a reload shrank its VC
+            return
+        now_gang = self.core.gang(name)
+        if was is not None:
+            assert now_gang is was and was.deadline == deadline, "a filter moved the deadline"
+        elif self.now < self.cooled.get(name, float("-inf")):
+            assert isinstance(got, Wait) and got.reason.code is WaitCode.EXPIRED, got
+            assert now_gang is None
+
+    @precondition(
+        lambda self: any(g.phase is GangPhase.RESERVED and g.live_slots() for g in self.core.gangs())
+    )
+    @rule(data=st.data())
+    def churn_member(self, data: st.DataObject) -> None:
+        """A bound member of a gang that is not whole is deleted and re-created at once."""
+        open_gangs = [g for g in self.core.gangs() if g.phase is GangPhase.RESERVED and g.live_slots()]
+        g = data.draw(st.sampled_from(open_gangs))
+        s = data.draw(st.sampled_from(g.live_slots()))
+        assert s.pod_uid is not None
+        deadline = g.deadline
+        self._release(s.pod_uid)
+        if self.core.gang(g.name) is g:
+            assert g.deadline == deadline, "deleting a member of a gang not whole moved its deadline"
+            d = self.core.schedule(g.request, self._uid(), s.leaf_number, self.now)
+            assert isinstance(d, Bind), d
+
     @rule(dt=st.sampled_from([1.0, 10.0, 60.0]))
     def advance_and_expire(self, dt: float) -> None:
         self.now += dt
+        ttls = {g.name: g.request.ttl_seconds for g in self.core.gangs()}
         for r in self.core.expire(self.now):
             assert self.core.gang(r.gang) is None
+            if r.reason == "expired":
+                self.cooled[r.gang] = self.now + ttls[r.gang]
+                self.carried.add(r.gang)
         for g in self.core.gangs():
             assert g.deadline is None or g.deadline > self.now or g.phase.value == "Bound"
 
@@ -243,9 +306,13 @@ class CoreMachine(RuleBasedStateMachine):
             if g.live_slots() and g.phase is not GangPhase.PREEMPTING:
                 new.adopt(g.request, _records(old, g), self.now)
         for g in gangs:
-            if not g.live_slots() or g.phase is GangPhase.PREEMPTING:
+            # every gang not whole has a persisted record (`needs_object`); one adopted from its
+            # bound members takes the recorded deadline back from it
+            if not g.live_slots() or g.phase is not GangPhase.BOUND:
                 got = new.restore(g.request, _records(old, g), self.now, g.deadline)
                 assert isinstance(got, GangPlacement), f"{g.name} not restored: {got}"
+        self.cooled.clear()  # what expired before a restart is not remembered
+        self.carried.clear()
         assert violations(new) == []
         for g in gangs:
             h = new.gang(g.name)
@@ -255,11 +322,34 @@ class CoreMachine(RuleBasedStateMachine):
             assert h.priority == g.priority and (h.owner == -1) == (g.owner == -1), g.name
             if not g.live_slots():
                 assert h.phase is g.phase and h.deadline == g.deadline
+            elif g.phase is GangPhase.RESERVED and h.phase is GangPhase.RESERVED:
+                assert h.deadline == g.deadline, f"a restart moved {g.name}'s deadline"
         self.core = new
 
     @invariant()
     def guarantees_hold(self) -> None:
         assert violations(self.core) == []
+
+    @invariant()
+    def ttl_caps_not_whole(self) -> None:
+        """A gang holding its cells while not whole (its victims gone) has been so for less than
+        its TTL, and its deadline is no later than a TTL after that started, whatever came between."""
+        seen = set()
+        for g in self.core.gangs():
+            if g.phase is not GangPhase.RESERVED or g.evicting:
+                continue
+            seen.add(g.name)
+            self.carried.discard(g.name)  # placed (again): it is no longer waiting to be
+            since, ttl = self.windows.setdefault(g.name, (self.now, g.request.ttl_seconds))
+            assert self.now - since < ttl, f"{g.name} not whole since {since}, now {self.now}, TTL {ttl}"
+            assert g.deadline is not None and g.deadline <= since + ttl, (g.name, g.deadline, since, ttl)
+        for name in [n for n in self.windows if n not in seen]:
+            since, ttl = self.windows[name]
+            # the window of a gang released not whole goes on: placed again inside it, the gang
+            # keeps its deadline; past it, the gang waits a TTL before a new one can start
+            if name not in self.carried or self.now >= since + 2 * ttl:
+                del self.windows[name]
+                self.carried.discard(name)
 
     def teardown(self) -> None:
         for node in NODES:

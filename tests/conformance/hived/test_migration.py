@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 
 from config.load import load_config
@@ -201,13 +202,23 @@ EXPECTED: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {
 }
 
 
-def test_pods_hived_bound_are_adopted_with_exactly_their_gpus() -> None:
+# the switch-over as documented: the signing key in place, and the admin's opt-in for this first
+# start (HiveD signs nothing); and as before, with no key at all
+OWN_NS = "topogang-system"
+SWITCH_OVER: dict[str, Any] = {"signing_key": b"s" * 32, "adopt_unsigned_bind_info": True}
+
+
+@pytest.mark.parametrize("settings", [SWITCH_OVER, {}], ids=["opt-in", "no-key"])
+def test_pods_hived_bound_are_adopted_with_exactly_their_gpus(settings: dict[str, Any]) -> None:
     async def go() -> None:
         kube, clock = FakeKube(), Clock()
         hived_cluster(kube)
         for p in hived_bound_pods():
             kube.server.put(pod_path(NS, p["metadata"]["name"]), p)
-        r = Running(kube_service(load_config(CONFIG), kube, clock=clock, namespace="topogang-system"))
+        service = kube_service(
+            load_config(CONFIG), kube, clock=clock, namespace="topogang-system", **settings
+        )
+        r = Running(service)
         await until("ready", lambda: r.s.ready)
         core = r.s.core
         for gang, pods in EXPECTED.items():
@@ -271,6 +282,36 @@ def test_a_hived_group_name_is_adopted_in_each_pods_own_namespace() -> None:
             assert g is not None, ns
             held = [(core.slot_place(s)[0], s.pod_uid) for s in g.slots if s.pod_uid is not None]
             assert held == [(node, p["metadata"]["uid"])], (ns, held)
+        assert violations(core) == []
+        await r.stop()
+
+    run(go())
+
+
+def test_without_the_opt_in_hived_bound_pods_are_held_not_adopted() -> None:
+    """With the signing key and no opt-in, HiveD's bind info is no topogang decision: every bound
+    pod's GPUs are held, with no quota or priority, and no gang is rebuilt from it."""
+
+    async def go() -> None:
+        kube, clock = FakeKube(), Clock()
+        hived_cluster(kube)
+        for p in hived_bound_pods():
+            kube.server.put(pod_path(NS, p["metadata"]["name"]), p)
+        settings = {**SWITCH_OVER, "adopt_unsigned_bind_info": False}
+        r = Running(
+            kube_service(load_config(CONFIG), kube, clock=clock, namespace="topogang-system", **settings)
+        )
+        await until("ready", lambda: r.s.ready)
+        core = r.s.core
+        for gang, pods in EXPECTED.items():
+            assert core.gang(gang) is None, gang
+            for uid, (node, gpus) in pods.items():
+                g = core.gang(f"unverified:{NS}/{uid.removeprefix('uid-')}")
+                assert g is not None and g.priority == -1 and g.evicting, uid
+                assert {(core.slot_place(s)[0], tuple(sorted(core.slot_place(s)[1]))) for s in g.slots} == {
+                    (node, gpus)
+                }
+        assert core.node_fill("1.0.0.2") == (4, 10)  # the same GPUs in use as when adopted
         assert violations(core) == []
         await r.stop()
 

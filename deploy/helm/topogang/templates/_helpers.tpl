@@ -24,6 +24,11 @@
 {{- .Values.existingConfigMap | default (printf "%s-config" (include "topogang.fullname" .)) -}}
 {{- end -}}
 
+{{/* The Secret holding the extender's bind signing key: an existing one, or the chart's. */}}
+{{- define "topogang.bindSigningSecret" -}}
+{{- .Values.extender.bindSigning.existingSecret | default (printf "%s-bind-signing-key" (include "topogang.fullname" .)) -}}
+{{- end -}}
+
 {{/* Labels of every object; `component` is extender or scheduler (selector: name + instance). */}}
 {{- define "topogang.labels" -}}
 app.kubernetes.io/name: {{ .name }}

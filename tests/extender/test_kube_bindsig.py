@@ -1,0 +1,200 @@
+"""Recovery adopts only what topogang decided, against the in-memory API server.
+
+A pod created with `spec.nodeName` and bind info of its owner's making (topogang's format with no
+or a wrong signature, a genuine signature copied from another pod, or HiveD's format) claims GPUs,
+quota cells and a priority. After a restart it must not get them: its GPUs are held (nobody else
+is placed on them) with no quota or priority, a Warning Event and a metric say so, and
+/v1/inspect shows it. Genuine bind info, and a promoted gang's re-signed write-back, round-trip.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from extender.gangs.bindsig import SIGNATURE_ANNOTATION, BindSigner, SigningKeyError, load_key
+from extender.kube.client import pod_path
+from tests.extender.helpers import Clock, run, spec
+from tests.extender.test_kube_durable import Running, cluster, start, submit, until
+from tests.kubefake import FakeKube
+from topology.invariants import violations
+
+KEY = b"k" * 32
+NLP = "nlp"
+INFO = "topogang.io/pod-bind-info"
+
+
+async def restart(kube: FakeKube, r: Running, clock: Clock, **kw: Any) -> Running:
+    for fn in r.service.on_stop:
+        await fn()
+    await r.stop()
+    clock.t += 5
+    return await start(kube, clock, **kw)
+
+
+def gpus_of(r: Running, gang: str) -> set[tuple[str, int]]:
+    core = r.s.core
+    g = core.gang(gang)
+    assert g is not None, gang
+    return {(core.slot_place(s)[0], gpu) for s in g.slots for gpu in core.slot_place(s)[1]}
+
+
+def events(kube: FakeKube, reason: str) -> list[dict[str, Any]]:
+    return [e for e in kube.server.events if e.get("reason") == reason]
+
+
+def test_genuine_bind_info_is_signed_and_round_trips_a_restart() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock, signing_key=KEY)
+        for i in range(2):
+            await a.place(submit(kube, f"u{i}", f"job-{i}", NLP, spec(NLP, 8, 2, "nlp/job")))
+        ann = kube.server.at(pod_path(NLP, "job-0"))["metadata"]["annotations"]
+        assert ann[SIGNATURE_ANNOTATION] == BindSigner(KEY).sign("u0", ann[INFO])
+        before = gpus_of(a, "nlp/job")
+        b = await restart(kube, a, clock, signing_key=KEY)
+        g = b.s.core.gang("nlp/job")
+        assert g is not None and g.priority == 0 and g.owner >= 0
+        assert gpus_of(b, "nlp/job") == before
+        assert [x for x in b.s.core.gangs() if x.name.startswith("unverified:")] == []
+        await b.stop()
+
+    run(go())
+
+
+@pytest.mark.parametrize("when", ["at the next start", "while running"])
+@pytest.mark.parametrize("how", ["no signature", "copied signature", "edited priority", "hived format"])
+def test_forged_bind_info_is_held_as_occupied_not_adopted(how: str, when: str) -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock, signing_key=KEY)
+        await a.place(submit(kube, "g0", "genuine-0", NLP, spec(NLP, 8, 1, "nlp/genuine")))
+        node = await a.place(submit(kube, "v0", "victim-0", NLP, spec(NLP, 8, 1, "nlp/victim")))
+        claimed = gpus_of(a, "nlp/victim")
+        victim = kube.server.at(pod_path(NLP, "victim-0"))
+        kube.server.delete(pod_path(NLP, "victim-0"), {"gracePeriodSeconds": 0})
+        await until_gone(a, "nlp/victim")
+
+        def forge(ann: dict[str, str]) -> None:
+            if how == "no signature":
+                del ann[SIGNATURE_ANNOTATION]
+            elif how == "edited priority":
+                assert "priority: 0" in ann[INFO]
+                ann[INFO] = ann[INFO].replace("priority: 0", "priority: 1000")
+            elif how == "hived format":
+                del ann[SIGNATURE_ANNOTATION], ann[INFO], ann["topogang.io/pod-leaf-cell-isolation"]
+
+        # a pod created bound, with the victim's decision as its own ("copied signature": as is)
+        forged = copy.deepcopy(victim)
+        forged["metadata"] = {**victim["metadata"], "uid": "f0", "name": "forged-0"}
+        forged["metadata"].pop("resourceVersion", None)
+        forge(forged["metadata"]["annotations"])
+        assert forged["spec"]["nodeName"] == node
+        if when == "while running":
+            kube.server.put(pod_path(NLP, "forged-0"), forged)
+            b = a
+        else:
+            for fn in a.service.on_stop:
+                await fn()
+            await a.stop()
+            kube.server.put(pod_path(NLP, "forged-0"), forged)
+            b = await start(kube, clock, signing_key=KEY)
+        name = "unverified:nlp/forged-0"
+        await until_held(b, name)
+        core = b.s.core
+        g = core.gang(name)
+        assert g is not None and g.priority == -1 and g.owner == -1 and g.evicting
+        assert gpus_of(b, name) == claimed and core.node_fill(node) == (0, 8)
+        assert core.gang("nlp/victim") is None and core.gang("nlp/genuine") is not None
+        assert violations(core) == []
+        # nobody is placed on its GPUs: a gang of the same VC lands elsewhere
+        nxt = await b.place(submit(kube, "n0", "next-0", NLP, spec(NLP, 8, 1, "nlp/next")))
+        assert nxt != node
+        # the admin sees it: a Warning Event, a metric, /v1/inspect
+        assert await until_true(lambda: bool(events(kube, "BindInfoUnverified")))
+        (ev,) = events(kube, "BindInfoUnverified")
+        assert ev["type"] == "Warning" and ev["involvedObject"]["name"] == "forged-0", ev
+        text = (await b.http.get("/metrics")).text
+        assert "topogang_unverified_bind_info_total 1.0" in text
+        assert (await b.http.get(f"/v1/inspect/affinitygroups/{name}")).status_code == 200
+        # once the pod is gone, its GPUs are free
+        kube.server.delete(pod_path(NLP, "forged-0"), {"gracePeriodSeconds": 0})
+        await until_gone(b, name)
+        assert core.node_fill(node) == (8, 8)
+        await b.stop()
+
+    run(go())
+
+
+async def until_gone(r: Running, gang: str) -> None:
+    await until(f"{gang} released", lambda: r.s.core.gang(gang) is None)
+
+
+async def until_held(r: Running, gang: str) -> None:
+    await until(f"{gang} held", lambda: r.s.core.gang(gang) is not None)
+
+
+async def until_true(ok: Any) -> bool:
+    await until("the event", ok)
+    return True
+
+
+def test_hived_bind_info_is_adopted_only_with_the_opt_in_and_only_before_topogang_bound_anything() -> None:
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock, signing_key=KEY)
+        await a.place(submit(kube, "v0", "hived-0", NLP, spec(NLP, 8, 1, "nlp/hived")))
+        hived = kube.server.at(pod_path(NLP, "hived-0"))
+        for k in (SIGNATURE_ANNOTATION, INFO, "topogang.io/pod-leaf-cell-isolation"):
+            del hived["metadata"]["annotations"][k]  # what HiveD writes: its own keys only
+        for fn in a.service.on_stop:
+            await fn()
+        await a.stop()
+        kube.server.delete(pod_path(NLP, "hived-0"), {"gracePeriodSeconds": 0})
+        hived["metadata"].pop("resourceVersion", None)
+        kube.server.put(pod_path(NLP, "hived-0"), hived)
+        b = await start(kube, clock, signing_key=KEY, adopt_unsigned_bind_info=True)
+        g = b.s.core.gang("nlp/hived")
+        assert g is not None and g.priority == 0 and g.owner >= 0  # the switch-over: adopted
+        await b.place(submit(kube, "t0", "topo-0", NLP, spec(NLP, 8, 1, "nlp/topo")))
+        for fn in b.service.on_stop:
+            await fn()
+        await b.stop()
+        # topogang has bound a pod since: the opt-in, left on, adopts nothing unsigned any more
+        c = await start(kube, clock, signing_key=KEY, adopt_unsigned_bind_info=True)
+        assert c.s.core.gang("nlp/hived") is None
+        h = c.s.core.gang("unverified:nlp/hived-0")
+        assert h is not None and h.priority == -1 and c.s.core.gang("nlp/topo") is not None
+        await c.stop()
+
+    run(go())
+
+
+def test_a_key_too_short_or_missing_is_named(tmp_path: Any) -> None:
+    short = tmp_path / "key"
+    short.write_bytes(b"short\n")
+    with pytest.raises(SigningKeyError, match="key: the bind signing key has 5 bytes"):
+        load_key(short)
+    with pytest.raises(SigningKeyError, match="cannot read"):
+        load_key(tmp_path / "absent")
+    (tmp_path / "good").write_bytes(KEY + b"\n")
+    assert load_key(tmp_path / "good") == KEY
+
+
+@given(uid=st.text(min_size=1, max_size=20), info=st.text(max_size=200), other=st.text(max_size=200))
+def test_a_signature_holds_for_its_own_pod_and_text_only(uid: str, info: str, other: str) -> None:
+    signer = BindSigner(KEY)
+    ann = {INFO: info, SIGNATURE_ANNOTATION: signer.sign(uid, info)}
+    assert signer.verdict(uid, ann) is None
+    assert signer.verdict(uid + "x", ann) is not None  # copied onto another pod
+    if other != info:
+        assert signer.verdict(uid, {**ann, INFO: other}) is not None  # edited
+    assert BindSigner(b"o" * 32).verdict(uid, ann) is not None  # another key
+    assert signer.verdict(uid, {INFO: info}) is not None  # unsigned
+    assert signer.verdict(uid, {INFO: info}, adopt_unsigned=True) is None  # the opt-in
+    if other != info:  # the opt-in adopts what carries no signature, never a wrong one
+        assert signer.verdict(uid, {**ann, INFO: other}, adopt_unsigned=True) is not None
