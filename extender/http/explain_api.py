@@ -27,7 +27,7 @@ def explain_route(scheduler: Scheduler) -> Route:
         try:
             doc = wire.loads(await read_body(request, MAX_BODY))
             pod = wire.parse_pod(doc.get("Pod", doc) if isinstance(doc, dict) else doc)
-            pr = podrequests.parse(scheduler, pod)
+            pr = podrequests.explained(scheduler, pod)
             async with scheduler.lock:
                 answer = explain(scheduler.core, pr.request, scheduler.clock())
         except BodyTooLargeError as err:
