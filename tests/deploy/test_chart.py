@@ -102,6 +102,7 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     assert ext["spec"]["replicas"] == 2 and args.leader_elect and args.lease_name == "topogang-extender"
     assert mounted(ext, args.config)["configMap"]["name"] == "topogang-config"
     assert args.kube and args.tls_cert is None and args.listen == ":9096"
+    assert args.default_entitlement == "opportunistic"  # the safe default: README "Multi-tenancy"
     cfg = scheduler_config(docs)
     assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
     sched = one(docs, "Deployment", "topogang-scheduler")
