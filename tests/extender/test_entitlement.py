@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from extender.http import podrequests, wire
 from extender.http.answers import VerbError
 from extender.http.verbs import Scheduler
 from extender.ops.metrics import Metrics
+from extender.ops.reload import ConfigWatcher
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
 from tests.extender.helpers import Clock, args, pod, run, spec
 from tests.extender.test_verbs import place
@@ -353,5 +355,24 @@ def test_a_pod_without_entitlement_never_preempts_and_never_takes_another_vcs_qu
                 req = g.request
                 if req.priority >= 0:
                     assert entitled(gns, req.vc, req.priority), f"{g.name} holds {req.vc} quota"
+
+    run(go())
+
+
+def test_a_config_reload_replaces_the_rules_and_keeps_the_serve_flag(tmp_path: Path) -> None:
+    async def go() -> None:
+        path = tmp_path / "c.yaml"
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        path.write_text(base, encoding="utf-8")
+        s, _ = make(config(), "opportunistic")
+        watcher = ConfigWatcher(s, path, clock=Clock())
+        path.write_text(base + "  tenants:\n    intruder: {virtualClusters: [vision], maxPriority: 1000}\n")
+        assert await watcher.check() == "applied"
+        assert s.entitlement.rules.mode == "opportunistic"
+        assert (await s.request_of(wire.parse_pod(attack()))).request.priority == 1000  # now allowed
+        path.write_text(base + "  tenants:\n    intruder: {maxPriority: 5}\n")
+        assert await watcher.check() == "applied"
+        with pytest.raises(EntitlementError, match=r"may not use VC 'vision'|at most 5"):
+            await s.request_of(wire.parse_pod(attack()))
 
     run(go())
