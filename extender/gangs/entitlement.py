@@ -158,10 +158,12 @@ def _priority(pr: PodRequest, pod: Mapping[str, Any], tenant: Tenant | None) -> 
                 f"maxPriority) or in {NAMESPACE_VCS} to allow guaranteed ones",
             )
         if explicit:
+            vc = pr.request.vc
+            also = "" if vc in tenant.vcs else f" and add {vc!r} to {tenant.key}.virtualClusters"
             raise EntitlementError(
                 "priority",
                 f"namespace {pr.namespace} may ask for priority at most {tenant.max_priority}, not "
-                f"{asked} (VC {pr.request.vc!r}): raise {tenant.key}.maxPriority to allow it",
+                f"{asked} (VC {vc!r}): raise {tenant.key}.maxPriority{also} to allow it",
             )
         asked = tenant.max_priority
     return asked

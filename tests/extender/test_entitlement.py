@@ -242,7 +242,7 @@ def test_conventions_pods_are_held_to_the_same_rules() -> None:
 )
 def test_priority_comes_from_the_priority_class(value: int, annotation: int | None, expected: int) -> None:
     s, _ = make(config())
-    extra = {} if annotation is None else {"priority": annotation}
+    extra: dict[str, Any] = {} if annotation is None else {"priority": annotation}
     p = classed(pod("a", "a", "vision", spec("vision", 8, **extra)), "c", value)
     assert request_of(s, p).priority == expected
 
@@ -376,3 +376,14 @@ def test_a_config_reload_replaces_the_rules_and_keeps_the_serve_flag(tmp_path: P
             await s.request_of(wire.parse_pod(attack()))
 
     run(go())
+
+
+def test_a_pod_beyond_both_its_vcs_and_its_priority_is_told_both_keys() -> None:
+    s, _ = make(config(STRICT))
+    with pytest.raises(EntitlementError) as info:
+        request_of(s, pod("a", "a", "research", spec("nlp", 8, priority=1000)))
+    assert info.value.message == (
+        "namespace research may ask for priority at most 100, not 1000 (VC 'nlp'): raise "
+        "topogang.tenants.research.maxPriority and add 'nlp' to topogang.tenants.research.virtualClusters "
+        "to allow it"
+    )
