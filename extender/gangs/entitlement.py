@@ -25,8 +25,8 @@ refused pod reserves nothing and preempts nobody. It is the one place the rule l
 - **Namespaces without a `tenants` entry** follow the mode (`topogang.defaultEntitlement`, else `serve
   --default-entitlement`): `open` lets them use every VC at every priority (HiveD's trust, which left
   keeping tenants apart to OpenPAI's REST server); `opportunistic` gives them their
-  `namespaceVirtualClusters` VC (every priority, its pinned cells) and otherwise priority -1 only;
-  `none` gives them their `namespaceVirtualClusters` VC and otherwise nothing.
+  `namespaceVirtualClusters` VC (every priority, its pinned cells), and a namespace without one may
+  run priority -1 only; `none` refuses every pod of a namespace in neither map.
 
 Pods of one gang agree because the core refuses a member whose request differs from its gang's.
 """
