@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from extender import kubesched
-from tests.integration.conftest import Pods, running_server, state
+from tests.integration.conftest import Pods, Server, running_server, state
 
 
 def place(client: httpx.Client, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
@@ -61,3 +61,7 @@ def test_the_attack_is_refused_over_http_and_changes_nothing() -> None:
             ex = client.post("/v1/explain", json=attack)
             assert ex.status_code == 422 and ex.json()["field"] == "priority", ex.text
             assert state(client) == before
+
+
+def test_a_server_left_open_says_so_when_it_starts(server: Server) -> None:
+    assert any("entitlement mode open" in line for line in server.log), "".join(server.log[:20])
