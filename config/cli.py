@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from config.check_tenants import entitlement_data
 from config.diff import config_diff, format_diff
 from config.generate import GenerateError, generate_yaml
 from config.load import ConfigError, load_config
@@ -69,6 +70,7 @@ def _validate_one(file: str, *, as_json: bool) -> tuple[dict[str, Any], bool]:
             print(format_line(file, "", reason), file=sys.stderr)
         return result, False
     data = summary_data(loaded.spec, loaded.analysis)
+    data["entitlement"] = entitlement_data(loaded.spec, loaded.extras)
     result.update(
         valid=True, summary=data, warnings=[{"path": w.path, "message": w.message} for w in loaded.warnings]
     )

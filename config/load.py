@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from config.check_tenants import check_tenants
 from config.problems import errors_of, format_line, format_problem, warnings_of
 from config.schema import HivedConfigModel, PhysicalCellModel, TopogangModel, unknown_keys
 from config.untrusted import CONFIG_LIMITS, UntrustedError, check_yaml, yaml_error
@@ -142,6 +143,8 @@ def load_config_text(text: str, filename: str = "<config>", *, check: bool = Tru
     spec = to_spec(model)
     analysis = analyze(spec) if check else None
     problems: list[Problem] = [*unknown_keys(model), *(analysis.problems if analysis else ())]
+    if check:
+        problems += check_tenants(spec, model.topogang)
     errors.extend((p.path, p.message) for p in errors_of(problems))
     warnings = tuple(warnings_of(problems))
     if errors:

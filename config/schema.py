@@ -16,7 +16,7 @@ boolean fields then parse those strings (lax mode).
 from __future__ import annotations
 
 import difflib
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -62,6 +62,7 @@ def _dict_or_null(item: Any) -> BeforeValidator:
     return BeforeValidator(_none_to_empty_dict, json_schema_input_type=dict[str, item] | None)
 
 
+PinnedId = Annotated[str, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int)]
 OptionalText = Annotated[str | None, BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | None)]
 CellText = Annotated[str | None, BeforeValidator(_cell_text, json_schema_input_type=str | int | None)]
 
@@ -150,6 +151,30 @@ class VirtualClusterModel(_Model):
     )
 
 
+ENTITLEMENT_MODES = ("open", "opportunistic", "none")
+EntitlementMode = Literal["open", "opportunistic", "none"]
+
+
+class TenantModel(_Model):
+    """`topogang.tenants.<namespace>`: what the pods of one namespace may ask for (the admin's word;
+    `extender.gangs.entitlement` holds every pod to it before the core is asked)."""
+
+    virtual_clusters: Annotated[list[str], _list_or_null(str)] = Field(
+        default_factory=list,
+        description="VCs the namespace may use (its namespaceVirtualClusters VC is always allowed).",
+    )
+    max_priority: int = Field(
+        default=1000,
+        ge=-1,
+        le=1000,
+        description="The highest priority its pods may ask for (-1: opportunistic only).",
+    )
+    pinned_cell_ids: Annotated[list[PinnedId] | None, _list_or_null(str)] = Field(
+        default=None,
+        description="Pinned cells it may use; omitted: every pinned cell of its VCs; empty (or null): none.",
+    )
+
+
 class TopogangModel(_Model):
     """topogang's own settings; HiveD ignores this key, so one file can serve both."""
 
@@ -164,6 +189,19 @@ class TopogangModel(_Model):
     )
     listen_address: OptionalText = Field(
         default=None, description="Extender listen address (host:port); defaults to webServerAddress."
+    )
+    tenants: Annotated[dict[str, TenantModel], _dict_or_null(TenantModel)] = Field(
+        default_factory=dict,
+        description="Kubernetes namespace -> the VCs, pinned cells and highest priority its pods may use.",
+    )
+    default_entitlement: EntitlementMode | None = Field(
+        default=None,
+        description=(
+            "What a namespace without a tenants entry may use: open (every VC at every priority, "
+            "HiveD's trust), opportunistic (its namespaceVirtualClusters VC, else priority -1 only), "
+            "none (its namespaceVirtualClusters VC, else nothing). Unset: `serve "
+            "--default-entitlement` (open by default; the Helm chart sets opportunistic)."
+        ),
     )
 
 

@@ -165,7 +165,24 @@ def format_summary(data: dict[str, Any]) -> str:
     if data["namespaceVirtualClusters"]:
         out += ["", "Namespaces -> VCs"]
         out += table(["NAMESPACE", "VC"], sorted(data["namespaceVirtualClusters"].items()))
+    ent = data.get("entitlement")
+    if ent:
+        mode = ent["defaultEntitlement"] or "unset (serve --default-entitlement; open by default)"
+        out += ["", f"Entitlement (namespaces without an entry: {mode})"]
+        rows = [
+            [ns, ", ".join(t["virtualClusters"]) or "-", t["maxPriority"], _pins(t["pinnedCellIds"])]
+            for ns, t in ent["tenants"].items()
+        ]
+        out += (
+            table(["NAMESPACE", "VCS", "MAX PRIORITY", "PINNED CELLS"], rows) if rows else ["  (no tenants)"]
+        )
+        if ent["notice"]:
+            out += ["", ent["notice"]]
     return "\n".join(out) + "\n"
+
+
+def _pins(ids: list[str] | None) -> str:
+    return "all of its VCs'" if ids is None else ", ".join(ids) or "none"
 
 
 def summarize(spec: ClusterSpec) -> str:

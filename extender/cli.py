@@ -25,6 +25,8 @@ from typing import Any
 import uvloop
 
 from config.load import ConfigError, LoadedConfig, load_config
+from config.schema import ENTITLEMENT_MODES
+from extender.gangs.entitlement import OPEN_WARNING
 from extender.http.app import Service, build_app
 from extender.ops.tls import TlsSettings, VerbsGuard
 from extender.standalone import EXAMPLE_CONFIG, build_standalone
@@ -55,6 +57,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="standalone: preemption victims stay bound until DELETE /v1/standalone/pods/{uid} "
         "(as kube-scheduler deletes them in a cluster); default: evicted at once",
+    )
+    ap.add_argument(
+        "--default-entitlement",
+        default="open",
+        choices=list(ENTITLEMENT_MODES),
+        help="what a namespace without a topogang.tenants entry may use when the config's "
+        "topogang.defaultEntitlement is unset: open (every VC at every priority, HiveD's trust), "
+        "opportunistic (its namespaceVirtualClusters VC, else priority -1 only), none (its "
+        "namespaceVirtualClusters VC, else nothing); default open",
     )
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     ap.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
@@ -142,6 +153,9 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # kubernetes' ConfigException and friends: no usable cluster credentials
         print(f"topogang serve: cannot connect to Kubernetes: {exc}", file=sys.stderr)
         return 1
+    service.scheduler.entitlement.configure(loaded.extras, args.default_entitlement)
+    if service.scheduler.entitlement.rules.mode == "open":
+        print(f"{config}: warning: {OPEN_WARNING}", file=sys.stderr)
     return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs)
 
 

@@ -4,7 +4,9 @@ The body is a Pod object (as `kubectl get pod -o json` prints it, or as kube-sch
 carrying the usual topogang/HiveD scheduling spec. The answer is the core's what-if (`topology.explain`):
 the placement it would get, or the wait reason, whom it could preempt, and the per-level view of the
 VC's quota and the free pool. Nothing changes: the search runs in a transaction that is rolled back,
-and it takes the scheduler's lock so it sees a consistent state.
+and it takes the scheduler's lock so it sees a consistent state. The pod is held to its namespace's
+entitlement first, as the filter holds it (`extender.gangs.entitlement`): what the filter would
+refuse is a 422 here too, and a pod with a PriorityClass is explained at the priority it would get.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def explain_route(scheduler: Scheduler) -> Route:
         try:
             doc = wire.loads(await read_body(request, MAX_BODY))
             pod = wire.parse_pod(doc.get("Pod", doc) if isinstance(doc, dict) else doc)
-            pr = podrequests.parse(scheduler, pod)
+            pr = podrequests.explained(scheduler, pod)
             async with scheduler.lock:
                 answer = explain(scheduler.core, pr.request, scheduler.clock())
         except BodyTooLargeError as err:

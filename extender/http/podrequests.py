@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from extender.conventions.edge import Conventions, Host
+from extender.gangs.entitlement import Gate, grant
 from extender.gangs.identity import one_pod_key
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled, pod_request, spec_text
 from extender.http import wire
@@ -32,11 +33,19 @@ class Reader(Host, Protocol):
     def framework_lookup(self) -> FrameworkLookup | None: ...
     @property
     def pod_lookup(self) -> PodLookup | None: ...
+    @property
+    def entitlement(self) -> Gate: ...
     async def request_of(self, pod: wire.WirePod) -> PodRequest: ...
 
 
 async def read(s: Reader, pod: wire.WirePod) -> PodRequest:
-    """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
+    """The pod's gang request (cached per UID and spec text), as its namespace may make it
+    (`extender.gangs.entitlement`, checked on every read: a reload may change the rules). Raises
+    `UserError`."""
+    return s.entitlement.check(await _read(s, pod), pod.raw)
+
+
+async def _read(s: Reader, pod: wire.WirePod) -> PodRequest:
     _, text = spec_text(pod.raw)
     if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
         got = await s.conventions.request_of(s, pod)
@@ -54,6 +63,12 @@ async def read(s: Reader, pod: wire.WirePod) -> PodRequest:
         pr = parse(s, pod, fw)
     s.pods.remember(s.pods.same_identity(s.core, pr), text)
     return pr
+
+
+def explained(s: Reader, pod: wire.WirePod) -> PodRequest:
+    """The request `POST /v1/explain` asks about: the pod's own spec, held to its namespace's
+    entitlement as the filter would hold it (no cache, no conventions, no Event)."""
+    return grant(s.entitlement.rules, parse(s, pod), pod.raw)
 
 
 def parse(s: Reader, pod: wire.WirePod, framework: Mapping[str, Any] | None = None) -> PodRequest:

@@ -22,6 +22,7 @@ from typing import Any
 
 from extender.conventions.edge import Conventions
 from extender.gangs.bindsig import signed_bind_annotations
+from extender.gangs.entitlement import Entitlements, Gate
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
@@ -36,15 +37,7 @@ from extender.http.views import Waiting
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
 from topology.core import Core
-from topology.decisions import (
-    GangPlacement,
-    PodPlacement,
-    Preemption,
-    Released,
-    UserError,
-    Wait,
-    WaitCode,
-)
+from topology.decisions import GangPlacement, PodPlacement, Preemption, Released, UserError, Wait, WaitCode
 
 log = logging.getLogger("topogang.extender")
 
@@ -81,8 +74,8 @@ class Scheduler:
         self.evictor = evictor
         self.on_wait = on_wait
         self.preempt_on_filter = preempt_on_filter
-        # PodGroups, elastic extras, Soft/Hard timeouts; the default reads no API objects
-        self.conventions = conventions or Conventions(clock=clock)
+        self.conventions = conventions or Conventions(clock=clock)  # the default reads no API objects
+        self.entitlement = Gate(Entitlements.open(self.namespace_vcs))  # who may ask for what
         # awaited after filter and preempt: makes new reservations durable before kube-scheduler acts
         self.after_change: Callable[[], Awaitable[None]] | None = None
         self.lock = asyncio.Lock()

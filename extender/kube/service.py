@@ -25,8 +25,10 @@ from urllib.parse import quote
 from config.load import LoadedConfig
 from extender.conventions import edge as conventions
 from extender.gangs.bindsig import BindSigner
+from extender.gangs.entitlement import EntitlementError
 from extender.gangs.ledger_records import Record, TransitionHook
 from extender.gangs.podspec import PodRequest
+from extender.http.answers import user_error
 from extender.http.app import Service
 from extender.http.ledger_api import ledger_routes
 from extender.http.verbs import Scheduler
@@ -48,6 +50,7 @@ from topology.core import Core
 log = logging.getLogger("topogang.kube")
 
 FRAMEWORK_TTL = 30.0
+NOT_ENTITLED = "NotEntitled"  # Event reason: the pod asks for a VC, pinned cell or priority it may not use
 DEFAULT_NAMESPACE = os.environ.get("POD_NAMESPACE", "topogang-system")
 
 
@@ -118,6 +121,13 @@ def kube_service(
         conventions=conventions.Conventions(conventions.kube_fetch(kube.request), clock=clock),
     )
     scheduler.not_ready_reason = "connecting to the API server"
+    scheduler.entitlement.configure(extras)
+
+    def on_refused(pr: PodRequest, err: EntitlementError) -> None:
+        text = user_error(pr.key, pr.spec_annotation, err)
+        recorder.record(ObjectRef("Pod", pr.namespace, pr.name, pr.uid), NOT_ENTITLED, text, warning=True)
+
+    scheduler.entitlement.on_refused = on_refused
     sync = ClusterSync(scheduler, kube)
     scheduler.promotions.locate.insert(0, sync.live.get)  # every opted-in pod of the cluster, by UID
     sync.on_invalid = on_invalid

@@ -106,6 +106,8 @@ class ConfigWatcher:
         async with self.scheduler.lock:
             new_core, report = reconfigure(self.scheduler.core, loaded.spec, self.clock())
             self.scheduler.core = new_core
+            self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
+            self.scheduler.entitlement.configure(loaded.extras)  # the serve flag's mode stays
         self.status.applied_hash = current
         self.status.applied_at = self.clock()
         self.status.last_report = report.lines()

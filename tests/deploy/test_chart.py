@@ -111,6 +111,7 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     assert key["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert mounted(ext, args.bind_signing_key_file)["secret"]["secretName"] == "topogang-bind-signing-key"
     assert not args.adopt_unsigned_bind_info
+    assert args.default_entitlement == "opportunistic"  # the safe default: README "Multi-tenancy"
     cfg = scheduler_config(docs)
     assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
     sched = one(docs, "Deployment", "topogang-scheduler")

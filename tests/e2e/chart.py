@@ -57,7 +57,9 @@ RELEASE = "topogang"
 
 
 def values(topology: Path) -> tuple[str, ...]:
-    return ("--set-file", f"config={topology}")
+    # every test makes a fresh namespace mapped to no VC, so the session runs in entitlement mode open
+    # (HiveD's trust) rather than the chart's opportunistic; test_entitlement.py closes it by a config edit
+    return ("--set-file", f"config={topology}", "--set", "extender.defaultEntitlement=open")
 
 
 def render(helm: Path, topology: Path, out_dir: Path) -> ChartRender:
