@@ -18,7 +18,8 @@ Bind info counts only when `verify` (the extender's `BindSigner`, `extender.gang
 is topogang's own decision. A pod whose bind info is not (forged, edited, HiveD's without the
 admin's opt-in) is no member of any gang: its claimed GPUs are held, as a gang of its own named
 `unverified:<namespace>/<pod>` (a colon no namespace can hold, so no tenant's gang key meets it)
-with no quota cell and no priority, until the pod is gone, so no one else is placed on them; it is listed in the report for the caller to tell the admin.
+with no quota cell and no priority, until the pod is gone, so no one else is placed on them; it is
+listed in the report for the caller to tell the admin.
 """
 
 from __future__ import annotations
