@@ -176,3 +176,9 @@ def clone(core: Core) -> Core:
         else:
             setattr(out, name, CORE_FIELDS[name](value))
     return out
+
+
+def same_topology(a: Core, b: Core) -> bool:
+    """Whether two cores (a live one and a copy, or two copies) share one topology: what depends on
+    the topology alone (the cluster view's layout) serves both."""
+    return a.topo is b.topo

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from extender.http.versionlock import VersionedLock
 from extender.http.views import Waiting
 from topology.core import Core
 from topology.snapshot import clone
@@ -34,33 +34,6 @@ if TYPE_CHECKING:
     from extender.http.verbs import Scheduler
 
 DEFAULT_MIN_INTERVAL = 0.2  # seconds between two copies of a changing state
-
-
-class VersionedLock(asyncio.Lock):
-    """The verbs' lock, counting the releases that may have changed the state (`generation`).
-    A reader's own hold (`quietly`) counts for nothing."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.generation = 0
-        self._quiet = False
-
-    def release(self) -> None:
-        if self._quiet:
-            self._quiet = False
-        else:
-            self.generation += 1
-        super().release()
-
-    @asynccontextmanager
-    async def quietly(self) -> AsyncIterator[None]:
-        """Hold the lock to read only: the generation stays as it was."""
-        await self.acquire()
-        try:
-            yield
-        finally:
-            self._quiet = True
-            self.release()
 
 
 @dataclass

@@ -25,7 +25,7 @@ from extender.gangs.bindinfo import bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
-from extender.http import podrequests, replies, snapshot, views, wire
+from extender.http import podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
@@ -85,7 +85,7 @@ class Scheduler:
         self.conventions = conventions or Conventions(clock=clock)
         # awaited after filter and preempt: makes new reservations durable before kube-scheduler acts
         self.after_change: Callable[[], Awaitable[None]] | None = None
-        self.lock = snapshot.VersionedLock()  # counts the verbs' changes for the readers (`snapshot`)
+        self.lock = versionlock.VersionedLock()  # counts the verbs' changes for the readers (`snapshot`)
         self.ready = False
         self.not_ready_reason = "starting"
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
