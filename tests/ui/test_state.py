@@ -31,7 +31,7 @@ def asgi_client(app: Any) -> TestClient:
         warnings.simplefilter("ignore")
         from starlette.testclient import TestClient
 
-        return TestClient(app)
+        return TestClient(app, base_url="http://localhost")
 
 
 @pytest.fixture(scope="module")
