@@ -11,7 +11,7 @@ route runs, each request is classed by its path:
 
 and refused, with a JSON `Error` naming the limit, when:
 
-- a body-carrying request (POST/PUT/PATCH) is not `application/json` (415). A web page can send a
+- a verb's or explain's body (POST) is not `application/json` (415). A web page can send a
   cross-origin "simple" POST (`text/plain`, no CORS preflight) to an admin's `kubectl port-forward`;
   with JSON required the browser must ask first, and nothing here ever says yes;
 - its `Host` is not one the server answers to (421): a DNS-rebinding page's requests carry the
@@ -156,7 +156,7 @@ class RequestLimits:
                 return self._refuse(
                     kind, "host", 421, f"Host {host!r} is not a name this server answers to (--allowed-hosts)"
                 )
-        if method in BODY_METHODS:
+        if kind in ("verb", "explain") and method in BODY_METHODS:
             ctype = headers.get("content-type", "")
             if ctype.split(";", 1)[0].strip().lower() != "application/json":
                 shown = ctype or "none"

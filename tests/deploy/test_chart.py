@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from extender.cli import _parser as serve_parser
+from extender.cli import limits_from
 from extender.ops.tls import TlsSettings
 from scripts import manifests
 
@@ -102,6 +103,11 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     assert ext["spec"]["replicas"] == 2 and args.leader_elect and args.lease_name == "topogang-extender"
     assert mounted(ext, args.config)["configMap"]["name"] == "topogang-config"
     assert args.kube and args.tls_cert is None and args.listen == ":9096"
+    # the self-protection limits (extender.http.limits), and the Service's names answered as Host
+    assert (args.max_connections, args.head_timeout, args.max_reads, args.max_explains) == (4096, 10.0, 32, 2)
+    limits = limits_from(args, "0.0.0.0")
+    assert limits.host_allowed("topogang-extender.topogang-system.svc:9096")
+    assert limits.host_allowed("topogang-extender:9096") and not limits.host_allowed("evil.example")
     cfg = scheduler_config(docs)
     assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
     sched = one(docs, "Deployment", "topogang-scheduler")
