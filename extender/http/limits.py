@@ -312,7 +312,8 @@ class ProtectedHttpTools(JSONErrorsHttpTools):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and not self.pipeline:
+        running = self.cycle is not None and not self.cycle.response_complete  # a pipelined one
+        if not self.transport.is_closing() and not running:
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
