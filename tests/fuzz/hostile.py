@@ -484,10 +484,11 @@ def node_list(src: Source, ctx: Context) -> Any:
 def verb_probe(src: Source, ctx: Context, verb: str) -> Probe:
     path = f"/v1/extender/{verb}"
     kind = src.pick(("pod", "pod", "pod", "pod", "bytes", "bomb", "wrong-shape"))
+    json_type = (("content-type", "application/json"),)  # past the 415 of the limits, to the parser
     if kind == "bytes":
-        return Probe(verb, "POST", path, garbage(src, ctx))
+        return Probe(verb, "POST", path, garbage(src, ctx), src.pick((json_type, ())))
     if kind == "bomb":
-        return Probe(verb, "POST", path, json_bomb(src))
+        return Probe(verb, "POST", path, json_bomb(src), json_type)
     if verb == "bind":
         body = bind_body(src, ctx)
     elif verb == "preempt":
