@@ -156,12 +156,11 @@ def test_explain_is_limited_per_caller_while_filters_answer(
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
     held.sendall(head + body[:10])
-
-    def refused() -> bool:
-        r = api.post("/v1/explain", json={"Pod": pod})
-        return r.status_code == 429
-
-    poll("the second explain to be refused", refused, tries=50, interval=0.1)
+    # no other explain runs meanwhile, so the held one is taken, not refused: it stays unanswered
+    held.settimeout(0.2)
+    for _ in range(5):
+        with pytest.raises(TimeoutError):
+            held.recv(1)
     r = api.post("/v1/explain", json={"Pod": pod})
     assert r.status_code == 429 and r.headers["retry-after"] and "explain" in r.json()["Error"]
     other = one_pod_gang(pods, "meanwhile")
@@ -176,13 +175,15 @@ def test_explain_is_limited_per_caller_while_filters_answer(
 
 
 def test_readers_share_one_copy_of_an_unchanged_state(api: httpx.Client) -> None:
-    """Thirty reads of an unchanged state take at most a couple of copies of it (the periodic expiry
-    pass may count as a change): the readers never render under the verbs' lock."""
+    """Thirty reads of an unchanged state share a copy of it: the readers never render under the
+    verbs' lock, and take it only for a copy when something changed."""
     before = metric(api, "topogang_read_snapshot_lock_seconds_count")
     for _ in range(30):
         assert api.get("/v1/inspect/clusterstatus").status_code == 200
     assert api.get("/v1/ui/state").status_code == 200
-    assert metric(api, "topogang_read_snapshot_lock_seconds_count") - before <= 2
+    # one copy per state change; the periodic expiry pass (every 5 s) may count as one: even on a
+    # slow machine far fewer copies than reads (a reader rendering under the lock would be 31)
+    assert metric(api, "topogang_read_snapshot_lock_seconds_count") - before < 10
 
 
 def test_a_reader_flood_while_scheduling(guarded: Server, api: httpx.Client, pods: Pods) -> None:
