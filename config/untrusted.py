@@ -155,8 +155,8 @@ def read_flat_json(text: str, limits: Limits) -> Any:
             parse_constant=_refuse_constant,
             object_pairs_hook=_unique_keys,
         )
-    except ValueError:  # not JSON, or _NotFlatError
-        return None
+    except (ValueError, RecursionError):  # not JSON, _NotFlatError, or nested past Python's stack:
+        return None  # `read_yaml` then stops at the depth limit with an error naming it
     todo: list[tuple[Any, int]] = [(doc, 1)]
     while todo:
         value, depth = todo.pop()

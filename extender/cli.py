@@ -28,6 +28,7 @@ from config.load import ConfigError, LoadedConfig, load_config
 from config.schema import ENTITLEMENT_MODES
 from extender.gangs.entitlement import OPEN_WARNING
 from extender.http.app import Service, build_app
+from extender.http.limits import ServerLimits, parse_hosts, protected_protocol, raise_open_files
 from extender.ops.tls import TlsSettings, VerbsGuard
 from extender.standalone import EXAMPLE_CONFIG, build_standalone
 
@@ -100,7 +101,45 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="switching over from HiveD: adopt its unsigned bind info at this first start (with --kube)",
     )
+    d = ServerLimits()
+    lim = ap.add_argument_group("self-protection (extender.http.limits)")
+    lim.add_argument("--max-connections", type=int, default=d.max_connections, help="open connections kept")
+    lim.add_argument(
+        "--head-timeout", type=float, default=d.head_timeout, help="seconds to send a whole request head"
+    )
+    lim.add_argument("--max-requests", type=int, default=d.max_requests, help="requests at once (503 beyond)")
+    lim.add_argument("--max-reads", type=int, default=d.max_reads, help="reads at once (429 beyond)")
+    lim.add_argument("--reads-per-client", type=int, default=d.reads_per_client, help="reads per caller")
+    lim.add_argument("--max-explains", type=int, default=d.max_explains, help="/v1/explain at once")
+    lim.add_argument(
+        "--explains-per-client", type=int, default=d.explains_per_client, help="explains per caller"
+    )
+    lim.add_argument(
+        "--long-polls-per-client", type=int, default=d.polls_per_client, help="long-polls per caller"
+    )
+    lim.add_argument(
+        "--allowed-hosts",
+        default="",
+        help="extra Host names to answer (comma-separated; IPs, localhost and *.svc always; * for any)",
+    )
     return ap
+
+
+def limits_from(args: argparse.Namespace, listen_host: str) -> ServerLimits:
+    hosts = parse_hosts(args.allowed_hosts)
+    if listen_host not in ("", "0.0.0.0", "::"):
+        hosts += (listen_host.lower(),)
+    return ServerLimits(
+        max_connections=args.max_connections,
+        head_timeout=args.head_timeout,
+        max_requests=args.max_requests,
+        max_reads=args.max_reads,
+        reads_per_client=args.reads_per_client,
+        max_explains=args.max_explains,
+        explains_per_client=args.explains_per_client,
+        polls_per_client=args.long_polls_per_client,
+        allowed_hosts=hosts,
+    )
 
 
 def serve_main(argv: Sequence[str] | None = None) -> int:
@@ -156,7 +195,8 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     service.scheduler.entitlement.configure(loaded.extras, args.default_entitlement)
     if service.scheduler.entitlement.rules.mode == "open":
         print(f"{config}: warning: {OPEN_WARNING}", file=sys.stderr)
-    return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs)
+    limits = limits_from(args, host)
+    return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs, limits=limits)
 
 
 def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> Service:
@@ -219,6 +259,7 @@ def run(
     log_level: str = "info",
     tls: TlsSettings | None = None,
     verbs: tuple[str, int] | None = None,
+    limits: ServerLimits | None = None,
 ) -> int:
     """Serve until interrupted; sockets are bound first so the printed addresses are the real ones.
 
@@ -226,9 +267,11 @@ def run(
     the scheduling verbs, which the main listener then refuses."""
     import uvicorn
 
-    from extender.http.httpproto import JSONErrorsHttpTools
-
+    limits = limits or ServerLimits()
     tls = tls or TlsSettings()
+    before, after = raise_open_files()
+    if after > before:
+        print(f"topogang: open-file limit raised from {before} to {after}", flush=True)
     scheme = "https" if tls.enabled else "http"
     socks: list[socket.socket] = []
     try:
@@ -254,7 +297,7 @@ def run(
         f"   ready {base}/readyz",
         flush=True,
     )
-    app: Any = build_app(service)
+    app: Any = build_app(service, limits)
     # The cluster model built so far (~80k objects at 1,000 nodes) lives as long as the process: out
     # of the cyclic GC's reach, a full collection takes microseconds instead of ~40 ms, a pause that
     # would otherwise land on whichever request triggers it.
@@ -266,7 +309,7 @@ def run(
         return uvicorn.Config(
             app,
             loop="uvloop",
-            http=JSONErrorsHttpTools,
+            http=protected_protocol(limits),  # head timeout, connection cap, JSON 400s
             ws="none",  # no WebSocket routes: an Upgrade is a plain request (else a text/plain 400)
             access_log=False,
             log_level=log_level,

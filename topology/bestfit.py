@@ -17,6 +17,29 @@ class BestFitIndex:
     def __init__(self) -> None:
         self._key: dict[int, dict[int, int]] = {}
         self._heaps: dict[int, dict[int, list[int]]] = {}
+        self._pushes: dict[int, int] = {}  # pushes per group since its heaps were last rebuilt
+
+    def _rebuild(self, group: int) -> None:
+        """Heaps of the valid entries only. Stale entries are dropped lazily when they surface, but
+        one that never surfaces (a node whose key keeps changing below its heap's head) would stay
+        forever: a busy cluster grew millions of them. Rebuilding once pushes outnumber the nodes
+        keeps each group's heaps within a small multiple of its nodes, and changes no answer
+        (`first` yields the valid nodes of each key in id order, however the heap holds them)."""
+        heaps: dict[int, list[int]] = {}
+        for node, key in self._key.get(group, {}).items():
+            heaps.setdefault(key, []).append(node)
+        for h in heaps.values():
+            heapq.heapify(h)
+        self._heaps[group] = heaps
+        self._pushes[group] = 0
+
+    def compacted(self) -> BestFitIndex:
+        """A copy holding only valid entries (what `topology.snapshot` copies)."""
+        out = BestFitIndex()
+        out._key = {g: keys.copy() for g, keys in self._key.items()}
+        for g in out._key:
+            out._rebuild(g)
+        return out
 
     def update(self, group: int, node: int, key: int) -> None:
         """Record `node`'s current key in `group` (key 0 = not a candidate)."""
@@ -26,6 +49,10 @@ class BestFitIndex:
         if key:
             keys[node] = key
             heapq.heappush(self._heaps.setdefault(group, {}).setdefault(key, []), node)
+            pushes = self._pushes.get(group, 0) + 1
+            self._pushes[group] = pushes
+            if pushes > 4 * len(keys) + 64:
+                self._rebuild(group)
         else:
             keys.pop(node, None)
 

@@ -53,6 +53,7 @@ from topology.reservations import Gang
 TOMBSTONE_SECONDS = 1200.0  # FrameworkBarrier's longest timeout: every barrier of the gang sees it
 FORGET_PENDING_SECONDS = 600.0  # a Pending gang nobody filtered for this long is dropped
 PRUNE_EVERY_SECONDS = 30.0
+MAX_TOMBSTONES = 10_000  # Expired gangs kept at most (oldest go first): a bound whatever the churn
 FC_FRAMEWORK_UID = "FC_FRAMEWORK_UID"
 
 
@@ -275,6 +276,11 @@ class GangLedger:
             if facts is not None and facts.gang == r.gang:
                 del self.pods[uid]
         self._wake(rec, phase=True)
+        self.maybe_prune(core)
+
+    def maybe_prune(self, core: Core | None) -> None:
+        """`prune` at most every `PRUNE_EVERY_SECONDS`: from releases, changes, and the periodic
+        expiry pass (so a quiet cluster's tombstones and forgotten gangs go too)."""
         if self.clock() - self._pruned > PRUNE_EVERY_SECONDS:
             self.prune(core)
 
@@ -300,6 +306,10 @@ class GangLedger:
                 if wall - rec.expired_at > TOMBSTONE_SECONDS:
                     del self.records[name]
             elif rec.tombstone is None and self._forgotten(rec, now, core):
+                del self.records[name]
+        tombs = [(r.expired_at or 0.0, name) for name, r in self.records.items() if r.tombstone is not None]
+        if len(tombs) > MAX_TOMBSTONES:
+            for _at, name in sorted(tombs)[: len(tombs) - MAX_TOMBSTONES]:
                 del self.records[name]
         live = {(r.ident.namespace, r.ident.name, r.gang) for r in self.records.values()}
         for key, (_attempt, gang) in list(self.frameworks.items()):
@@ -327,6 +337,7 @@ class GangLedger:
 
     def touch(self, core: Core, gang: str, waiting: WaitingOf) -> None:
         """Something about the gang changed: bump its version, move its phase, wake its polls."""
+        self.maybe_prune(core)
         rec = self.records.get(gang)
         if rec is None:
             g = core.gang(gang)

@@ -39,6 +39,8 @@ from extender.http import replies, views, wire
 from extender.http.answers import VerbError
 from extender.http.explain_api import explain_route
 from extender.http.httpproto import BodyTooLargeError, read_body
+from extender.http.limits import RequestLimits, ServerLimits
+from extender.http.snapshot import Snapshots
 from extender.http.verbs import Scheduler
 from extender.ops.metrics import CONTENT_TYPE, Metrics
 from extender.ui import ui_routes
@@ -75,7 +77,7 @@ def _plain_error(msg: str) -> Response:
     return JSON(replies.binding_result(msg))
 
 
-def build_app(service: Service) -> Starlette:
+def build_app(service: Service, limits: ServerLimits | None = None) -> Starlette:
     s = service.scheduler
     metrics = s.metrics
 
@@ -153,39 +155,41 @@ def build_app(service: Service) -> Starlette:
             body = metrics.render()
         return Response(body, media_type=CONTENT_TYPE)
 
+    snaps = Snapshots(s, on_copy=metrics.snapshot_hold.observe)
+
     async def inspect_summary(request: Request) -> Response:
-        async with s.lock:
-            return JSON(views.summary(s.core, s.waiting, s.ready))
+        doc = await snaps.read("summary", lambda v: views.summary(v.core, v.waiting, v.ready))
+        return JSON({**doc, "ready": s.ready})
 
     async def cluster_status(request: Request) -> Response:
-        async with s.lock:
-            return JSON(
-                {
-                    "physicalCluster": views.physical_cluster(s.core),
-                    "virtualClusters": views.virtual_clusters(s.core),
-                }
+        return JSON(
+            await snaps.read(
+                "clusterstatus",
+                lambda v: {
+                    "physicalCluster": views.physical_cluster(v.core),
+                    "virtualClusters": views.virtual_clusters(v.core),
+                },
             )
+        )
 
     async def physical(request: Request) -> Response:
-        async with s.lock:
-            return JSON(views.physical_cluster(s.core))
+        return JSON(await snaps.read("physical", lambda v: views.physical_cluster(v.core)))
 
     async def virtual(request: Request) -> Response:
         vc = request.path_params.get("vc")
-        async with s.lock:
-            if vc is not None and not s.core.has_vc(vc):
-                return JSON({"Error": f"VC {vc} not found"}, status_code=404)
-            out = views.virtual_clusters(s.core, vc)
+        snap = await snaps.get()
+        if vc is not None and not snap.core.has_vc(vc):
+            return JSON({"Error": f"VC {vc} not found"}, status_code=404)
+        out = await snaps.render(snap, "virtual", lambda v: views.virtual_clusters(v.core))
         return JSON(out.get(vc, []) if vc is not None else out)
 
     async def groups(request: Request) -> Response:
-        async with s.lock:
-            return JSON({"items": views.affinity_groups(s.core, s.waiting, s.clock())})
+        items = await snaps.read("groups", lambda v: views.affinity_groups(v.core, v.waiting, v.now))
+        return JSON({"items": items})
 
     async def group(request: Request) -> Response:
         name = request.path_params["name"]
-        async with s.lock:
-            g = views.affinity_group_named(s.core, s.waiting, name, s.clock())
+        g = await snaps.read(None, lambda v: views.affinity_group_named(v.core, v.waiting, name, v.now))
         if g is None:
             return JSON(
                 {
@@ -213,8 +217,8 @@ def build_app(service: Service) -> Starlette:
         Route("/v1/inspect/affinitygroups", groups, methods=["GET"]),
         Route("/v1/inspect/affinitygroups/", groups, methods=["GET"]),
         Route("/v1/inspect/affinitygroups/{name:path}", group, methods=["GET"]),
-        explain_route(service.scheduler),
-        *ui_routes(service.scheduler),
+        explain_route(service.scheduler, snaps),
+        *ui_routes(service.scheduler, snaps),
         *service.routes,
     ]
     paths = sorted({r.path for r in routes if isinstance(r, Route)} | {"/"})
@@ -254,7 +258,10 @@ def build_app(service: Service) -> Starlette:
         routes=routes,
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
-        middleware=[Middleware(Guard, metrics=metrics)],
+        middleware=[
+            Middleware(Guard, metrics=metrics),
+            Middleware(RequestLimits, limits=limits or ServerLimits(), metrics=metrics),
+        ],
     )
 
 

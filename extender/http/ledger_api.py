@@ -1,6 +1,7 @@
 """The gang ledger over HTTP (read-only), and the Framework proxy for the stock FrameworkBarrier.
 
-    GET /v1/gangs[?namespace=&vc=&phase=]             every gang's GangStatus
+    GET /v1/gangs[?namespace=&vc=&phase=]             every gang's GangStatus, a page at a time
+        [&limit=N&continue=TOKEN]                     (`extender.http.paging`; default 500 a page)
     GET /v1/gangs/{namespace}/{name}                  one gang of that namespace: a FrameworkController
         [?waitFor=<Phase>&timeoutSeconds=N            framework's current attempt, or a gang named
          &attempt=<attempt instance UID>              `name` (or `namespace/name`) there; never
@@ -24,7 +25,7 @@ ledger. Absent: 404 in the API server's `Status` shape.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import bisect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -36,12 +37,15 @@ from starlette.routing import BaseRoute, Route
 from extender.gangs.barrier import framework_from_gang
 from extender.gangs.framework import Framework, FrameworkError, with_ips_hidden, with_pod_ips
 from extender.gangs.ledger_records import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
+from extender.http import paging
 from extender.http.app import JSON
+from extender.http.limits import wait_or_disconnect
 from extender.http.verbs import Scheduler
 
 log = logging.getLogger("topogang.extender")
 
 MAX_WAIT_SECONDS = 60.0
+SCAN_CHUNK = 256  # records looked at per hold of the lock by a list
 FC_GROUP = "frameworkcontroller.microsoft.com"
 FRAMEWORK_PATH = f"/apis/{FC_GROUP}/v1/namespaces/{{namespace}}/frameworks/{{name}}"
 
@@ -122,6 +126,10 @@ def _attempt_of(f: Mapping[str, Any]) -> str | None:
     return uid if isinstance(uid, str) and uid else None
 
 
+def _key(rec: Record) -> paging.Key:
+    return (rec.ident.namespace, rec.ident.name, rec.gang)
+
+
 def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | None = None) -> list[BaseRoute]:
     """The ledger's routes; `fetch_framework` reads a Framework from the API server (Kubernetes
     mode; None: Framework objects are synthesized from the ledger)."""
@@ -143,32 +151,50 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
         return synthesized(doc)
 
     async def list_gangs(request: Request) -> Response:
+        """One page of GangStatuses (`extender.http.paging`), looked at `SCAN_CHUNK` records per
+        hold of the lock so a long list never holds the verbs for long."""
         if not s.ready:
             return not_ready()
         q = request.query_params
         try:
             phase = _phase_param(q, "phase")
-        except _BadQueryError as err:
+            page = paging.parse(q)
+        except (_BadQueryError, paging.PageError) as err:
             return _error(400, f"topogang: {err}", "BadRequest")
         ns, vc = q.get("namespace") or None, q.get("vc") or None
-        items = []
-        async with s.lock:
-            for rec in ledger.all(s.core):
-                if ns is not None and rec.ident.namespace != ns:
-                    continue
-                ledger.refresh(s.core, rec, s.waiting_of)
-                if phase is not None and rec.phase is not phase:
-                    continue
-                doc = ledger.status(s.core, rec, s.waiting_of)
-                if vc is not None and ((doc["placement"] or {}).get("virtualCluster") or rec.vc) != vc:
-                    continue
-                items.append(doc)
-            version = ledger.version
+        items: list[dict[str, Any]] = []
+        after, more, version = page.after, True, None
+        while more and len(items) < page.limit:
+            async with s.lock:
+                records = ledger.all(s.core)
+                keys = [_key(r) for r in records]
+                start = bisect.bisect_right(keys, after) if after is not None else 0
+                chunk = records[start : start + SCAN_CHUNK]
+                more = start + len(chunk) < len(records)
+                for rec in chunk:
+                    after = _key(rec)
+                    if ns is not None and rec.ident.namespace != ns:
+                        continue
+                    ledger.refresh(s.core, rec, s.waiting_of)
+                    if phase is not None and rec.phase is not phase:
+                        continue
+                    doc = ledger.status(s.core, rec, s.waiting_of)
+                    if vc is not None and ((doc["placement"] or {}).get("virtualCluster") or rec.vc) != vc:
+                        continue
+                    items.append(doc)
+                    if len(items) >= page.limit:
+                        more = more or rec is not chunk[-1]
+                        break
+                version = ledger.version if version is None else version
+            await asyncio.sleep(0)  # the verbs waiting for the lock go first
+        token = paging.encode(after) if more and after is not None else None
         return JSON(
             {
                 "apiVersion": API_VERSION,
                 "kind": "GangStatusList",
                 "resourceVersion": str(version),
+                "metadata": {"resourceVersion": str(version), "continue": token},
+                "continue": token,
                 "items": items,
             }
         )
@@ -211,8 +237,8 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
                         doc = ledger.status(s.core, rec, s.waiting_of)
                         break
                     event = rec.changed if since is not None else rec.phase_changed
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), left)
+                if not await wait_or_disconnect(request, [event], left):
+                    return Response(status_code=499)  # the caller left: so does its poll (nobody reads this)
         finally:
             ledger.waiters -= 1
         if doc["phase"] == Phase.READY.value and doc["gang"].get("attemptInstanceUID"):

@@ -1,15 +1,15 @@
 """The four extender verbs against the scheduling core, for one cluster.
 
 `Scheduler` owns the `Core` and serialises every call into it under one asyncio lock (the core is
-single-threaded); time comes from an injected clock. I/O never happens under the lock: a bind claims
-its slot under the lock, writes the Binding outside it, and gives the slot back if the write fails.
+single-threaded); time comes from an injected clock. I/O never happens under the lock: a bind claims its slot
+under the lock, writes the Binding outside it, and gives the slot back if the write fails.
 
-Filter places the whole gang when its first member arrives (`Core.reserve`, with kube-scheduler's
-node list as suggested nodes) and answers the nodes of the gang's unclaimed slots that fit this pod.
-Prioritize gives 10 to the node of the pod's own slot in rank order (slot key, or FrameworkController
-task index) and packs the rest. Bind commits (`Core.claim`, then the Binding). Preempt returns whole
-gangs as victims (`Core.preempt`). Filter, prioritize and preempt carry the pod; bind carries only
-names, so the pod's request is cached by UID from filter (and read from the API server when missing).
+Filter places the whole gang when its first member arrives (`Core.reserve`, with kube-scheduler's node list
+as suggested nodes) and answers the nodes of the gang's unclaimed slots that fit this pod. Prioritize gives
+10 to the node of the pod's own slot in rank order (slot key, or FrameworkController task index) and packs
+the rest. Bind commits (`Core.claim`, then the Binding). Preempt returns whole gangs as victims
+(`Core.preempt`). Filter, prioritize and preempt carry the pod; bind carries only names (the request filter
+read, cached by UID, else the API server's pod).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from extender.gangs.entitlement import Entitlements, Gate
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
-from extender.http import podrequests, replies, views, wire
+from extender.http import podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
@@ -78,7 +78,7 @@ class Scheduler:
         self.entitlement = Gate(Entitlements.open(self.namespace_vcs))  # who may ask for what
         # awaited after filter and preempt: makes new reservations durable before kube-scheduler acts
         self.after_change: Callable[[], Awaitable[None]] | None = None
-        self.lock = asyncio.Lock()
+        self.lock = versionlock.VersionedLock()  # counts the verbs' changes for the readers (`snapshot`)
         self.ready = False
         self.not_ready_reason = "starting"
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
@@ -478,6 +478,7 @@ class Scheduler:
             for g in self.gang_ledger.stale_waits(self.waiting, now - self.ttl_seconds):
                 del self.waiting[g]
             self.promises.expire(now)
+            self.gang_ledger.maybe_prune(self.core)  # tombstones and forgotten gangs go, busy or quiet
             promoted = self.promotions.due(self.core)  # promotions made durable, on this periodic pass
         await self.promotions.write(promoted, self.core)
         if released:

@@ -131,6 +131,21 @@ class Metrics:
             ["reason", "result"],
             registry=self.registry,
         )
+        self.snapshot_hold = Histogram(
+            "topogang_read_snapshot_lock_seconds",
+            "How long each copy of the state for readers (inspect, cluster view, explain) held the "
+            "verbs' lock; the documents are rendered from the copy outside it.",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "topogang_requests_refused",
+            "Requests refused before any work: by route class and reason (too_many: 429 over a "
+            "caller's or the route's limit; overloaded: 503 over the server's; content_type: 415; "
+            "host: 421).",
+            ["route", "reason"],
+            registry=self.registry,
+        )
         self._state: _StateCollector | None = None
 
     def watch_state(self, snapshot: Callable[[], StateSnapshot]) -> None:

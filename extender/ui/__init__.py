@@ -22,6 +22,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from extender.http import replies, views
+from extender.http.snapshot import Snapshots
 from extender.ui.state import StateView
 
 if TYPE_CHECKING:
@@ -39,34 +40,25 @@ class _JSON(Response):
         return replies.dumps(content)
 
 
-def ledger_phases(scheduler: Scheduler) -> dict[str, str]:
-    """The gang ledger's phase of each gang it knows (`extender.gangs.ledger`, what /v1/gangs serves),
-    read without refreshing anything; {} when the scheduler has no ledger."""
-    records = getattr(getattr(scheduler, "gang_ledger", None), "records", None)
-    if not isinstance(records, dict):
-        return {}
-    out: dict[str, str] = {}
-    for name, rec in records.items():
-        phase = getattr(rec, "phase", None)
-        if isinstance(name, str) and phase is not None:
-            out[name] = str(getattr(phase, "value", phase))
-    return out
-
-
-def ui_routes(scheduler: Scheduler) -> list[BaseRoute]:
+def ui_routes(scheduler: Scheduler, snapshots: Snapshots | None = None) -> list[BaseRoute]:
     view = StateView()
+    snaps = snapshots or Snapshots(scheduler)
 
     async def state(request: Request) -> Response:
         q = request.query_params
-        async with scheduler.lock:  # an exception here is the app's to answer (`extender.http.app.Guard`)
-            doc = view.document(
-                scheduler.core,
-                views.waiting_gangs(scheduler.waiting),
-                scheduler.clock(),
-                token=q.get("token"),
-                layout_token=q.get("layout"),
-                phases=ledger_phases(scheduler),
-            )
+        token, layout = q.get("token"), q.get("layout")
+        # built from the readers' copy in a worker thread (`extender.http.snapshot`); an exception
+        # there is the app's to answer (`extender.http.app.Guard`)
+        full = await snaps.read(
+            "ui",
+            lambda v: view.document(v.core, views.waiting_gangs(v.waiting), v.now, phases=v.phases),
+        )
+        if token == full["token"]:
+            doc = {"v": full["v"], "token": full["token"], "unchanged": True, "now": full["now"]}
+        elif layout == full["layoutToken"]:
+            doc = {k: v for k, v in full.items() if k != "layout"}
+        else:
+            doc = full
         body = replies.dumps(doc)
         headers = {"Cache-Control": "no-store", "Vary": "Accept-Encoding"}
         if len(body) > GZIP_OVER and "gzip" in request.headers.get("accept-encoding", ""):

@@ -26,6 +26,7 @@ from topology import inspect
 from topology.core import Core
 from topology.inspect import GpuState
 from topology.reservations import Gang, GangPhase
+from topology.snapshot import same_topology
 
 VERSION = 1
 
@@ -113,7 +114,10 @@ class StateView:
         self._layout: Layout | None = None
 
     def layout(self, core: Core) -> Layout:
-        if self._layout is None or self._layout.core() is not core:
+        """The layout depends on the topology alone, which a reader's copy of the core shares
+        (`topology.snapshot`): one layout serves every copy until a reload brings a new topology."""
+        held = self._layout.core() if self._layout is not None else None
+        if self._layout is None or (held is not core and (held is None or not same_topology(held, core))):
             self._layout = build_layout(core)
         return self._layout
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from extender.cli import _parser as serve_parser
+from extender.cli import limits_from
 from extender.ops.tls import TlsSettings
 from scripts import manifests
 
@@ -112,6 +113,11 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     assert mounted(ext, args.bind_signing_key_file)["secret"]["secretName"] == "topogang-bind-signing-key"
     assert not args.adopt_unsigned_bind_info
     assert args.default_entitlement == "opportunistic"  # the safe default: README "Multi-tenancy"
+    # the self-protection limits (extender.http.limits), and the Service's names answered as Host
+    assert (args.max_connections, args.head_timeout, args.max_reads, args.max_explains) == (4096, 10.0, 32, 2)
+    limits = limits_from(args, "0.0.0.0")
+    assert limits.host_allowed("topogang-extender.topogang-system.svc:9096")
+    assert limits.host_allowed("topogang-extender:9096") and not limits.host_allowed("evil.example")
     cfg = scheduler_config(docs)
     assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
     sched = one(docs, "Deployment", "topogang-scheduler")

@@ -56,7 +56,7 @@ class Running:
         self.s = service.scheduler
         self.tasks = [asyncio.create_task(fn()) for fn in service.background]
         self.http = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=build_app(service)), base_url="http://x"
+            transport=httpx.ASGITransport(app=build_app(service)), base_url="http://localhost"
         )
 
     async def verb(self, name: str, p: dict[str, Any], **extra: Any) -> Any:

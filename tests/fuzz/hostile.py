@@ -257,6 +257,7 @@ def hostile_spec(src: Source, ctx: Context) -> str:
             "deep-map",
             "deep-block",
             "deep-json",
+            "deep-field",
             "huge",
             "emoji",
         )
@@ -283,6 +284,9 @@ def hostile_spec(src: Source, ctx: Context) -> str:
         return "".join(f"{'  ' * i}k{i}:\n" for i in range(depth)) + "  " * depth + "v"
     if kind == "deep-json":
         return _nest('{"a": ', "}", depth)
+    if kind == "deep-field":  # a valid spec but for one field nested past Python's own stack (once a 500)
+        deep = _nest("[", "]", src.pick((9, 1_000, 3_000)), "")
+        return '{"virtualCluster":"vision","leafCellNumber":1,"x":' + deep + "}"
     if kind == "huge":
         pad = near_limit(src, SPEC_LIMITS.max_bytes - 40)
         return f'{{"virtualCluster": "vision", "leafCellNumber": 1, "x": "{pad}"}}'
@@ -480,10 +484,11 @@ def node_list(src: Source, ctx: Context) -> Any:
 def verb_probe(src: Source, ctx: Context, verb: str) -> Probe:
     path = f"/v1/extender/{verb}"
     kind = src.pick(("pod", "pod", "pod", "pod", "bytes", "bomb", "wrong-shape"))
+    json_type = (("content-type", "application/json"),)  # past the 415 of the limits, to the parser
     if kind == "bytes":
-        return Probe(verb, "POST", path, garbage(src, ctx))
+        return Probe(verb, "POST", path, garbage(src, ctx), src.pick((json_type, ())))
     if kind == "bomb":
-        return Probe(verb, "POST", path, json_bomb(src))
+        return Probe(verb, "POST", path, json_bomb(src), json_type)
     if verb == "bind":
         body = bind_body(src, ctx)
     elif verb == "preempt":

@@ -30,6 +30,7 @@ CONFIG = ROOT / "config" / "examples" / "example-cluster.yaml"
 ENABLE = "topogang.io/pod-scheduling-enable"
 SPEC = "topogang.io/pod-scheduling-spec"
 START_TIMEOUT = 30.0
+JSON_TYPE = {"Content-Type": "application/json"}
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from tests.fuzz import hostile
-from tests.integration.conftest import ROOT, Pods, running_server, state
+from tests.integration.conftest import JSON_TYPE, ROOT, Pods, running_server, state
 
 
 def test_explain_answers_fit_wait_and_errors_without_changing_state(client: httpx.Client, pods: Pods) -> None:
@@ -34,14 +34,18 @@ def test_explain_answers_fit_wait_and_errors_without_changing_state(client: http
     bad = pods.make("bad", "nlp", {"virtualCluster": "nlp", "leafCellNumber": -1})
     r = client.post("/v1/explain", json=bad)
     assert r.status_code == 422 and r.json()["field"] == "leafCellNumber"
-    assert client.post("/v1/explain", content=b"{not json").status_code == 400
+    assert client.post("/v1/explain", content=b"{not json", headers=JSON_TYPE).status_code == 400
     assert state(client) == before
 
 
 def test_the_shipped_example_pod_is_explained_as_the_readme_says(client: httpx.Client) -> None:
     """`curl -d @examples/explain-pod.json` (the README's): a 2 x 8-GPU gang, placed on two nodes."""
     before = state(client)
-    r = client.post("/v1/explain", content=(ROOT / "examples" / "explain-pod.json").read_bytes())
+    r = client.post(
+        "/v1/explain",
+        content=(ROOT / "examples" / "explain-pod.json").read_bytes(),
+        headers=JSON_TYPE,
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["gang"] == "vision/train" and body["vc"] == "vision"

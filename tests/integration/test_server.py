@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from extender import kubesched
-from tests.integration.conftest import Pods, state
+from tests.integration.conftest import JSON_TYPE, Pods, state
 
 
 def filter_(client: httpx.Client, pod: dict[str, Any], names: list[str]) -> dict[str, Any]:
@@ -226,9 +226,9 @@ def test_service_endpoints(client: httpx.Client) -> None:
 
 def test_malformed_verbs_get_errors_in_their_own_shape(client: httpx.Client) -> None:
     for verb in ("filter", "prioritize", "bind"):
-        r = client.post(f"/v1/extender/{verb}", content=b"{not json")
+        r = client.post(f"/v1/extender/{verb}", content=b"{not json", headers=JSON_TYPE)
         assert r.status_code == 200 and "not JSON" in r.json()["Error"]
-    r = client.post("/v1/extender/preempt", content=b"[]")
+    r = client.post("/v1/extender/preempt", content=b"[]", headers=JSON_TYPE)
     assert r.status_code == 400 and "expected an object" in r.json()["Error"]
     r = client.post("/v1/extender/bind", json={"PodName": "a", "PodNamespace": "b", "PodUID": "c"})
     assert r.json()["Error"] == "topogang: malformed bind request: Node: required key is missing"
