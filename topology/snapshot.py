@@ -128,7 +128,7 @@ def _clone_gang(g: Gang) -> Gang:
     return Gang(*[copy(getattr(g, name)) for name, copy in zip(_GANG_ORDER, _GANG_COPIES, strict=True)])
 
 
-RESERVATION_FIELDS = ("by_name", "by_id", "pod_gang", "promote_ids", "promoted", "_next_id")
+RESERVATION_FIELDS = ("by_name", "by_id", "pod_gang", "promote_ids", "promoted", "windows", "_next_id")
 
 
 def _clone_reservations(r: Reservations) -> Reservations:
@@ -142,6 +142,7 @@ def _clone_reservations(r: Reservations) -> Reservations:
     out.pod_gang = r.pod_gang.copy()
     out.promote_ids = r.promote_ids.copy()
     out.promoted = r.promoted.copy()
+    out.windows = r.windows.copy()  # (start, deadline) pairs: immutable values
     out._next_id = r._next_id
     return out
 
