@@ -206,6 +206,7 @@ def kube_service(
                 scheduler, fetch_framework=lambda ns, name: kube.request("GET", framework_path(ns, name))
             ),
         ],
+        pod_source=sync.known_pod,
         description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API"
         + (f", leader election on Lease {namespace}/{lease.name}" if lease is not None else ""),
     )
