@@ -109,7 +109,9 @@ def test_only_kube_schedulers_certificate_reaches_the_verbs(certs: Path) -> None
             r = sched.post(f"{verbs}/v1/extender/filter", json=FILTER)
             assert r.status_code == 200 and "NodeNames" in r.json()
             # over one kept-alive connection, request after request
-            assert all(sched.post(f"{verbs}/v1/extender/filter", json=FILTER).status_code == 200 for _ in "ab")
+            assert all(
+                sched.post(f"{verbs}/v1/extender/filter", json=FILTER).status_code == 200 for _ in "ab"
+            )
         server.process.send_signal(signal.SIGTERM)
         # both listeners stop (uvicorn re-raises the signal after its graceful shutdown)
         assert server.process.wait(timeout=15) in (0, -signal.SIGTERM)
