@@ -65,9 +65,15 @@ async def serving(kube: FakeKube) -> AsyncIterator[tuple[str, str]]:
     socks = [_socket(), _socket()]
     servers = [
         uvicorn.Server(
-            uvicorn.Config(app, lifespan=lifespan, log_level="warning", http=JSONErrorsHttpTools, ws="none")
+            uvicorn.Config(
+                app,
+                lifespan="on" if app is apps.reads else "off",
+                log_level="warning",
+                http=JSONErrorsHttpTools,
+                ws="none",
+            )
         )
-        for app, lifespan in ((apps.reads, "on"), (apps.verbs, "off"))
+        for app in (apps.reads, apps.verbs)
     ]
     tasks = [asyncio.create_task(srv.serve(sockets=[s])) for srv, s in zip(servers, socks, strict=True)]
     read, verbs = (f"http://127.0.0.1:{s.getsockname()[1]}" for s in socks)
