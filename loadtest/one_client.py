@@ -7,7 +7,8 @@ the way one kube-scheduler loop does, without locust: one keep-alive client sche
 (filter, prioritize and bind per member, as `loadtest.fleet` does) on the pre-filled cluster, and
 times each filter call. One filter in four places a gang, so the p99 of all filters is the placing
 filter's tail; the per-kind figures show where the extender's own time goes. The servers run as in
-`make bench` (pinned to one core); the no-op and the extender alternate, `--rounds` times each.
+`make bench` (pinned to one core); the no-op and the extender take the same jobs in turn, job by job,
+`--rounds` times.
 
 `--tls` compares the extender's verbs over mutual TLS (as the chart serves them to kube-scheduler:
 a client certificate checked against the allowed names) with the same extender over plain HTTP,
@@ -18,7 +19,6 @@ kube-scheduler's pooled connections pay it.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -40,37 +40,53 @@ def _quantile(xs: Sequence[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))] if s else 0.0
 
 
-def drive(srv: Server, jobs: int, seed: int) -> dict[str, list[float]]:
-    """Schedule `jobs` 4 x 8-GPU gangs through the server; each filter's latency (ms) by kind. The
-    jobs left running are deleted at the end, so the next round starts from the same fill."""
-    times: dict[str, list[float]] = {k: [] for k in (*KINDS, *OTHER)}
-    seen: set[str] = set()
-    with contextlib.closing(srv.http()) as c:
-        cluster = c.cluster()
-        fleet = Fleet(cluster, 0.3)
-        mix = JobMix(cluster, "gang4x8", seed=seed)
-        rng = random.Random(seed)
+class Driver:
+    """One client of one server: its own connections, fleet, job mix and latencies (ms) by kind."""
 
-        def post(verb: str, body: bytes) -> Any:
-            kind = None
-            if verb == "filter":
-                pod = orjson.loads(body)["Pod"]
-                gang = orjson.loads(pod["metadata"]["annotations"][SPEC])["affinityGroup"]["name"]
-                kind = "member" if gang in seen else "place"
-                seen.add(gang)
-            t0 = time.perf_counter()
-            got = c.post(verb, body)
-            kind = kind or (verb if verb in OTHER else None)
-            if kind is not None:
-                times[kind].append((time.perf_counter() - t0) * 1e3)
-            return got
+    def __init__(self, srv: Server, seed: int) -> None:
+        self.c = srv.http()
+        cluster = self.c.cluster()
+        self.fleet = Fleet(cluster, 0.3)
+        self.mix = JobMix(cluster, "gang4x8", seed=seed)
+        self.rng = random.Random(seed)
+        self.times: dict[str, list[float]] = {k: [] for k in (*KINDS, *OTHER)}
+        self.seen: set[str] = set()
 
-        for _ in range(jobs):
-            run_job(post, fleet, mix.next(), c.delete, rng)
-        for job in fleet.leftovers():
+    def post(self, verb: str, body: bytes) -> Any:
+        kind = None
+        if verb == "filter":
+            pod = orjson.loads(body)["Pod"]
+            gang = orjson.loads(pod["metadata"]["annotations"][SPEC])["affinityGroup"]["name"]
+            kind = "member" if gang in self.seen else "place"
+            self.seen.add(gang)
+        t0 = time.perf_counter()
+        got = self.c.post(verb, body)
+        kind = kind or (verb if verb in OTHER else None)
+        if kind is not None:
+            self.times[kind].append((time.perf_counter() - t0) * 1e3)
+        return got
+
+    def job(self) -> None:
+        run_job(self.post, self.fleet, self.mix.next(), self.c.delete, self.rng)
+
+    def finish(self) -> dict[str, list[float]]:
+        """Delete the jobs left running (the next round starts from the same fill); the latencies."""
+        for job in self.fleet.leftovers():
             for uid in job.uids:
-                c.delete(uid)
-    return times
+                self.c.delete(uid)
+        self.c.close()
+        return self.times
+
+
+def drive(servers: Sequence[Server], jobs: int, seed: int) -> list[dict[str, list[float]]]:
+    """Schedule `jobs` 4 x 8-GPU gangs through each server, the same jobs, job by job in turn (the
+    order swapped every job), so whatever else the machine does falls on both alike; each server's
+    latencies (ms) by kind."""
+    drivers = [Driver(srv, seed) for srv in servers]
+    for j in range(jobs):
+        for d in drivers if j % 2 == 0 else reversed(drivers):
+            d.job()
+    return [d.finish() for d in drivers]
 
 
 def line(name: str, times: dict[str, list[float]]) -> str:
@@ -112,8 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratios: list[float] = []
         for r in range(args.rounds):
             p99: dict[str, float] = {}
-            for srv in (base, ext):
-                times = drive(srv, args.jobs, seed=r + 1)
+            for srv, times in zip((base, ext), drive((base, ext), args.jobs, seed=r + 1), strict=True):
                 p99[srv.tag] = _quantile([t for k in KINDS for t in times[k]], 0.99)
                 print(line(srv.tag, times), flush=True)
             ratios.append(p99[ext.tag] / p99[base.tag] if p99[base.tag] else 0.0)
