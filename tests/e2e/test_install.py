@@ -15,6 +15,7 @@ import pytest
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
+from scripts import manifests
 from tests.e2e import chart
 from tests.e2e.conftest import E2ECluster, Extender
 from tests.e2e.helpers import ENABLE
@@ -100,3 +101,26 @@ def test_only_kube_schedulers_certificate_reaches_the_verbs(
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 404
+
+
+def test_helm_upgrade_keeps_the_verbs_certificates(e2e_cluster: E2ECluster) -> None:
+    """The chart's certificates are made once: an upgrade reads them back (`lookup`), so kube-scheduler
+    and the extender keep trusting each other, and neither Deployment rolls."""
+    core, ns = e2e_cluster.core, e2e_cluster.chart.namespace
+    names = ("topogang-verbs-server", "topogang-verbs-client")
+
+    def state() -> tuple[Any, ...]:
+        apps = client.AppsV1Api(e2e_cluster.api)
+        pods: list[Any] = [
+            apps.read_namespaced_deployment(d, ns).spec.template for d in (chart.EXTENDER, chart.SCHEDULER)
+        ]
+        sums = [(p.metadata.annotations or {}).get("checksum/verbs-tls") for p in pods]
+        return tuple(core.read_namespaced_secret(n, ns).data for n in names), tuple(sums)
+
+    before = state()
+    assert all(before[1]) and len(set(before[1])) == 1
+    helm = manifests.helm_binary()
+    assert helm is not None
+    manifests.helm(helm, "upgrade", chart.RELEASE, str(manifests.CHART), "--reuse-values",
+                   "--kubeconfig", str(e2e_cluster.kubeconfig), "--timeout", "2m")  # fmt: skip
+    assert state() == before
