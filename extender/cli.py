@@ -8,6 +8,12 @@
 Without `--kube` or `--kubeconfig` nothing talks to Kubernetes: bindings are kept in memory. The
 listen address is `--listen`, else the config's `topogang.listenAddress` / `webServerAddress`
 (HiveD's `:9096`); an address without a host means 127.0.0.1 standalone and 0.0.0.0 in a cluster.
+
+Two listeners: the read listener (`--listen`: the gang ledger, the barrier, inspect, the UI, metrics,
+probes) and the verbs listener (`--verbs-listen`, default the next port: kube-scheduler's
+filter/prioritize/preempt/bind and standalone's state-changing routes). With `--client-ca` and
+`--verbs-allowed-names` only a client certificate signed by that CA and carrying one of those names
+(subject CN or subjectAltName) reaches the verbs (docs/security.md).
 """
 
 from __future__ import annotations
@@ -20,16 +26,17 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import uvloop
 
 from config.load import ConfigError, LoadedConfig, load_config
 from config.schema import ENTITLEMENT_MODES
 from extender.gangs.entitlement import OPEN_WARNING
-from extender.http.app import Service, build_app
-from extender.http.limits import ServerLimits, parse_hosts, protected_protocol, raise_open_files
-from extender.ops.tls import TlsSettings, VerbsGuard
+from extender.http.app import Service, build_apps
+from extender.http.httpproto import JSONErrorsHttpTools
+from extender.http.limits import ProtectedHttpTools, ServerLimits, parse_hosts, raise_open_files
+from extender.ops.tls import CertifiedHttpTools, TlsSettings, VerbsDoor
 from extender.standalone import EXAMPLE_CONFIG, build_standalone
 
 
@@ -72,11 +79,27 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--tls-cert", default=None, help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", default=None, help="private key of --tls-cert (PEM)")
     ap.add_argument(
+        "--verbs-listen",
+        default=None,
+        help="HOST:PORT of the verbs listener (default: the read listener's host, its port + 1)",
+    )
+    ap.add_argument(
+        "--verbs-tls-cert", default=None, help="the verbs listener's certificate (default: --tls-cert)"
+    )
+    ap.add_argument("--verbs-tls-key", default=None, help="private key of --verbs-tls-cert (PEM)")
+    ap.add_argument(
         "--client-ca",
         default=None,
-        help="require client certificates signed by this CA for the verbs, served on --verbs-listen",
+        help="the verbs listener requires client certificates signed by this CA (mutual TLS)",
     )
-    ap.add_argument("--verbs-listen", default=None, help="HOST:PORT of the verbs listener (with --client-ca)")
+    ap.add_argument(
+        "--verbs-allowed-names",
+        action="append",
+        default=[],
+        metavar="NAME[,NAME...]",
+        help="with --client-ca: the client certificate names (subject CN or subjectAltName) allowed to "
+        "call the verbs; any other certificate gets 403",
+    )
     ap.add_argument(
         "--namespace",
         default=None,
@@ -173,11 +196,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.port is not None:
         port = args.port
-    tls = TlsSettings(args.tls_cert, args.tls_key, args.client_ca)
+    allowed = tuple(n.strip() for arg in args.verbs_allowed_names for n in arg.split(",") if n.strip())
+    tls = TlsSettings(
+        args.tls_cert, args.tls_key, args.client_ca, args.verbs_tls_cert, args.verbs_tls_key, allowed
+    )
     problems = tls.problems()
-    if args.client_ca is not None and args.verbs_listen is None:
-        problems.append("--client-ca needs --verbs-listen HOST:PORT for the verbs")
-    verbs: tuple[str, int] | None = None
+    verbs = (host, port + 1 if port else 0)
     if args.verbs_listen is not None:
         try:
             verbs = parse_listen(args.verbs_listen, default_host)
@@ -245,10 +269,50 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _loopback(socks: Sequence[socket.socket]) -> bool:
+    return all(s.getsockname()[0] in ("127.0.0.1", "::1") for s in socks)
+
+
+def banner(service: Service, base: str, verbs_base: str, tls: TlsSettings, *, loopback: bool) -> list[str]:
+    """What `serve` says at start: where each door is and who may pass it."""
+    door = (
+        f"client certificate signed by {tls.client_ca} required, allowed names: "
+        + ", ".join(tls.allowed_names)
+        if tls.mutual
+        else "no client certificate asked"
+    )
+    lines = [
+        service.description,
+        f"listening on {base}",
+        f"  kube-scheduler urlPrefix {verbs_base}/v1/extender (filter, prioritize, preempt, bind) - {door}",
+        f"  status {base}/v1/inspect   view {base}/ui   metrics {base}/metrics   ready {base}/readyz",
+    ]
+    if loopback:
+        lines.append("  on 127.0.0.1 only: nothing on another machine reaches it (--listen to change that)")
+    elif not tls.mutual:
+        lines.append(
+            f"  WARNING: the verbs at {verbs_base} answer anyone who can reach them (they reserve and "
+            "bind GPUs and evict pods): use --client-ca and --verbs-allowed-names (docs/security.md)"
+        )
+    return lines
+
+
 def _url(sock: socket.socket, scheme: str) -> str:
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if sock.family == socket.AF_INET6 else bound_host
     return f"{scheme}://{shown}:{bound_port}"
+
+
+class _CertifiedProtected(CertifiedHttpTools, ProtectedHttpTools):
+    """The verbs listener's protocol under mutual TLS: the peer's certificate names, and the limits."""
+
+
+def _http_class(limits: ServerLimits, *, certified: bool) -> type[JSONErrorsHttpTools]:
+    """uvicorn's `http=` class: this server's head timeout and connection cap, and (for the verbs
+    listener under mutual TLS) the client certificate's names in each request's scope."""
+    base = _CertifiedProtected if certified else ProtectedHttpTools
+    attrs = {"head_timeout": limits.head_timeout, "max_connections": limits.max_connections}
+    return cast(type[JSONErrorsHttpTools], type("Protected", (base,), attrs))
 
 
 def run(
@@ -263,8 +327,9 @@ def run(
 ) -> int:
     """Serve until interrupted; sockets are bound first so the printed addresses are the real ones.
 
-    With `verbs` (and a client CA in `tls`) a second listener requiring client certificates serves
-    the scheduling verbs, which the main listener then refuses."""
+    The read listener (`host:port`) serves `build_apps(service).reads`, the verbs listener (`verbs`,
+    default the next port) `.verbs`: with a client CA in `tls` its handshake requires a client
+    certificate, and `VerbsDoor` lets only the allowed names through."""
     import uvicorn
 
     limits = limits or ServerLimits()
@@ -272,55 +337,44 @@ def run(
     before, after = raise_open_files()
     if after > before:
         print(f"topogang: open-file limit raised from {before} to {after}", flush=True)
-    scheme = "https" if tls.enabled else "http"
+    verbs = verbs or (host, port + 1 if port else 0)
     socks: list[socket.socket] = []
     try:
         socks.append(_listen(host, port))
-        if verbs is not None:
-            socks.append(_listen(*verbs))
+        socks.append(_listen(*verbs))
     except OSError as exc:
         for s in socks:
             s.close()
         print(f"topogang serve: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 1
-    base = _url(socks[0], scheme)
-    verbs_base = _url(socks[1], scheme) if len(socks) > 1 else base
-    print(f"topogang: {service.description}", flush=True)
-    print(f"topogang: listening on {base}", flush=True)
-    print(
-        f"topogang:   kube-scheduler urlPrefix {verbs_base}/v1/extender (filter, prioritize, preempt, bind)"
-        + (" - client certificate required" if len(socks) > 1 and tls.client_ca else ""),
-        flush=True,
-    )
-    print(
-        f"topogang:   status {base}/v1/inspect   view {base}/ui   metrics {base}/metrics"
-        f"   ready {base}/readyz",
-        flush=True,
-    )
-    app: Any = build_app(service, limits)
+    base = _url(socks[0], "https" if tls.enabled else "http")
+    verbs_base = _url(socks[1], "https" if tls.verbs_enabled else "http")
+    for line in banner(service, base, verbs_base, tls, loopback=_loopback(socks)):
+        print(f"topogang: {line}", flush=True)
+    apps = build_apps(service, limits)
+    verbs_app: Any = VerbsDoor(apps.verbs, tls.allowed_names) if tls.mutual else apps.verbs
     # The cluster model built so far (~80k objects at 1,000 nodes) lives as long as the process: out
     # of the cyclic GC's reach, a full collection takes microseconds instead of ~40 ms, a pause that
     # would otherwise land on whichever request triggers it.
     gc.freeze()
-    if len(socks) > 1:
-        app = VerbsGuard(app, socks[1].getsockname()[1])
 
-    def config(require_client_cert: bool) -> uvicorn.Config:
+    def config(app: Any, *, for_verbs: bool) -> uvicorn.Config:
         return uvicorn.Config(
             app,
             loop="uvloop",
-            http=protected_protocol(limits),  # head timeout, connection cap, JSON 400s
+            http=_http_class(limits, certified=for_verbs and tls.mutual),  # head timeout, cap, JSON 400s
             ws="none",  # no WebSocket routes: an Upgrade is a plain request (else a text/plain 400)
             access_log=False,
             log_level=log_level,
-            lifespan="on" if not require_client_cert else "off",
+            lifespan="off" if for_verbs else "on",  # the service runs once, with the read app
             timeout_graceful_shutdown=5,
-            **tls.uvicorn_options(require_client_cert=require_client_cert),
+            **tls.uvicorn_options(verbs=for_verbs),
         )
 
-    servers = [uvicorn.Server(config(False))]
-    if len(socks) > 1:
-        servers.append(uvicorn.Server(config(True)))
+    servers = [
+        uvicorn.Server(config(apps.reads, for_verbs=False)),
+        uvicorn.Server(config(verbs_app, for_verbs=True)),
+    ]
 
     async def serve_all() -> None:
         await asyncio.gather(*(srv.serve(sockets=[s]) for srv, s in zip(servers, socks, strict=True)))

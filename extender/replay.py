@@ -26,6 +26,7 @@ import json
 import random
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Mapping, Sequence
@@ -61,12 +62,20 @@ class ReplayError(Exception):
 
 @dataclass
 class Client:
+    """Both of the extender's doors: `verbs` (kube-scheduler's: the verbs and standalone's state
+    changes) and `base` (the read listener)."""
+
     base: str
     timeout: float = 10.0
+    verbs: str = ""
+
+    def url(self, method: str, path: str) -> str:
+        door = path.startswith("/v1/extender/") or (path.startswith("/v1/standalone/") and method != "GET")
+        return (self.verbs or self.base if door else self.base) + path
 
     def call(self, method: str, path: str, body: object | None = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method)
+        req = urllib.request.Request(self.url(method, path), data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
@@ -76,7 +85,9 @@ class Client:
         except urllib.error.HTTPError as err:
             raw, status = err.read(), err.code
         except (urllib.error.URLError, OSError) as err:
-            raise ReplayError(f"cannot reach {self.base}{path}: {getattr(err, 'reason', err)}") from None
+            raise ReplayError(
+                f"cannot reach {self.url(method, path)}: {getattr(err, 'reason', err)}"
+            ) from None
         if path == "/metrics":
             return status, raw.decode()
         try:
@@ -324,11 +335,25 @@ class Replay:
             self.say(f"= {title}: waits")
 
 
+def next_port(url: str) -> str:
+    """The URL of `serve`'s default verbs listener for the read listener at `url`: the next port."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}:{port + 1}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="topogang replay", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     ap.add_argument("--url", default="http://127.0.0.1:9096", help="the extender (default: %(default)s)")
+    ap.add_argument(
+        "--verbs-url",
+        default=None,
+        help="the extender's verbs listener (default: --url with the next port, as `serve` does)",
+    )
     ap.add_argument("--config", default=str(EXAMPLE_CONFIG), help="the cluster config the server runs")
     ap.add_argument("--seed", type=int, default=1, help="order of the FrameworkController tasks")
     ap.add_argument(
@@ -347,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return 1
     core = Core(loaded.spec)
-    client = Client(args.url.rstrip("/"))
+    client = Client(args.url.rstrip("/"), verbs=(args.verbs_url or next_port(args.url)).rstrip("/"))
     run = uuid.uuid4().hex[:6]
     replay = Replay(client, list(core.node_names()), seed=args.seed)
     try:

@@ -2,10 +2,13 @@
 
 What `make run` serves, what locust and `topogang replay` hit, what demos use. It answers every verb
 exactly as in a cluster; "binding" records the pod's node and annotations in memory. Since there is
-no API server to report pods going away, it adds one route a kube-scheduler never calls:
+no API server to report pods going away, it adds routes a kube-scheduler never calls; the two that
+change state are served with the verbs (behind the verbs' door, `extender.http.app.build_apps`), never
+on the listener job pods and browsers reach:
 
     DELETE /v1/standalone/pods/{uid}[?finished=true]   the pod was deleted (or completed)
     PUT    /v1/standalone/nodes/{name}  {"ready": bool, "badGpus": [int]}   a node's health changed
+    GET    /v1/standalone/bindings                      (read listener) what is bound where
 
 and it evicts preemption victims and expired members itself, as the Kubernetes edge would (with
 `keep_victims`, preemption victims stay bound until a DELETE says they are gone, as when
@@ -17,21 +20,19 @@ reaches Ready and `topogang barrier` works end to end without a cluster.
 from __future__ import annotations
 
 import logging
-import os
 import time
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from config.load import LoadedConfig, load_config
+from config.load import LoadedConfig
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
-from extender.http.app import JSON, Service, build_app
+from extender.http.app import JSON, Service
 from extender.http.ledger_api import ledger_routes
 from extender.http.ports import BindError, BindTarget
 from extender.http.verbs import Scheduler
@@ -43,7 +44,6 @@ from topology.core import Core
 log = logging.getLogger("topogang.extender")
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "config" / "examples" / "example-cluster.yaml"
-CONFIG_ENV = "TOPOGANG_CONFIG"
 PREEMPTED = "preempted by"  # the reason the scheduler gives when it evicts preemption victims
 
 
@@ -197,18 +197,14 @@ def build_standalone(
             watcher.run,
         ],
         on_start=[start],
-        routes=[
+        verb_routes=[
             Route("/v1/standalone/pods/{uid}", delete_pod, methods=["DELETE"]),
-            Route("/v1/standalone/bindings", bindings, methods=["GET"]),
             Route("/v1/standalone/nodes/{name}", node_health, methods=["PUT"]),
+        ],
+        routes=[
+            Route("/v1/standalone/bindings", bindings, methods=["GET"]),
             *ledger_routes(scheduler),
             watcher.route(),
         ],
         description=f"topogang standalone extender on {loaded.file} ({nodes} nodes, {gpus} GPUs)",
     )
-
-
-def create_app() -> Starlette:
-    """App factory for `uvicorn --factory extender.standalone:create_app` ($TOPOGANG_CONFIG or the
-    bundled example cluster)."""
-    return build_app(build_standalone(load_config(os.environ.get(CONFIG_ENV) or EXAMPLE_CONFIG)))

@@ -350,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.timeout,
                 args.threads,
                 out / "metrics-topogang.txt",
-                (ext.pid, int(plane.env["EXTENDER_PORT"])),
+                (ext.pid, plane.read_port),
             )
         )
         say(f"  {phases[-1].summary()}")

@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"ready in {doc['start_to_ready_s']:.1f} s, RSS {doc['rss_mib']['start']:.0f} MiB; "
             "pre-fill to 30%"
         )
-        doc["fill"]["30%"] = prefill(ext.port, FILLS[0], budget_s=600)
+        doc["fill"]["30%"] = prefill(ext, FILLS[0], budget_s=600)
         doc["rss_mib"]["30%"] = rss_mib(ext.proc.pid)
         noop = serve_noop(s, large)
         say(f"locust at 1 user, {args.seconds} s a run, {args.reps} reps (load {load_average()})")
@@ -153,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ext_runs, noop_runs = ext.runs.get(1, []), noop.runs.get(1, [])
         kids.stop(noop.proc)
         say(f"pre-fill to 80% (load {load_average()})")
-        doc["fill"]["80%"] = prefill(ext.port, FILLS[1], budget_s=900)
+        doc["fill"]["80%"] = prefill(ext, FILLS[1], budget_s=900)
         doc["rss_mib"]["80%"] = rss_mib(ext.proc.pid)
         kids.stop(ext.proc)
         say(f"restart with 80% of the GPUs in bound pods (load {load_average()})")

@@ -67,11 +67,15 @@ class ControlPlane:
         raise RuntimeError("the GangReservation CRD was not established within 60 s")
 
     def extender(self, config: Path) -> subprocess.Popen[bytes]:
-        port = int(self.env["EXTENDER_PORT"])
+        """The extender, its verbs where kube-scheduler calls them (EXTENDER_PORT) and its reads on
+        `read_port`."""
+        verbs = int(self.env["EXTENDER_PORT"])
+        self.read_port = free_port()
         argv = [sys.executable, "-m", "topogang_cli", "serve", "--kubeconfig", self.env["KUBECONFIG"]]
-        argv += ["--config", str(config), "--listen", f"127.0.0.1:{port}", "--log-level", "warning"]
+        argv += ["--config", str(config), "--listen", f"127.0.0.1:{self.read_port}"]
+        argv += ["--verbs-listen", f"127.0.0.1:{verbs}", "--log-level", "warning"]
         p = self.kids.start(argv, self.logs / "extender.log")
-        wait_ready(port, p, 120.0)
+        wait_ready(self.read_port, p, 120.0)
         return p
 
     def stock_scheduler(self) -> tuple[subprocess.Popen[bytes], int]:

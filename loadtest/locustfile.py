@@ -63,6 +63,11 @@ def _options(parser: Any) -> None:
         "--urgent-every", type=int, default=25, help="a priority-1000 pod every N jobs (0: never)"
     )
     parser.add_argument("--latency-file", default="", help="write exact per-request latencies (ms) here")
+    parser.add_argument(
+        "--read-host",
+        default="",
+        help="the extender's read listener, for the cluster view (default: --host, which takes the verbs)",
+    )
 
 
 @events.request.add_listener
@@ -122,7 +127,12 @@ class KubeScheduler(FastHttpUser):
         self.jobs = 0
 
     def _cluster(self) -> Cluster:
+        read_host = str(getattr(self.environment.parsed_options, "read_host", "") or "")
+
         def get(path: str) -> Any:
+            if read_host:  # the verbs' listener (`--host`) serves no reads
+                with urllib.request.urlopen(read_host.rstrip("/") + path, timeout=30) as r:
+                    return orjson.loads(r.read())
             with self.client.get(path, name="setup", catch_response=True) as r:
                 if r.status_code != 200 or r.content is None:
                     r.failure(f"GET {path}: HTTP {r.status_code}")

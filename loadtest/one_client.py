@@ -1,19 +1,24 @@
 """The 1-user filter over HTTP, split by kind: the member that places its gang, and the members after.
 
-    python -m loadtest.one_client [--nodes 1000] [--jobs 400] [--rounds 3]
+    python -m loadtest.one_client [--nodes 1000] [--jobs 400] [--rounds 3] [--tls]
 
 `make bench`'s 1-user p99 on a shared machine is mostly the machine's tails. This drives both servers
 the way one kube-scheduler loop does, without locust: one keep-alive client schedules 4 x 8-GPU gangs
 (filter, prioritize and bind per member, as `loadtest.fleet` does) on the pre-filled cluster, and
 times each filter call. One filter in four places a gang, so the p99 of all filters is the placing
 filter's tail; the per-kind figures show where the extender's own time goes. The servers run as in
-`make bench` (pinned to one core); the no-op and the extender alternate, `--rounds` times each.
+`make bench` (pinned to one core); the no-op and the extender take the same jobs in turn, job by job,
+`--rounds` times.
+
+`--tls` compares the extender's verbs over mutual TLS (as the chart serves them to kube-scheduler:
+a client certificate checked against the allowed names) with the same extender over plain HTTP,
+instead of the no-op: one keep-alive connection each, so the handshake is paid once, as
+kube-scheduler's pooled connections pay it.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import random
 import time
 from collections.abc import Sequence
@@ -24,9 +29,10 @@ import orjson
 
 from loadtest.fleet import SPEC, Fleet, JobMix, run_job
 from loadtest.scaling import rack_size_for
-from loadtest.servers import ROOT, Http, bench_setup, prefill, serve_extender, serve_noop
+from loadtest.servers import ROOT, Server, bench_setup, make_certificates, prefill, serve_extender, serve_noop
 
-KINDS = ("place", "member")
+KINDS = ("place", "member")  # the filters
+OTHER = ("prioritize", "bind")  # the other verbs, timed too
 
 
 def _quantile(xs: Sequence[float], p: float) -> float:
@@ -34,36 +40,53 @@ def _quantile(xs: Sequence[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))] if s else 0.0
 
 
-def drive(port: int, jobs: int, seed: int) -> dict[str, list[float]]:
-    """Schedule `jobs` 4 x 8-GPU gangs through the server; each filter's latency (ms) by kind. The
-    jobs left running are deleted at the end, so the next round starts from the same fill."""
-    times: dict[str, list[float]] = {k: [] for k in KINDS}
-    seen: set[str] = set()
-    with contextlib.closing(Http(port)) as c:
-        cluster = c.cluster()
-        fleet = Fleet(cluster, 0.3)
-        mix = JobMix(cluster, "gang4x8", seed=seed)
-        rng = random.Random(seed)
+class Driver:
+    """One client of one server: its own connections, fleet, job mix and latencies (ms) by kind."""
 
-        def post(verb: str, body: bytes) -> Any:
-            kind = None
-            if verb == "filter":
-                pod = orjson.loads(body)["Pod"]
-                gang = orjson.loads(pod["metadata"]["annotations"][SPEC])["affinityGroup"]["name"]
-                kind = "member" if gang in seen else "place"
-                seen.add(gang)
-            t0 = time.perf_counter()
-            got = c.post(verb, body)
-            if kind is not None:
-                times[kind].append((time.perf_counter() - t0) * 1e3)
-            return got
+    def __init__(self, srv: Server, seed: int) -> None:
+        self.c = srv.http()
+        cluster = self.c.cluster()
+        self.fleet = Fleet(cluster, 0.3)
+        self.mix = JobMix(cluster, "gang4x8", seed=seed)
+        self.rng = random.Random(seed)
+        self.times: dict[str, list[float]] = {k: [] for k in (*KINDS, *OTHER)}
+        self.seen: set[str] = set()
 
-        for _ in range(jobs):
-            run_job(post, fleet, mix.next(), c.delete, rng)
-        for job in fleet.leftovers():
+    def post(self, verb: str, body: bytes) -> Any:
+        kind = None
+        if verb == "filter":
+            pod = orjson.loads(body)["Pod"]
+            gang = orjson.loads(pod["metadata"]["annotations"][SPEC])["affinityGroup"]["name"]
+            kind = "member" if gang in self.seen else "place"
+            self.seen.add(gang)
+        t0 = time.perf_counter()
+        got = self.c.post(verb, body)
+        kind = kind or (verb if verb in OTHER else None)
+        if kind is not None:
+            self.times[kind].append((time.perf_counter() - t0) * 1e3)
+        return got
+
+    def job(self) -> None:
+        run_job(self.post, self.fleet, self.mix.next(), self.c.delete, self.rng)
+
+    def finish(self) -> dict[str, list[float]]:
+        """Delete the jobs left running (the next round starts from the same fill); the latencies."""
+        for job in self.fleet.leftovers():
             for uid in job.uids:
-                c.delete(uid)
-    return times
+                self.c.delete(uid)
+        self.c.close()
+        return self.times
+
+
+def drive(servers: Sequence[Server], jobs: int, seed: int) -> list[dict[str, list[float]]]:
+    """Schedule `jobs` 4 x 8-GPU gangs through each server, the same jobs, job by job in turn (the
+    order swapped every job), so whatever else the machine does falls on both alike; each server's
+    latencies (ms) by kind."""
+    drivers = [Driver(srv, seed) for srv in servers]
+    for j in range(jobs):
+        for d in drivers if j % 2 == 0 else reversed(drivers):
+            d.job()
+    return [d.finish() for d in drivers]
 
 
 def line(name: str, times: dict[str, list[float]]) -> str:
@@ -71,9 +94,10 @@ def line(name: str, times: dict[str, list[float]]) -> str:
     parts = [
         f"{k} p50/p90/p99 {_quantile(times[k], 0.5):.3f}/{_quantile(times[k], 0.9):.3f}/"
         f"{_quantile(times[k], 0.99):.3f}"
-        for k in KINDS
+        for k in (*KINDS, *OTHER)
+        if k in KINDS or times.get(k)
     ]
-    return f"{name:<9} {'  '.join(parts)}  all p99 {_quantile(every, 0.99):.3f} ms"
+    return f"{name:<9} {'  '.join(parts)}  all-filter p99 {_quantile(every, 0.99):.3f} ms"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -85,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=400, help="4-pod gangs per round and server")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "results" / "one-client"))
+    ap.add_argument("--tls", action="store_true", help="mutual TLS on the verbs against plain HTTP")
     args = ap.parse_args(argv)
     out = Path(args.out)
     s, pin_text = bench_setup(out, 0, args.fill)
@@ -92,18 +117,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg.write_text(generate_yaml(nodes=args.nodes, rack_size=rack_size_for(args.nodes)))
     try:
         ext = serve_extender(s, cfg, "topogang")
-        prefill(ext.port, args.fill)
-        noop = serve_noop(s, cfg)
+        prefill(ext, args.fill)
+        if args.tls:
+            base = ext
+            ext = serve_extender(s, cfg, "mtls", tls=make_certificates(out / "pki"))
+            prefill(ext, args.fill)
+        else:
+            base = serve_noop(s, cfg)
         print(f"one client, {args.nodes} nodes at {args.fill:.0%}, 4 x 8-GPU gangs; pinning: {pin_text}")
         ratios: list[float] = []
         for r in range(args.rounds):
             p99: dict[str, float] = {}
-            for srv in (noop, ext):
-                times = drive(srv.port, args.jobs, seed=r + 1)
+            for srv, times in zip((base, ext), drive((base, ext), args.jobs, seed=r + 1), strict=True):
                 p99[srv.tag] = _quantile([t for k in KINDS for t in times[k]], 0.99)
                 print(line(srv.tag, times), flush=True)
-            ratios.append(p99["topogang"] / p99["noop"] if p99["noop"] else 0.0)
-        print("all-filter p99 ratio to the no-op per round: " + ", ".join(f"{x:.2f}x" for x in ratios))
+            ratios.append(p99[ext.tag] / p99[base.tag] if p99[base.tag] else 0.0)
+        print(
+            f"all-filter p99 ratio of {ext.tag} to {base.tag} per round: "
+            + ", ".join(f"{x:.2f}x" for x in ratios)
+        )
         return 0
     finally:
         s.kids.stop_all()

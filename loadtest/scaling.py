@@ -72,7 +72,7 @@ def scaling_rows(
             srv = serve_extender(short, config_for(nodes), f"topogang-{nodes}")
             base = serve_noop(short, config_for(nodes), f"noop-{nodes}")
             try:
-                row["fill"] = prefill(srv.port, fill)
+                row["fill"] = prefill(srv, fill)
                 alternate(short, [base, srv], (16,), 1, say)
                 row["rss_mib"] = rss_mib(srv.proc.pid)
             finally:

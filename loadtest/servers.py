@@ -11,6 +11,7 @@ import random
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -75,15 +76,30 @@ def pinning() -> tuple[list[str], list[str], str]:
 
 
 class Http:
-    """A keep-alive JSON client for the pre-fill and readiness checks."""
+    """A keep-alive JSON client for the pre-fill and readiness checks: the verbs and standalone's
+    state changes go to `verbs_port` (over mutual TLS with `tls`, a client context), the rest to
+    `port`."""
 
-    def __init__(self, port: int, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        port: int,
+        timeout: float = 30.0,
+        verbs_port: int | None = None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+        self.verbs: http.client.HTTPConnection = self.conn
+        if tls is not None:
+            self.verbs = http.client.HTTPSConnection(HOST, verbs_port or port, timeout=timeout, context=tls)
+        elif verbs_port is not None and verbs_port != port:
+            self.verbs = http.client.HTTPConnection(HOST, verbs_port, timeout=timeout)
 
     def call(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
         headers = {"Content-Type": "application/json"} if body is not None else {}
-        self.conn.request(method, path, body=body, headers=headers)
-        resp = self.conn.getresponse()
+        door = path.startswith("/v1/extender/") or (path.startswith("/v1/standalone/") and method != "GET")
+        conn = self.verbs if door else self.conn
+        conn.request(method, path, body=body, headers=headers)
+        resp = conn.getresponse()
         raw = resp.read()
         return resp.status, orjson.loads(raw) if raw else None
 
@@ -102,6 +118,7 @@ class Http:
 
     def close(self) -> None:
         self.conn.close()
+        self.verbs.close()
 
 
 def wait_ready(port: int, proc: subprocess.Popen[bytes], seconds: float = 120.0) -> None:
@@ -119,11 +136,11 @@ def wait_ready(port: int, proc: subprocess.Popen[bytes], seconds: float = 120.0)
     raise RuntimeError(f"server on port {port} not ready after {seconds:.0f} s")
 
 
-def prefill(port: int, fill: float, seed: int = 1, budget_s: float = 120.0, clients: int = 2) -> float:
+def prefill(srv: Server, fill: float, seed: int = 1, budget_s: float = 120.0, clients: int = 2) -> float:
     """Philly-mix jobs, each pod filtered and bound, until `fill` of the GPUs is in use (or the
     time budget is spent); the share reached. Two clients, so one reads a reply (0.6 MB at 5,000
     nodes) while the server works on the other's request."""
-    with contextlib.closing(Http(port)) as c:
+    with contextlib.closing(srv.http()) as c:
         cluster = c.cluster()
     target = fill * cluster.total_gpus
     used = [cluster.used_gpus]
@@ -134,7 +151,7 @@ def prefill(port: int, fill: float, seed: int = 1, budget_s: float = 120.0, clie
         fleet = Fleet(cluster, 1.0)  # never finishes anything: the jobs stay
         mix = JobMix(cluster, "philly", seed=seed + k)
         rng = random.Random(seed + k)
-        with contextlib.closing(Http(port)) as c:
+        with contextlib.closing(srv.http()) as c:
             while time.monotonic() < deadline:
                 job = mix.next()
                 with lock:
@@ -152,11 +169,11 @@ def prefill(port: int, fill: float, seed: int = 1, budget_s: float = 120.0, clie
         t.start()
     for t in threads:
         t.join()
-    return used_share(port)
+    return used_share(srv)
 
 
-def used_share(port: int) -> float:
-    with contextlib.closing(Http(port)) as c:
+def used_share(srv: Server) -> float:
+    with contextlib.closing(srv.http()) as c:
         cluster = c.cluster()
     return cluster.used_gpus / cluster.total_gpus if cluster.total_gpus else 0.0
 
@@ -192,8 +209,53 @@ def bench_setup(out: Path, seconds: int, fill: float) -> tuple[Setup, str]:
 class Server:
     tag: str
     proc: subprocess.Popen[bytes]
-    port: int
+    port: int  # reads
     runs: dict[int, list[Run]] = field(default_factory=dict)
+    verbs_port: int = 0  # the verbs (0: on `port`, as the no-op serves them)
+    tls: ssl.SSLContext | None = None  # a client context for the verbs' mutual TLS
+
+    def http(self, timeout: float = 30.0) -> Http:
+        return Http(self.port, timeout, self.verbs_port or None, self.tls)
+
+
+@dataclass(frozen=True)
+class MutualTls:
+    """Certificates for a server's verbs over mutual TLS (`make_certificates`)."""
+
+    dir: Path
+
+    def server_args(self) -> list[str]:
+        d = self.dir
+        return [
+            *("--verbs-tls-cert", str(d / "server.crt"), "--verbs-tls-key", str(d / "server.key")),
+            *("--client-ca", str(d / "ca.crt"), "--verbs-allowed-names", "kube-scheduler"),
+        ]
+
+    def client(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
+        ctx.load_cert_chain(str(self.dir / "client.crt"), str(self.dir / "client.key"))
+        return ctx
+
+
+def make_certificates(d: Path) -> MutualTls:
+    """A throw-away CA, a serving certificate for 127.0.0.1 and a client certificate (CN kube-scheduler)."""
+    d.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=d, check=True, capture_output=True)
+
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+            "-subj", "/CN=bench-ca", "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
+    for name, cn, ext in (
+        ("server", "127.0.0.1", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+        ("client", "kube-scheduler", "extendedKeyUsage=clientAuth\n"),
+    ):
+        (d / f"{name}.ext").write_text(ext)
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", f"/CN={cn}",
+                "-keyout", f"{name}.key", "-out", f"{name}.csr")  # fmt: skip
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+                "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt")  # fmt: skip
+    return MutualTls(d)
 
 
 def locust_argv(host: str, users: int, seconds: int, prefix: Path) -> list[str]:
@@ -219,7 +281,8 @@ def locust(s: Setup, server: Server, users: int, prefix: Path) -> Run:
     lat = prefix.with_suffix(".latency.json")
     argv = [
         *s.load_pin,
-        *locust_argv(f"http://{HOST}:{server.port}", users, s.seconds, prefix),
+        *locust_argv(f"http://{HOST}:{server.verbs_port or server.port}", users, s.seconds, prefix),
+        *("--read-host", f"http://{HOST}:{server.port}"),
         *("--mix", "gang4x8", "--fill", str(s.fill), "--urgent-every", "0"),
     ]
     lat.unlink(missing_ok=True)
@@ -246,14 +309,15 @@ def locust(s: Setup, server: Server, users: int, prefix: Path) -> Run:
     )
 
 
-def serve_extender(s: Setup, config: Path, tag: str) -> Server:
-    port = free_port()
+def serve_extender(s: Setup, config: Path, tag: str, tls: MutualTls | None = None) -> Server:
+    """`topogang serve` on `config`: reads and verbs on ports of their own, the verbs over mutual TLS
+    with `tls`."""
+    port, verbs = free_port(), free_port()
     argv = [*s.server_pin, sys.executable, "-m", "topogang_cli", "serve", "--config", str(config)]
-    p = s.kids.start(
-        [*argv, "--listen", f"{HOST}:{port}", "--log-level", "warning"], s.out / f"{tag}.server.log"
-    )
+    argv += ["--listen", f"{HOST}:{port}", "--verbs-listen", f"{HOST}:{verbs}", "--log-level", "warning"]
+    p = s.kids.start([*argv, *(tls.server_args() if tls else [])], s.out / f"{tag}.server.log")
     wait_ready(port, p)
-    return Server(tag, p, port)
+    return Server(tag, p, port, verbs_port=verbs, tls=tls.client() if tls else None)
 
 
 def serve_noop(s: Setup, config: Path, tag: str = "noop") -> Server:

@@ -5,9 +5,11 @@
 
 The raw manifests are `helm template` of the chart with its defaults, except that the cluster config comes
 from a ConfigMap the admin creates (`existingConfigMap: topogang-config`, key config.yaml), so the files
-hold no cluster. Each file gathers the documents of some chart files (FILES below);
-deploy/kube-scheduler-config.yaml is the KubeSchedulerConfiguration inside the scheduler's ConfigMap, as a
-file of its own (scripts/e2e/scheduler_config.py reads it).
+hold no cluster, and so do the verbs' mutual-TLS Secrets (`extender.verbs.mtls.certificates=secrets`,
+the two kubernetes.io/tls Secrets of docs/security.md), so they hold no key. Each file gathers the
+documents of some chart files (FILES below); deploy/kube-scheduler-config.yaml is the
+KubeSchedulerConfiguration inside the scheduler's ConfigMap, as a file of its own
+(scripts/e2e/scheduler_config.py reads it).
 
 helm comes from $TOPOGANG_HELM or the e2e bin dir (`bash scripts/e2e/build-bins.sh helm` builds it from Go
 modules).
@@ -27,13 +29,19 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "topogang"
 DEPLOY = REPO / "deploy"
 RELEASE = "topogang"
-RAW_VALUES = ("--set", "existingConfigMap=topogang-config")
+# no generated certificates in files meant for git: the verbs' two Secrets are made by the admin
+RAW_VALUES = (
+    "--set",
+    "existingConfigMap=topogang-config",
+    "--set",
+    "extender.verbs.mtls.certificates=secrets",
+)
 SCHEDULER_CONFIG_KEY = "kube-scheduler-config.yaml"
 # deploy file <- the chart files whose documents it holds, in helm's install order
 FILES = {
     "rbac.yaml": ("templates/namespace.yaml", "templates/rbac.yaml"),
     "gangreservation-crd.yaml": ("crds/gangreservation-crd.yaml",),
-    "extender.yaml": ("templates/extender.yaml",),
+    "extender.yaml": ("templates/extender.yaml", "templates/networkpolicy.yaml"),
     "scheduler.yaml": ("templates/scheduler-config.yaml", "templates/scheduler.yaml"),
 }
 HEADER = (

@@ -1,6 +1,17 @@
-"""The HTTP surface: starlette routes over a `Scheduler`.
+"""The HTTP surface: starlette routes over a `Scheduler`, split in two apps served on two listeners.
 
-- `POST /v1/extender/{filter,prioritize,preempt,bind}`: kube-scheduler's verbs. Filter, prioritize
+`build_apps` is the one place that says which route is behind which door:
+
+- `verbs_app`: `POST /v1/extender/{filter,prioritize,preempt,bind}`, kube-scheduler's verbs, and the
+  mode's own state-changing routes (`Service.verb_routes`: standalone's pod deletions and node health).
+  Served on the verbs listener, which only kube-scheduler may reach (mutual TLS and the allowed
+  certificate names of `extender.ops.tls`).
+- `read_app`: everything job pods, admins, probes and Prometheus read (below), on the main listener.
+
+`build_app` joins both for in-process use (tests, the soak, benchmarks through an ASGI transport);
+`topogang serve` never puts it on a socket.
+
+- The verbs: filter, prioritize
   and bind always answer HTTP 200; their errors go in the body's `Error` (kube-scheduler treats any
   other status as a failure it cannot explain to the user). Preempt has no `Error` field, so a
   malformed preempt gets a 4xx with `{"Error": ...}`.
@@ -40,7 +51,9 @@ from extender.http.answers import VerbError
 from extender.http.explain_api import explain_route
 from extender.http.httpproto import BodyTooLargeError, read_body
 from extender.http.limits import RequestLimits, ServerLimits
+from extender.http.ports import PodSource
 from extender.http.snapshot import Snapshots
+from extender.http.trusted import UnknownPodError, trusted_args, trusted_preemption
 from extender.http.verbs import Scheduler
 from extender.ops.metrics import CONTENT_TYPE, Metrics
 from extender.ui import ui_routes
@@ -65,8 +78,19 @@ class Service:
     background: list[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     on_start: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    routes: list[BaseRoute] = field(default_factory=list)
+    routes: list[BaseRoute] = field(default_factory=list)  # read routes (the ledger, the barrier, ...)
+    verb_routes: list[BaseRoute] = field(default_factory=list)  # state-changing: kube-scheduler's door
     description: str = ""
+    # Kubernetes mode: the API server's copy of the pod a verb names (`extender.http.trusted`)
+    pod_source: PodSource | None = None
+
+
+@dataclass(frozen=True)
+class Apps:
+    """The two doors: `verbs` (kube-scheduler only) and `reads` (job pods, admins, probes)."""
+
+    verbs: Starlette
+    reads: Starlette
 
 
 def _filter_error(msg: str) -> Response:
@@ -78,6 +102,20 @@ def _plain_error(msg: str) -> Response:
 
 
 def build_app(service: Service, limits: ServerLimits | None = None) -> Starlette:
+    """Every route in one app, for in-process callers only (never served on a socket)."""
+    return _app([*verb_routes(service), *read_routes(service)], service, lifespan=True, limits=limits)
+
+
+def build_apps(service: Service, limits: ServerLimits | None = None) -> Apps:
+    """The verbs app and the read app of `service`; the read app runs the service's lifespan."""
+    return Apps(
+        verbs=_app(verb_routes(service), service, lifespan=False, limits=limits),
+        reads=_app(read_routes(service), service, lifespan=True, limits=limits),
+    )
+
+
+def verb_routes(service: Service) -> list[BaseRoute]:
+    """kube-scheduler's verbs and the mode's state-changing routes."""
     s = service.scheduler
     metrics = s.metrics
 
@@ -124,23 +162,57 @@ def build_app(service: Service, limits: ServerLimits | None = None) -> Starlette
 
         return endpoint
 
+    def source() -> PodSource | None:
+        """Where a verb's pod comes from; while not ready the verbs decide nothing and say so."""
+        return service.pod_source if s.ready else None
+
     async def do_filter(doc: object) -> Any:
-        out = await s.filter(wire.parse_extender_args(doc, s.node_lists))
+        try:
+            args = await trusted_args(source(), wire.parse_extender_args(doc, s.node_lists))
+        except UnknownPodError:
+            metrics.decisions.labels("filter", "unknown").inc()
+            raise
+        out = await s.filter(args)
         if s.after_change is not None:
             await s.after_change()
         return out
 
     async def do_prioritize(doc: object) -> Any:
-        return await s.prioritize(wire.parse_extender_args(doc, s.node_lists))
+        args = wire.parse_extender_args(doc, s.node_lists)
+        try:
+            args = await trusted_args(source(), args)
+        except UnknownPodError:  # no preference for a pod nobody knows
+            metrics.decisions.labels("prioritize", "unknown").inc()
+            return replies.host_priorities([(n, 0) for n in args.names])
+        return await s.prioritize(args)
 
     async def do_preempt(doc: object) -> Any:
-        out = await s.preempt(wire.parse_preemption_args(doc))
+        try:
+            args = await trusted_preemption(source(), wire.parse_preemption_args(doc))
+        except UnknownPodError:
+            metrics.decisions.labels("preempt", "unknown").inc()
+            raise
+        out = await s.preempt(args)
         if s.after_change is not None:
             await s.after_change()
         return out
 
     async def do_bind(doc: object) -> Any:
         return await s.bind(wire.parse_binding_args(doc))
+
+    return [
+        Route("/v1/extender/filter", verb("filter", do_filter, _filter_error), methods=["POST"]),
+        Route("/v1/extender/prioritize", verb("prioritize", do_prioritize, _plain_error), methods=["POST"]),
+        Route("/v1/extender/preempt", verb("preempt", do_preempt, _plain_error, 400), methods=["POST"]),
+        Route("/v1/extender/bind", verb("bind", do_bind, _plain_error), methods=["POST"]),
+        *service.verb_routes,
+    ]
+
+
+def read_routes(service: Service) -> list[BaseRoute]:
+    """What job pods, admins, probes and Prometheus read."""
+    s = service.scheduler
+    metrics = s.metrics
 
     async def healthz(request: Request) -> Response:
         return JSON({"status": "ok"})
@@ -200,11 +272,7 @@ def build_app(service: Service, limits: ServerLimits | None = None) -> Starlette
             )
         return JSON(g)
 
-    routes: list[BaseRoute] = [
-        Route("/v1/extender/filter", verb("filter", do_filter, _filter_error), methods=["POST"]),
-        Route("/v1/extender/prioritize", verb("prioritize", do_prioritize, _plain_error), methods=["POST"]),
-        Route("/v1/extender/preempt", verb("preempt", do_preempt, _plain_error, 400), methods=["POST"]),
-        Route("/v1/extender/bind", verb("bind", do_bind, _plain_error), methods=["POST"]),
+    return [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
@@ -221,6 +289,13 @@ def build_app(service: Service, limits: ServerLimits | None = None) -> Starlette
         *ui_routes(service.scheduler, snaps),
         *service.routes,
     ]
+
+
+def _app(
+    routes: list[BaseRoute], service: Service, *, lifespan: bool, limits: ServerLimits | None = None
+) -> Starlette:
+    """An app over `routes`, with `GET /` listing them, JSON errors, and the last-resort `Guard`."""
+    routes = list(routes)
     paths = sorted({r.path for r in routes if isinstance(r, Route)} | {"/"})
 
     async def index(request: Request) -> Response:
@@ -239,7 +314,7 @@ def build_app(service: Service, limits: ServerLimits | None = None) -> Starlette
         return JSON({"Error": msg}, status_code=status)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def run_service(app: Starlette) -> AsyncIterator[None]:
         for fn in service.on_start:
             await fn()
         tasks = [asyncio.create_task(fn()) for fn in service.background]
@@ -257,10 +332,10 @@ def build_app(service: Service, limits: ServerLimits | None = None) -> Starlette
     return Starlette(
         routes=routes,
         exception_handlers={HTTPException: http_error},
-        lifespan=lifespan,
+        lifespan=run_service if lifespan else None,
         middleware=[
-            Middleware(Guard, metrics=metrics),
-            Middleware(RequestLimits, limits=limits or ServerLimits(), metrics=metrics),
+            Middleware(Guard, metrics=service.scheduler.metrics),
+            Middleware(RequestLimits, limits=limits or ServerLimits(), metrics=service.scheduler.metrics),
         ],
     )
 

@@ -250,16 +250,6 @@ async def wait_or_disconnect(request: Request, events: Iterable[asyncio.Event], 
             t.cancel()
 
 
-def protected_protocol(limits: ServerLimits) -> type[JSONErrorsHttpTools]:
-    """uvicorn's `http=` class with this server's head timeout and connection cap."""
-
-    class Protected(ProtectedHttpTools):
-        head_timeout = limits.head_timeout
-        max_connections = limits.max_connections
-
-    return Protected
-
-
 class ProtectedHttpTools(JSONErrorsHttpTools):
     """Connections that must send a whole request head in time, and no more of them than the cap."""
 

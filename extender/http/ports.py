@@ -32,3 +32,5 @@ PodLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 FrameworkLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 Evictor = Callable[[Sequence[str], str], Awaitable[None]]
 WaitNotifier = Callable[[PodRequest, str], None]
+# the API server's own copy of a pod, by (uid, namespace, name) of the pod a verb names; None: unknown
+PodSource = Callable[[str, str, str], Awaitable[Mapping[str, Any] | None]]

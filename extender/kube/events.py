@@ -3,9 +3,15 @@
 `kubectl describe pod` is where a tenant looks first, so the structured wait reason goes there. A
 pod is filtered again every backoff period (1-10 s) with, mostly, the same reason; writing each one
 would flood the API server. So the same (object, reason, message) is written at most once per
-`repeat_seconds`, and a token bucket caps the total rate across objects; what is suppressed is
-counted in `topogang_events{result="suppressed"}`. Writes are fire-and-forget: an Event is advice,
-never a reason to fail or delay a verb.
+`repeat_seconds`, a token bucket per namespace caps what one namespace's pods can be told (one team's
+thousand waiting pods cannot use up the budget every other team's Events share), and a token bucket
+caps the total rate across namespaces; what is suppressed is counted in
+`topogang_events{result="suppressed"}`. Writes are fire-and-forget: an Event is advice, never a
+reason to fail or delay a verb.
+
+Events are written only about pods the extender knows from the API server (the verbs act on its
+copy, `extender.http.trusted`), and a message is made printable and cut at `MAX_MESSAGE` characters:
+text a tenant wrote (a gang's name) is quoted by whoever composes the message (`quoted`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from extender.kube.client import ApiError, AsyncKube
+from extender.kube.invalid import printable
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
 
@@ -27,6 +34,14 @@ REPEAT_SECONDS = 60.0
 RATE_PER_SECOND = 20.0
 BURST = 100.0
 MAX_REMEMBERED = 50_000
+NS_RATE_PER_SECOND = 2.0  # one namespace's share: a burst of 20, then 2 a second
+NS_BURST = 20.0
+MAX_MESSAGE = 512
+
+
+def quoted(text: str, limit: int = 120) -> str:
+    """Text a tenant controls, as an Event shows it: in quotes, printable, cut short."""
+    return '"' + printable(text, limit).replace('"', '\\"') + '"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +72,7 @@ def event_body(
         "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
         "involvedObject": involved,
         "reason": reason,
-        "message": message[:1024],
+        "message": printable(message, MAX_MESSAGE),
         "type": kind,
         "source": {"component": "topogang"},
         "reportingComponent": "topogang",
@@ -81,6 +96,8 @@ class EventRecorder:
         repeat_seconds: float = REPEAT_SECONDS,
         rate: float = RATE_PER_SECOND,
         burst: float = BURST,
+        ns_rate: float = NS_RATE_PER_SECOND,
+        ns_burst: float = NS_BURST,
     ) -> None:
         self.kube = kube
         self.metrics = metrics
@@ -90,6 +107,8 @@ class EventRecorder:
         self.rate, self.burst = rate, burst
         self.tokens = burst
         self.filled_at = clock()
+        self.ns_rate, self.ns_burst = ns_rate, ns_burst
+        self.ns_tokens: dict[str, tuple[float, float]] = {}  # namespace -> (tokens, when filled)
         self.sent: dict[tuple[str, str, str, str], float] = {}  # (ns, name, reason, message) -> when
 
     def _admit(self, key: tuple[str, str, str, str]) -> bool:
@@ -97,11 +116,15 @@ class EventRecorder:
         last = self.sent.get(key)
         if last is not None and now - last < self.repeat_seconds:
             return False
+        ns_tokens, ns_at = self.ns_tokens.get(key[0], (self.ns_burst, now))
+        ns_tokens = min(self.ns_burst, ns_tokens + (now - ns_at) * self.ns_rate)
         self.tokens = min(self.burst, self.tokens + (now - self.filled_at) * self.rate)
         self.filled_at = now
-        if self.tokens < 1.0:
+        if ns_tokens < 1.0 or self.tokens < 1.0:
+            self.ns_tokens[key[0]] = (ns_tokens, now)
             return False
         self.tokens -= 1.0
+        self.ns_tokens[key[0]] = (ns_tokens - 1.0, now)
         if len(self.sent) >= MAX_REMEMBERED:
             self.forget()
         self.sent[key] = now
@@ -111,6 +134,8 @@ class EventRecorder:
         """Drop what no longer suppresses anything (bounded memory under pod churn)."""
         now = self.clock()
         self.sent = {k: t for k, t in self.sent.items() if now - t < self.repeat_seconds}
+        full = self.ns_burst / self.ns_rate if self.ns_rate > 0 else float("inf")
+        self.ns_tokens = {ns: v for ns, v in self.ns_tokens.items() if now - v[1] < full}
 
     def record(self, ref: ObjectRef, reason: str, message: str, *, warning: bool = False) -> bool:
         """Queue an Event; False when it was suppressed as a repeat or by the rate limit."""

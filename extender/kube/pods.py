@@ -55,3 +55,12 @@ def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
 def resource_version(obj: Mapping[str, Any]) -> str | None:
     v = meta(obj).get("resourceVersion")
     return v if isinstance(v, str) and v else None
+
+
+def kept(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod as the extender keeps it (`ClusterSync.pods`): without `metadata.managedFields`, often
+    the largest part of a pod and read by nothing here."""
+    m = meta(pod)
+    if "managedFields" not in m:
+        return pod
+    return {**pod, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}

@@ -35,7 +35,7 @@ from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
-from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef
+from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quoted
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.recovery import Unverified
@@ -101,6 +101,7 @@ def kube_service(
         return fw
 
     def on_wait(pr: PodRequest, text: str) -> None:
+        text = text.replace(f"gang {pr.gang} ", f"gang {quoted(pr.gang)} ", 1)  # the tenant's name, quoted
         recorder.record(ObjectRef("Pod", pr.namespace, pr.name, pr.uid), "GangWaiting", text, warning=True)
 
     def on_invalid(pod: Mapping[str, Any], bad: Invalid) -> None:
@@ -239,6 +240,7 @@ def kube_service(
                 scheduler, fetch_framework=lambda ns, name: kube.request("GET", framework_path(ns, name))
             ),
         ],
+        pod_source=sync.known_pod,
         description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API"
         + (f", leader election on Lease {namespace}/{lease.name}" if lease is not None else ""),
     )

@@ -46,6 +46,7 @@ class ClusterSync:
         self.s = scheduler
         self.kube = kube
         self.live: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name) of opted-in pods
+        self.pods: dict[str, Mapping[str, Any]] = {}  # uid -> the watched pod: what the verbs trust
         self.done: set[str] = set()  # uids already released as finished
         self.foreign: set[str] = set()  # bound pods without a readable decision (logged once)
         self.checked: dict[str, int] = {}  # uid -> `invalid.fingerprint` of what was last judged
@@ -90,6 +91,7 @@ class ClusterSync:
             if is_enabled(pod) and not kpods.finished(pod):
                 uid = kpods.uid(pod)
                 self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
+                self.pods[uid] = kpods.kept(pod)
                 if uid in report.bind_info_read:  # judged by that bind info, which recovery just read
                     self.checked[uid] = fingerprint(pod)
                 else:
@@ -227,6 +229,7 @@ class ClusterSync:
         uid = kpods.uid(pod)
         if kind == "DELETED":
             self.live.pop(uid, None)
+            self.pods.pop(uid, None)
             self.foreign.discard(uid)
             self.checked.pop(uid, None)
             # even when released as finished already: a late filter may have remembered it since
@@ -234,6 +237,7 @@ class ClusterSync:
             self.done.discard(uid)
             return
         self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
+        self.pods[uid] = kpods.kept(pod)
         if kpods.finished(pod):
             self.checked.pop(uid, None)
             if uid not in self.done:
@@ -292,6 +296,7 @@ class ClusterSync:
         present = {kpods.uid(p) for p in pods}
         for uid in [u for u in self.live if u not in present]:
             del self.live[uid]
+            self.pods.pop(uid, None)
             self.foreign.discard(uid)
             self.done.discard(uid)
             self.checked.pop(uid, None)
@@ -317,6 +322,20 @@ class ClusterSync:
         return pod is None or kpods.uid(pod) != uid
 
     # ------------------------------------------------------------------------------ helpers
+    async def known_pod(self, uid: str, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The pod with this UID as the API server has it: the watched copy, else (a pod created an
+        instant ago, which the watch may not have brought yet) read by the name a verb gave, kept
+        only if its UID is the one asked for. None: not known."""
+        pod = self.pods.get(uid)
+        if pod is not None or not self.synced:
+            return pod
+        try:
+            got = await self.kube.request("GET", pod_path(namespace, name))
+        except ApiError as err:
+            log.warning("cannot read pod %s/%s: %s", namespace, name, err)
+            return None
+        return got if got is not None and kpods.uid(got) == uid else None
+
     async def evict(self, uids: Sequence[str], reason: str) -> None:
         for uid in uids:
             where = self.live.get(uid)

@@ -90,38 +90,9 @@ else
 	EXT_PORT=$(sed -E 's#^[a-z]+://[^:/]+:([0-9]+).*#\1#;t;s#.*##' <<<"$EXTENDER_URL")
 fi
 
-# start NAME CMD...: own session and process group (setsid execs in place in a non-interactive shell, so $! is
-# both the pid and the pgid); pid file holds "PID STARTTIME" so cluster-down.sh never signals a recycled pid.
-start() {
-	local n=$1
-	shift
-	setsid "$@" >"$W/logs/$n.log" 2>&1 </dev/null &
-	local pid=$! stat
-	stat=$(<"/proc/$pid/stat")
-	stat=${stat##*) } # fields after "pid (comm) ": starttime (field 22) is the 20th
-	read -r -a stat <<<"$stat"
-	echo "$pid ${stat[19]}" >"$W/run/$n.pid"
-	log "$n started (pid $pid)"
-}
-# wait_for NAME SECONDS CMD...: poll CMD; fail early if the component died.
-wait_for() {
-	local n=$1 t=$2 pid end
-	shift 2
-	pid=$(cut -d' ' -f1 "$W/run/$n.pid")
-	end=$(($(date +%s) + t))
-	until "$@" >/dev/null 2>&1; do
-		if ! kill -0 "$pid" 2>/dev/null; then
-			log "$n exited early; see $W/logs/$n.log"
-			return 1
-		fi
-		if [ "$(date +%s)" -ge "$end" ]; then
-			log "$n not ready after ${t}s; see $W/logs/$n.log"
-			return 1
-		fi
-		sleep 0.2
-	done
-	log "$n ready"
-}
+# start, wait_for: shared with scheduler-up.sh
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 
 # --- watchdog: tear down if the owner (pytest) dies without calling cluster-down.sh
 if [ -n "${TOPOGANG_E2E_OWNER_PID:-}" ]; then
@@ -280,15 +251,12 @@ PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PY" "$HERE/fake_nodes.py" --conf
 	--kubeconfig "$W/admin.kubeconfig" --out "$W/nodes.json" --wait 60 2>>"$W/logs/fake_nodes.log"
 log "$("$PY" -c 'import json, sys; print(len(json.load(open(sys.argv[1]))["nodes"]))' "$W/nodes.json") fake GPU nodes Ready (from $TOPOLOGY)"
 
-# --- 7. kube-scheduler (recipe §5) with the project's config, urlPrefix/kubeconfig templated
-"$PY" "$HERE/scheduler_config.py" --kubeconfig "$W/admin.kubeconfig" --extender-url "$EXTENDER_URL" \
-	--deploy "$SCHED_CONFIG" --out "$W/scheduler.yaml" 2>>"$W/logs/scheduler_config.log"
-log "$(tail -n 1 "$W/logs/scheduler_config.log")"
-start kube-scheduler "$E2E_BIN/kube-scheduler" --config="$W/scheduler.yaml" \
-	--bind-address=127.0.0.1 --secure-port="$SCHED_PORT" \
-	--authentication-kubeconfig="$W/admin.kubeconfig" --authorization-kubeconfig="$W/admin.kubeconfig" \
-	--v=2 "${E2E_SCHEDULER_FLAGS[@]}"
-wait_for kube-scheduler 60 curl -sfk "https://127.0.0.1:$SCHED_PORT/readyz"
+# --- 7. kube-scheduler (recipe §5) with the project's config, urlPrefix/kubeconfig templated; with
+# TOPOGANG_E2E_SCHEDULER_LATER=1 not now: scheduler-up.sh starts it (after what it needs is installed, e.g.
+# the client certificate of the chart's mutual TLS)
+if [ "${TOPOGANG_E2E_SCHEDULER_LATER:-}" != 1 ]; then
+	scheduler_up "$EXTENDER_URL" "${TOPOGANG_E2E_SCHEDULER_TLS:-}"
+fi
 
 cat >"$W/env" <<EOF
 KUBECONFIG=$W/admin.kubeconfig

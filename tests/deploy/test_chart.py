@@ -6,6 +6,7 @@ broken are refused with the value to change. The e2e suite installs its cluster 
 from __future__ import annotations
 
 import base64
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from scripts import manifests
 
 EXAMPLE = manifests.REPO / "config" / "examples" / "example-cluster.yaml"
 NS = "gpu-scheduling"
-# TLS on with client-CA verbs, 3 replicas, an existing ConfigMap, and every other value changed too
+# TLS on the read port, the verbs' certificates from cert-manager, 3 replicas, an existing ConfigMap, and
+# every other value changed too
 NON_DEFAULT = (
     "--set", "existingConfigMap=cluster-topology",
     "--set", "configKey=cluster.yaml",
@@ -29,9 +31,14 @@ NON_DEFAULT = (
     "--set", "extender.leaderElection.leaseSeconds=20",
     "--set", "extender.tls.enabled=true",
     "--set", "extender.tls.secretName=extender-serving",
-    "--set", "extender.tls.clientCA.enabled=true",
-    "--set", "extender.tls.clientCA.secretName=scheduler-client-ca",
-    "--set", "scheduler.tls.secretName=scheduler-client",
+    "--set", "extender.verbs.port=9444",
+    "--set", "extender.verbs.mtls.certificates=cert-manager",
+    "--set", "extender.verbs.mtls.certManager.issuerRef.name=cluster-ca",
+    "--set", "extender.verbs.mtls.certManager.issuerRef.kind=ClusterIssuer",
+    "--set", "extender.verbs.mtls.clientSecretName=scheduler-client",
+    "--set", "extender.verbs.mtls.allowedNames={gpu-gang-scheduler,sched.example}",
+    "--set", "extender.verbs.networkPolicy.schedulerPodLabels.app=kube-scheduler",
+    "--set", "extender.verbs.networkPolicy.schedulerNamespaceLabels.tier=control",
     "--set", "extender.image.repository=registry.example/topogang",
     "--set", "extender.image.tag=0.2.0",
     "--set", "extender.resources.requests.cpu=2",
@@ -107,9 +114,9 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     assert mounted(ext, args.config)["configMap"]["name"] == "topogang-config"
     assert args.kube and args.tls_cert is None and args.listen == ":9096"
     # bind info is signed with a key of the chart's own Secret, random, kept past an uninstall
-    key = one(docs, "Secret", "topogang-bind-signing-key")
-    assert len(base64.b64decode(key["data"]["key"])) >= 32
-    assert key["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    signing = one(docs, "Secret", "topogang-bind-signing-key")
+    assert len(base64.b64decode(signing["data"]["key"])) >= 32
+    assert signing["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     assert mounted(ext, args.bind_signing_key_file)["secret"]["secretName"] == "topogang-bind-signing-key"
     assert not args.adopt_unsigned_bind_info
     assert args.default_entitlement == "opportunistic"  # the safe default: README "Multi-tenancy"
@@ -118,12 +125,66 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     limits = limits_from(args, "0.0.0.0")
     assert limits.host_allowed("topogang-extender.topogang-system.svc:9096")
     assert limits.host_allowed("topogang-extender:9096") and not limits.host_allowed("evil.example")
-    cfg = scheduler_config(docs)
-    assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
     sched = one(docs, "Deployment", "topogang-scheduler")
     assert mounted(sched, "/etc/topogang-scheduler/kube-scheduler-config.yaml")["configMap"]["name"] == (
         "topogang-scheduler-config"
     )
+    # the verbs: their own port, mutual TLS, kube-scheduler's certificate name only
+    tls = TlsSettings(args.tls_cert, args.tls_key, args.client_ca, args.verbs_tls_cert, args.verbs_tls_key,
+                      tuple(args.verbs_allowed_names))  # fmt: skip
+    assert args.verbs_listen == ":9443" and tls.mutual and not tls.problems()
+    assert args.verbs_allowed_names == ["topogang-scheduler"]
+    for path in (args.verbs_tls_cert, args.verbs_tls_key, args.client_ca):
+        assert mounted(ext, path)["secret"]["secretName"] == "topogang-verbs-server"
+    cfg = scheduler_config(docs)
+    (call,) = cfg["extenders"]
+    assert call["urlPrefix"] == "https://topogang-extender.topogang-system.svc:9443/v1/extender"
+    assert call["tlsConfig"]["serverName"] == "topogang-extender.topogang-system.svc"
+    for key in ("caFile", "certFile", "keyFile"):
+        assert mounted(sched, call["tlsConfig"][key])["secret"]["secretName"] == "topogang-verbs-client"
+    svc = one(docs, "Service", "topogang-extender")
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 9096, "verbs": 9443}
+    # the same checksum on both pods: new certificates roll both
+    sums = {d["spec"]["template"]["metadata"]["annotations"]["checksum/verbs-tls"] for d in (ext, sched)}
+    assert len(sums) == 1
+    # only kube-scheduler's pods reach the verbs port; the read port stays open
+    policy = one(docs, "NetworkPolicy")
+    verbs_rule, read_rule = policy["spec"]["ingress"]
+    assert verbs_rule["ports"] == [{"port": "verbs", "protocol": "TCP"}]
+    (peer,) = verbs_rule["from"]
+    assert peer["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "topogang-scheduler",
+        "app.kubernetes.io/instance": "topogang",
+    }
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "topogang-system"}
+    assert read_rule == {"ports": [{"port": "http", "protocol": "TCP"}]}
+    assert policy["spec"]["podSelector"]["matchLabels"] == ext["spec"]["selector"]["matchLabels"]
+
+
+def test_the_chart_makes_a_ca_and_both_certificates(helm: Path, tmp_path: Path) -> None:
+    docs = render(helm, "--set-file", f"config={EXAMPLE}")
+    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret"}
+    assert set(secrets) == {"topogang-verbs-server", "topogang-verbs-client"}
+    for name, doc in secrets.items():
+        assert doc["type"] == "kubernetes.io/tls"
+        for key, value in doc["data"].items():
+            (tmp_path / f"{name}-{key}").write_bytes(base64.b64decode(value))
+    ca = tmp_path / "topogang-verbs-server-ca.crt"
+    assert ca.read_bytes() == (tmp_path / "topogang-verbs-client-ca.crt").read_bytes()  # one CA
+    for name in secrets:
+        ok = subprocess.run(["openssl", "verify", "-CAfile", str(ca), str(tmp_path / f"{name}-tls.crt")],
+                            capture_output=True, text=True, check=False)  # fmt: skip
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+
+    def names(name: str) -> str:
+        cmd = ["openssl", "x509", "-noout", "-subject", "-ext", "subjectAltName", "-in"]
+        out = subprocess.run(
+            [*cmd, str(tmp_path / f"{name}-tls.crt")], capture_output=True, text=True, check=True
+        )
+        return out.stdout
+
+    assert "CN = topogang-scheduler" in names("topogang-verbs-client")
+    assert "DNS:topogang-extender.topogang-system.svc" in names("topogang-verbs-server")
 
 
 def test_non_default_values_tls_three_replicas_existing_configmap(helm: Path) -> None:
@@ -149,24 +210,35 @@ def test_non_default_values_tls_three_replicas_existing_configmap(helm: Path) ->
     assert (args.leader_elect, args.lease_name, args.lease_seconds) == (True, "tg-leader", 20.0)
     lease_rules = one(docs, "Role", "topogang-extender-state")["rules"]
     assert any(r.get("resourceNames") == ["tg-leader"] and "update" in r["verbs"] for r in lease_rules)
-    # TLS and client-CA verbs: the CLI accepts the flags, every file is mounted from its Secret
-    tls = TlsSettings(args.tls_cert, args.tls_key, args.client_ca)
-    assert tls.enabled and not tls.problems() and args.verbs_listen == ":9443"
+    # HTTPS on the read port; the verbs' certificates from cert-manager, every file mounted from its Secret
+    tls = TlsSettings(args.tls_cert, args.tls_key, args.client_ca, args.verbs_tls_cert, args.verbs_tls_key,
+                      tuple(args.verbs_allowed_names))  # fmt: skip
+    assert tls.enabled and tls.mutual and not tls.problems() and args.verbs_listen == ":9444"
+    assert args.verbs_allowed_names == ["gpu-gang-scheduler,sched.example"]
     assert mounted(ext, args.tls_cert)["secret"]["secretName"] == "extender-serving"
     assert mounted(ext, args.tls_key)["secret"]["secretName"] == "extender-serving"
-    assert mounted(ext, args.client_ca)["secret"]["secretName"] == "scheduler-client-ca"
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 9096, "verbs": 9443}
+    assert mounted(ext, args.client_ca)["secret"]["secretName"] == "topogang-verbs-server"
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 9096, "verbs": 9444}
     assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
     svc = one(docs, "Service", "topogang-extender")
-    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 9096, "verbs": 9443}
+    assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"http": 9096, "verbs": 9444}
+    certs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
+    assert certs["scheduler-client"]["commonName"] == "topogang-scheduler"
+    assert certs["scheduler-client"]["issuerRef"] == {"name": "cluster-ca", "kind": "ClusterIssuer",
+                                                      "group": "cert-manager.io"}  # fmt: skip
+    assert f"topogang-extender.{NS}.svc" in certs["topogang-verbs-server"]["dnsNames"]
+    assert not [d for d in docs if d["kind"] == "Secret"]  # cert-manager makes them
     # kube-scheduler calls the verbs listener over HTTPS with its client certificate, from its Secret
     cfg = scheduler_config(docs)
     (call,) = cfg["extenders"]
-    assert call["urlPrefix"] == f"https://topogang-extender.{NS}.svc:9443/v1/extender"
+    assert call["urlPrefix"] == f"https://topogang-extender.{NS}.svc:9444/v1/extender"
     assert call["enableHTTPS"] is True and call["tlsConfig"]["serverName"] == f"topogang-extender.{NS}.svc"
     sched = one(docs, "Deployment", "topogang-scheduler")
     for key in ("caFile", "certFile", "keyFile"):
         assert mounted(sched, call["tlsConfig"][key])["secret"]["secretName"] == "scheduler-client"
+    (peer,) = one(docs, "NetworkPolicy")["spec"]["ingress"][0]["from"]
+    assert peer["podSelector"]["matchLabels"] == {"app": "kube-scheduler"}
+    assert peer["namespaceSelector"]["matchLabels"] == {"tier": "control"}
     # scheduler name, managed resources, its own Lease in the namespace
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["gpu-gang"]
     assert call["managedResources"] == [{"name": "example.com/gang", "ignoredByScheduler": True}]
@@ -192,11 +264,9 @@ def with_config(*values: str) -> tuple[str, ...]:
         ((), "--set-file config=my-cluster.yaml"),
         (with_config("--set", "extender.leaderElection.enabled=false"), "leaderElection"),
         (with_config("--set", "extender.tls.enabled=true"), "extender.tls.secretName"),
-        (
-            with_config("--set", "extender.tls.enabled=true", "--set", "extender.tls.secretName=s"),
-            "scheduler.tls.secretName",
-        ),
-        (with_config("--set", "extender.tls.clientCA.enabled=true"), "extender.tls.enabled"),
+        (with_config("--set", "extender.verbs.mtls.certificates=cert-manager"), "issuerRef.name"),
+        (with_config("--set", "extender.verbs.mtls.certificates=vault"), "extender.verbs.mtls.certificates"),
+        (with_config("--set", "extender.verbs.port=9096"), "extender.verbs.port"),
     ],
 )
 def test_values_that_would_install_something_broken_are_refused(

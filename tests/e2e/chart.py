@@ -11,13 +11,18 @@ run is run as local processes from the same chart, rendered by `helm template` w
   server is up, hence the render), with only what scripts/e2e/scheduler_config.py changes for a local
   process (urlPrefix to the local port, its kubeconfig, leader election off);
 - the extender runs with the Deployment's container args and env (`extender_args`): `--kube` becomes
-  `--kubeconfig` with its ServiceAccount's token, `--listen :9096` the local port, `--config` the file its
-  ConfigMap holds as read back from the API server (what the kubelet would mount), and POD_NAMESPACE /
-  POD_NAME the values of their fieldRefs.
+  `--kubeconfig` with its ServiceAccount's token, `--listen :9096` and `--verbs-listen :9443` local ports,
+  every file it reads (`--config`, the verbs' certificate, key and client CA) the file its ConfigMap or
+  Secret holds as read back from the API server (what the kubelet would mount), and POD_NAMESPACE /
+  POD_NAME the values of their fieldRefs;
+- kube-scheduler starts once the chart is installed (scripts/e2e/scheduler-up.sh), calling the verbs over
+  mutual TLS with the client certificate of the Secret the chart made (`scheduler_tls_dir`), as the
+  scheduler's Deployment mounts it.
 """
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ from scripts import manifests
 from tests.e2e import helpers
 
 EXTENDER = "topogang-extender"  # the Deployment's name for the release `topogang`
+SCHEDULER = "topogang-scheduler"
 SCHEDULER_CONFIG = "topogang-scheduler-config"
 CRD = "gangreservations.topogang.io"
 
@@ -100,10 +106,20 @@ def install(helm: Path, kubeconfig: Path, topology: Path, api: client.ApiClient)
     return out
 
 
+FILE_FLAGS = ("--config", "--verbs-tls-cert", "--verbs-tls-key", "--client-ca", "--tls-cert", "--tls-key")
+
+
 def extender_args(
-    chart: ChartRender, core: client.CoreV1Api, *, kubeconfig: Path, port: int, workdir: Path
+    chart: ChartRender,
+    core: client.CoreV1Api,
+    *,
+    kubeconfig: Path,
+    port: int,
+    verbs_port: int,
+    workdir: Path,
 ) -> tuple[list[str], dict[str, str]]:
-    """`topogang serve`'s arguments and the env of the chart's extender container, for a local process."""
+    """`topogang serve`'s arguments and the env of the chart's extender container, for a local process:
+    reads on `port`, the verbs on `verbs_port`."""
     deployment = chart.extender
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
@@ -111,8 +127,11 @@ def extender_args(
     assert args.count("--kube") == 1, f"the chart's extender args have no single --kube: {args}"
     args[args.index("--kube")] = f"--kubeconfig={kubeconfig}"
     args[args.index("--listen") + 1] = f"127.0.0.1:{port}"
-    at = args.index("--config") + 1
-    args[at] = str(mounted_config(chart, core, args[at], workdir))
+    args[args.index("--verbs-listen") + 1] = f"127.0.0.1:{verbs_port}"
+    for flag in FILE_FLAGS:
+        if flag in args:
+            at = args.index(flag) + 1
+            args[at] = str(mounted_file(chart, core, args[at], workdir))
     ns, name = chart.namespace, f"{deployment['metadata']['name']}-e2e"
     fields = {"metadata.namespace": ns, "metadata.name": name}
     env = {
@@ -122,17 +141,56 @@ def extender_args(
     return args, env
 
 
-def mounted_config(chart: ChartRender, core: client.CoreV1Api, path: str, workdir: Path) -> Path:
-    """The file at `path` in the extender container: its ConfigMap's key, read from the API server."""
-    deployment = chart.extender
-    pod = deployment["spec"]["template"]["spec"]
+def mounted_file(
+    chart: ChartRender, core: client.CoreV1Api, path: str, workdir: Path, deployment: str = EXTENDER
+) -> Path:
+    """The file at `path` in a Deployment's container: its ConfigMap's or Secret's key, read from the
+    API server, written under `workdir` (a directory per volume, as the kubelet mounts them)."""
+    pod = chart.one("Deployment", deployment)["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"] + "/")]
     (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
     key = path.removeprefix(mount["mountPath"] + "/")
-    cm = core.read_namespaced_config_map(volume["configMap"]["name"], chart.namespace)
-    assert cm.data and key in cm.data, f"ConfigMap {volume['configMap']['name']} has no key {key}"
-    out = workdir / "extender-config" / key
+    out = workdir / f"{deployment}-{mount['name']}" / key
     out.parent.mkdir(exist_ok=True)
-    out.write_text(cm.data[key], encoding="utf-8")
+    if "configMap" in volume:
+        cm = core.read_namespaced_config_map(volume["configMap"]["name"], chart.namespace)
+        assert cm.data and key in cm.data, f"ConfigMap {volume['configMap']['name']} has no key {key}"
+        out.write_text(cm.data[key], encoding="utf-8")
+    else:
+        secret = core.read_namespaced_secret(volume["secret"]["secretName"], chart.namespace)
+        assert secret.data and key in secret.data, f"Secret {volume['secret']['secretName']} has no key {key}"
+        out.write_bytes(base64.b64decode(secret.data[key]))
+        out.chmod(0o600)
+    return out
+
+
+def scheduler_tls_dir(chart: ChartRender, core: client.CoreV1Api, workdir: Path) -> Path | None:
+    """The directory holding kube-scheduler's tlsConfig files (its client certificate, key and the CA
+    of the extender's) as its Deployment mounts them from the chart's Secret; None without TLS."""
+    cm = chart.one("ConfigMap", SCHEDULER_CONFIG)
+    cfg = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
+    (ext,) = cfg["extenders"]
+    tls = ext.get("tlsConfig") or {}
+    files = [
+        mounted_file(chart, core, str(tls[k]), workdir, SCHEDULER) for k in ("certFile", "keyFile", "caFile")
+        if k in tls
+    ]  # fmt: skip
+    return files[0].parent if files else None
+
+
+def verbs_scheme(chart: ChartRender) -> str:
+    cfg = yaml.safe_load(chart.one("ConfigMap", SCHEDULER_CONFIG)["data"]["kube-scheduler-config.yaml"])
+    return str(cfg["extenders"][0]["urlPrefix"]).split("://", 1)[0]
+
+
+DOOR_FLAGS = ("--verbs-listen", "--verbs-tls-cert", "--verbs-tls-key", "--client-ca", "--verbs-allowed-names")
+
+
+def door_args(args: list[str]) -> list[str]:
+    """The verbs' door of `extender_args`' output (listener, certificate, client CA, allowed names)."""
+    out: list[str] = []
+    for flag in DOOR_FLAGS:
+        if flag in args:
+            out += [flag, args[args.index(flag) + 1]]
     return out

@@ -21,6 +21,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -181,6 +182,7 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
 
     workdir = base / "cluster"
     env["TOPOGANG_E2E_OWNER_PID"] = str(os.getpid())
+    env["TOPOGANG_E2E_SCHEDULER_LATER"] = "1"  # kube-scheduler needs the chart's client certificate
     t1 = time.monotonic()
     try:
         up = subprocess.run(
@@ -205,6 +207,7 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
         )
         installed = chart.install(helm, Path(cluster_env["KUBECONFIG"]), topology, api)
         _report["helm"] = " ".join(x for x in installed.splitlines() if x.startswith(("NAME:", "STATUS:")))
+        cluster_env = start_scheduler(workdir, env, rendered, client.CoreV1Api(api), cluster_env)
         yield E2ECluster(workdir=workdir, env=cluster_env, api=api, chart=rendered)
     finally:
         t2 = time.monotonic()
@@ -218,6 +221,42 @@ def e2e_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ECluster
         )
         (base / "cluster-down.log").write_text(down.stdout + down.stderr, encoding="utf-8")
         _report["down"] = f"teardown rc={down.returncode} in {time.monotonic() - t2:.1f}s"
+
+
+def start_scheduler(
+    workdir: Path,
+    env: dict[str, str],
+    rendered: chart.ChartRender,
+    core: client.CoreV1Api,
+    cluster_env: dict[str, str],
+) -> dict[str, str]:
+    """kube-scheduler, once the chart is installed: it calls the verbs at EXTENDER_PORT the way the
+    chart configures it (mutual TLS by default, with the client certificate from the chart's Secret).
+    The updated env file."""
+    tls = chart.scheduler_tls_dir(rendered, core, workdir)
+    url = f"{chart.verbs_scheme(rendered)}://127.0.0.1:{cluster_env['EXTENDER_PORT']}/v1/extender"
+    up = subprocess.run(
+        ["bash", str(SCRIPTS / "scheduler-up.sh"), str(workdir), url, *([str(tls)] if tls else [])],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=UP_TIMEOUT_S,
+        check=False,
+    )
+    (workdir.parent / "scheduler-up.log").write_text(up.stdout + up.stderr, encoding="utf-8")
+    if up.returncode != 0:
+        pytest.fail(
+            f"scripts/e2e/scheduler-up.sh failed (rc={up.returncode}); logs in {workdir}/logs:\n"
+            + _tail(up.stderr + (workdir / "logs" / "kube-scheduler.log").read_text(errors="replace")),
+            pytrace=False,
+        )
+    return read_env_file(workdir / "env")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def fc_binary(cluster: E2ECluster, name: str) -> Path:
@@ -344,18 +383,25 @@ def service_account_kubeconfig(cluster: E2ECluster) -> Path:
 
 
 class Extender:
-    """The real extender in Kubernetes mode on the port kube-scheduler calls (EXTENDER_PORT in env), run
-    with the chart's container args and env (tests/e2e/chart.py), connecting with `kubeconfig` (the
-    admin's when None)."""
+    """The real extender in Kubernetes mode, its verbs on the port kube-scheduler calls (EXTENDER_PORT in
+    env) and its reads on `url`, run with the chart's container args and env (tests/e2e/chart.py),
+    connecting with `kubeconfig` (the admin's when None)."""
 
     def __init__(self, cluster: E2ECluster, kubeconfig: Path | None = None) -> None:
         self.cluster = cluster
-        self.port = int(cluster.env["EXTENDER_PORT"])
+        self.verbs_port = int(cluster.env["EXTENDER_PORT"])
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         args, self.env = chart.extender_args(
-            cluster.chart, cluster.core, kubeconfig=self.kubeconfig, port=self.port, workdir=cluster.workdir
+            cluster.chart,
+            cluster.core,
+            kubeconfig=self.kubeconfig,
+            port=self.port,
+            verbs_port=self.verbs_port,
+            workdir=cluster.workdir,
         )
+        self.door = chart.door_args(args)  # the verbs' listener and mutual TLS, as the chart sets them
         self.argv = [*extender_command(), "serve", *args]
         self.starts = 0
         self.process: Process | None = None

@@ -3,7 +3,8 @@ their Service, durable GangReservations, and hot reload of the config file, all 
 kube-scheduler.
 
 The Service is emulated by `ReadyProxy` on the port kube-scheduler calls: like kube-proxy with
-endpoints from readiness probes, it sends each new connection to a replica whose /readyz answers 200.
+endpoints from readiness probes, it sends each new connection to the verbs port of a replica whose
+/readyz answers 200 (the replicas' verbs' door is the chart's: mutual TLS, passed through untouched).
 Replicas are killed with SIGKILL (no clean hand-over), so a fail-over waits for the Lease to lapse.
 """
 
@@ -33,6 +34,7 @@ from tests.e2e.conftest import (
     Extender,
     Process,
     extender_command,
+    free_port,
     ignore_conflict,
     priority_classes,
     service_account_kubeconfig,
@@ -60,16 +62,11 @@ LOW, HIGH = "e2e-topogang-low", "e2e-topogang-high"
 HOLD = "e2e.topogang.io/hold"  # a finalizer: a victim stays (terminating) until the test lets it go
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ReadyProxy:
     """A TCP forwarder standing in for the extender's Service: each connection goes to a ready replica."""
 
-    def __init__(self, port: int, backends: list[int]) -> None:
+    def __init__(self, port: int, backends: list[tuple[int, int]]) -> None:
+        """`backends`: (read port, verbs port) of each replica."""
         self.backends = backends
         self.ready: int | None = None
         self.stopped = threading.Event()
@@ -85,7 +82,11 @@ class ReadyProxy:
     def _probe(self) -> None:
         while not self.stopped.is_set():
             self.ready = next(
-                (p for p in self.backends if http_status(f"http://127.0.0.1:{p}/readyz", timeout=0.5) == 200),
+                (
+                    v
+                    for p, v in self.backends
+                    if http_status(f"http://127.0.0.1:{p}/readyz", timeout=0.5) == 200
+                ),
                 None,
             )
             time.sleep(0.1)
@@ -128,10 +129,14 @@ class ReadyProxy:
 
 
 class Replica:
-    def __init__(self, cluster: E2ECluster, name: str, config: Path) -> None:
+    def __init__(self, cluster: E2ECluster, name: str, config: Path, door: list[str]) -> None:
         self.cluster, self.name, self.config = cluster, name, config
         self.port = free_port()
+        self.verbs_port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # the chart's verbs' door (mutual TLS, kube-scheduler's name), on this replica's own verbs port
+        self.door = list(door)
+        self.door[self.door.index("--verbs-listen") + 1] = f"127.0.0.1:{self.verbs_port}"
         self.runs = 0
         self.process: Process | None = None
 
@@ -155,6 +160,7 @@ class Replica:
             "2",
             "--retry-seconds",
             "0.5",
+            *self.door,
         ]
         env = {**os.environ, "POD_NAME": self.name, "TOPOGANG_CONFIG_POLL_SECONDS": "0.5"}
         log = self.cluster.workdir / "logs" / f"replica-{self.name}-{self.runs}.log"
@@ -225,8 +231,8 @@ def pair(
     install_crd(e2e_cluster)
     config = tmp_path_factory.mktemp("ha") / "cluster.yaml"
     shutil.copy(e2e_cluster.env["TOPOLOGY"], config)
-    replicas = [Replica(e2e_cluster, n, config) for n in ("a", "b")]
-    proxy = ReadyProxy(int(e2e_cluster.env["EXTENDER_PORT"]), [r.port for r in replicas])
+    replicas = [Replica(e2e_cluster, n, config, extender_session.door) for n in ("a", "b")]
+    proxy = ReadyProxy(int(e2e_cluster.env["EXTENDER_PORT"]), [(r.port, r.verbs_port) for r in replicas])
     try:
         for r in replicas:
             r.start()

@@ -19,9 +19,10 @@ def docs(name: str) -> list[dict[str, Any]]:
 
 
 def extender_objects() -> tuple[dict[str, Any], dict[str, Any]]:
-    """The extender's Deployment and Service (in helm's install order in the file: Service first)."""
+    """The extender's Deployment and Service (in helm's install order in the file: Service first; the
+    NetworkPolicy of its verbs port after them)."""
     kinds = {d["kind"]: d for d in docs("extender.yaml")}
-    assert sorted(kinds) == ["Deployment", "Service"]
+    assert sorted(kinds) == ["Deployment", "NetworkPolicy", "Service"]
     return kinds["Deployment"], kinds["Service"]
 
 
@@ -44,7 +45,9 @@ def test_kube_scheduler_configuration_follows_the_protocol_rules() -> None:
         "bind",
     )
     assert ext["weight"] > 0 and ext["nodeCacheCapable"] is True and ext["ignorable"] is False
-    assert ext["enableHTTPS"] is False and ext["httpTimeout"] == "5s"
+    assert ext["urlPrefix"].startswith("https://") and ext["enableHTTPS"] is True  # mutual TLS, by default
+    assert set(ext["tlsConfig"]) == {"serverName", "caFile", "certFile", "keyFile"}
+    assert ext["httpTimeout"] == "5s"
     managed = {r["name"]: r["ignoredByScheduler"] for r in ext["managedResources"]}
     assert managed == {**dict.fromkeys(ENABLE_RESOURCES, True), "nvidia.com/gpu": False}
 
@@ -60,11 +63,15 @@ def test_the_service_behind_the_url_prefix_exists() -> None:
         name,
         ns,
     )
-    assert service["spec"]["ports"][0]["port"] == port
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert ports["verbs"] == port  # kube-scheduler calls the verbs' own port, never the read port
     (c,) = deployment["spec"]["template"]["spec"]["containers"]
-    listen = c["args"][c["args"].index("--listen") + 1]
-    assert parse_listen(listen, "0.0.0.0")[1] == c["ports"][0]["containerPort"] == port
-    assert "--kube" in c["args"]
+    listen = c["args"][c["args"].index("--verbs-listen") + 1]
+    container_ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert parse_listen(listen, "0.0.0.0")[1] == container_ports["verbs"] == port
+    reads = c["args"][c["args"].index("--listen") + 1]
+    assert parse_listen(reads, "0.0.0.0")[1] == container_ports["http"] == ports["http"] != port
+    assert "--kube" in c["args"] and "--client-ca" in c["args"] and "--verbs-allowed-names" in c["args"]
 
 
 def test_extender_deployment_is_probed_and_locked_down() -> None:

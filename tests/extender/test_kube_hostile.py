@@ -271,6 +271,7 @@ def test_hostile_pods_created_after_start_do_not_stop_the_watch() -> None:
         assert fixed is not None
         fixed["metadata"]["annotations"][SPEC] = spec("nlp", 2)
         w.server.replace("/api/v1/namespaces/nlp/pods/bad-deep", fixed)
+        await w.caught_up()  # the verbs decide on the pod as the watch brings it, not on the body
         await r.place(fixed)
         assert violations(r.s.core) == []
         await r.stop()

@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-import httpx
-
 from tests.fuzz.hostile import (
     HANG_SECONDS,
     Context,
@@ -81,7 +79,7 @@ def run(requests: int, seed: int, max_growth_mb: float) -> int:
     tally = Tally()
     src, ctx = RandomSource(seed), Context()
     t0 = time.monotonic()
-    with running_server() as server, httpx.Client(base_url=server.url, timeout=HANG_SECONDS) as client:
+    with running_server() as server, server.client(timeout=HANG_SECONDS) as client:
         pid = server.process.pid
         place_baseline(client, ctx)
         before = placed_state(client)

@@ -33,11 +33,43 @@ START_TIMEOUT = 30.0
 JSON_TYPE = {"Content-Type": "application/json"}
 
 
+class Doors(httpx.BaseTransport):
+    """Sends each request to the door it belongs to, as the cluster around a real extender does: the
+    verbs and standalone's state changes to the verbs listener (kube-scheduler's), the rest to the
+    read listener. Tests of the doors themselves call each listener by its own URL."""
+
+    def __init__(self, verbs_url: str, **kw: Any) -> None:
+        self.verbs = httpx.URL(verbs_url)
+        self.inner = httpx.HTTPTransport(**kw)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if is_verb(request.method, path):
+            request.url = request.url.copy_with(
+                scheme=self.verbs.scheme, host=self.verbs.host, port=self.verbs.port
+            )
+            request.headers["host"] = request.url.netloc.decode()
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def is_verb(method: str, path: str) -> bool:
+    """Whether a request belongs behind the verbs' door (extender.http.app.build_apps)."""
+    return path.startswith("/v1/extender/") or (path.startswith("/v1/standalone/") and method != "GET")
+
+
 @dataclass
 class Server:
     url: str
     process: subprocess.Popen[str]
     log: list[str] = field(default_factory=list)
+    verbs_url: str = ""  # the verbs listener (kube-scheduler's door)
+
+    def client(self, **kw: Any) -> httpx.Client:
+        """A client of both listeners (`Doors`), its base URL the read listener's."""
+        return httpx.Client(base_url=self.url, transport=Doors(self.verbs_url), **kw)
 
 
 @contextmanager
@@ -65,7 +97,7 @@ def running_server(
         env={**os.environ, **(env or {})},
     )
     try:
-        url = None
+        url = verbs_url = None
         lines: list[str] = []
         deadline = time.monotonic() + START_TIMEOUT
         assert proc.stdout is not None
@@ -77,6 +109,7 @@ def running_server(
             if "listening on " in line:
                 url = line.split("listening on ", 1)[1].strip()
                 lines.append(proc.stdout.readline())  # the urlPrefix line, printed right after
+                verbs_url = lines[-1].split("urlPrefix ", 1)[-1].split("/v1/extender", 1)[0]
         if url is None:
             raise RuntimeError("the extender did not start:\n" + "".join(lines))
         while time.monotonic() < deadline and not url.startswith("https"):
@@ -92,7 +125,7 @@ def running_server(
         # keep reading its output: a server logging into a full pipe blocks mid-request (a busy
         # load test logs every eviction), so the log keeps its banner and a bounded tail
         threading.Thread(target=_drain, args=(proc, lines), daemon=True).start()
-        yield Server(url, proc, lines)
+        yield Server(url, proc, lines, verbs_url or url)
     finally:
         proc.terminate()
         try:
@@ -119,7 +152,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def client(server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=10.0) as c:
+    with server.client(timeout=10.0) as c:
         yield c
 
 

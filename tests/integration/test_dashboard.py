@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -122,7 +121,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     config.write_text(text, encoding="utf-8")
     with (
         running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
-        httpx.Client(base_url=server.url, timeout=10.0) as client,
+        server.client(timeout=10.0) as client,
     ):
         nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
         pods = Pods(client)

@@ -60,7 +60,7 @@ def test_explaining_a_placed_gang_changes_nothing() -> None:
     of that name, which the rollback left behind (a Reserved twin on other GPUs, the real gang
     orphaned and Broken in the ledger). Found by `make fuzz`."""
     ctx = hostile.Context()
-    with running_server() as server, httpx.Client(base_url=server.url, timeout=10.0) as client:
+    with running_server() as server, server.client(timeout=10.0) as client:
         hostile.place_baseline(client, ctx)
         before = hostile.placed_state(client)
         for pod in (hostile.plain_pod(), hostile.fc_pod(0)):

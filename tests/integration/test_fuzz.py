@@ -185,7 +185,7 @@ def test_hostile_requests_on_every_route_get_answers_and_leave_placed_gangs_alon
     ctx = hostile.Context()
     with (
         running_server() as server,
-        httpx.Client(base_url=server.url, timeout=hostile.HANG_SECONDS) as client,
+        server.client(timeout=hostile.HANG_SECONDS) as client,
     ):
         hostile.place_baseline(client, ctx)
         before = hostile.placed_state(client)

@@ -27,7 +27,7 @@ def hostile_server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def c(hostile_server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=hostile_server.url, timeout=HANG) as client:
+    with hostile_server.client(timeout=HANG) as client:
         yield client
 
 

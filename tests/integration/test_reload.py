@@ -35,7 +35,7 @@ def test_valid_edit_applies_without_restart_and_invalid_one_is_rejected(tmp_path
     config.write_text(text)
     with (
         running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
-        httpx.Client(base_url=server.url, timeout=10.0) as client,
+        server.client(timeout=10.0) as client,
     ):
         nodes = _nodes(client)
         pods = Pods(client)

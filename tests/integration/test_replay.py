@@ -26,7 +26,7 @@ def test_replay_drives_the_server_and_metrics_count_its_decisions(
     server: Server, client: httpx.Client
 ) -> None:
     before, counts, everything = state(client), decisions(client), everything_shown(client)
-    done = replay(server.url)
+    done = replay(server)
     out = done.stdout
     assert done.returncode == 0, done.stderr + out
     summary = re.search(r"summary: (\d+)/(\d+) pods bound; gangs placed (\d+), waiting (\d+)", out)
@@ -50,9 +50,10 @@ def test_replay_drives_the_server_and_metrics_count_its_decisions(
     assert "lower-priority pods hold its VC's quota, so it preempts" in out
 
 
-def replay(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def replay(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
+    urls = ("--url", server.url, "--verbs-url", server.verbs_url)
     return subprocess.run(
-        [sys.executable, str(ROOT / "topogang_cli.py"), "replay", "--url", url, *args],
+        [sys.executable, str(ROOT / "topogang_cli.py"), "replay", *urls, *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -77,8 +78,8 @@ def everything_shown(client: httpx.Client) -> tuple[object, ...]:
 def test_replay_keep_leaves_its_gangs_for_the_next_commands_to_show() -> None:
     """What the README's curls after `topogang replay --keep` look at: gangs placed, one waiting with
     its reason, and gangs Ready in the ledger."""
-    with running_server() as server, httpx.Client(base_url=server.url, timeout=10) as client:
-        done = replay(server.url, "--keep")
+    with running_server() as server, server.client(timeout=10) as client:
+        done = replay(server, "--keep")
         assert done.returncode == 0, done.stderr + done.stdout
         assert "kept every pod (--keep)" in done.stdout
         summary = client.get("/v1/inspect").json()

@@ -203,7 +203,8 @@ def test_service_endpoints(client: httpx.Client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"ready": True}
     paths = client.get("/").json()["paths"]
-    assert {"/v1/extender/filter", "/v1/extender/bind", "/metrics", "/v1/inspect/clusterstatus"} <= set(paths)
+    assert {"/metrics", "/v1/inspect/clusterstatus", "/v1/gangs"} <= set(paths)
+    assert not [p for p in paths if p.startswith("/v1/extender/")]  # behind the verbs' door
     miss = client.get("/nowhere")
     assert miss.status_code == 404 and miss.json() == {"Error": "Path not found: /nowhere"}
     wrong = client.get("/v1/extender/filter")

@@ -1,4 +1,6 @@
-"""TLS serving and client-certificate verification of the verbs, against a real server."""
+"""TLS serving, and the verbs' door (mutual TLS, then the allowed certificate names), against a real
+server: kube-scheduler's certificate answers, another certificate of the same CA gets 403, no
+certificate or another CA's never gets past the handshake, and the read listener serves no verb."""
 
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     make_ca(d, "rogue-ca")
     make_cert(d, "server", "ca", server=True)
     make_cert(d, "scheduler", "ca", server=False)
+    make_cert(d, "system:node:gpu-node-7", "ca", server=False)  # a kubelet's: same CA, not allowed
     make_cert(d, "intruder", "rogue-ca", server=False)
     return d
 
@@ -67,15 +70,17 @@ FILTER = {
 }
 
 
-def test_only_certified_clients_reach_the_verbs(certs: Path) -> None:
+def test_only_kube_schedulers_certificate_reaches_the_verbs(certs: Path) -> None:
     args = (
         "--tls-cert", str(certs / "server.crt"), "--tls-key", str(certs / "server.key"),
         "--client-ca", str(certs / "ca.crt"), "--verbs-listen", "127.0.0.1:0",
+        "--verbs-allowed-names", "scheduler,topogang-scheduler",
     )  # fmt: skip
     with running_server(args=args) as server:
         banner = "".join(server.log)
-        verbs = banner.split("urlPrefix ", 1)[1].split("/v1/extender", 1)[0]
-        assert server.url.startswith("https://") and "client certificate required" in banner
+        verbs = server.verbs_url
+        assert server.url.startswith("https://") and verbs.startswith("https://") and verbs != server.url
+        assert "client certificate signed by" in banner and "allowed names: scheduler" in banner
         with client(certs, None) as anon:
 
             def ready() -> bool:  # readiness over TLS
@@ -86,15 +91,27 @@ def test_only_certified_clients_reach_the_verbs(certs: Path) -> None:
 
             poll("/readyz over TLS", ready, tries=200, interval=0.1)
             assert anon.get(f"{server.url}/healthz").status_code == 200  # read-only: no certificate needed
-            refused = anon.post(f"{server.url}/v1/extender/filter", json=FILTER)
-            assert refused.status_code == 403 and "client-certificate" in refused.json()["Error"]
-            with pytest.raises(httpx.TransportError):
+            # the read listener has no verb at all, nor standalone's state changes
+            assert anon.post(f"{server.url}/v1/extender/filter", json=FILTER).status_code == 404
+            assert anon.delete(f"{server.url}/v1/standalone/pods/u1").status_code in (404, 405)
+            with pytest.raises(httpx.TransportError):  # no certificate: the handshake fails
                 anon.post(f"{verbs}/v1/extender/filter", json=FILTER)
         with client(certs, "intruder") as rogue, pytest.raises(httpx.TransportError):
             rogue.post(f"{verbs}/v1/extender/filter", json=FILTER)
+        with client(certs, "system:node:gpu-node-7") as kubelet:
+            for path, body in (("filter", FILTER), ("bind", {"PodUID": "u1", "Node": "a100-r1-n1"})):
+                refused = kubelet.post(f"{verbs}/v1/extender/{path}", json=body)
+                assert refused.status_code == 403, refused.text
+                assert "system:node:gpu-node-7" in refused.json()["Error"]
+            refused = kubelet.put(f"{verbs}/v1/standalone/nodes/a100-r1-n1", json={"ready": False})
+            assert refused.status_code == 403
         with client(certs, "scheduler") as sched:
             r = sched.post(f"{verbs}/v1/extender/filter", json=FILTER)
             assert r.status_code == 200 and "NodeNames" in r.json()
+            # over one kept-alive connection, request after request
+            assert all(
+                sched.post(f"{verbs}/v1/extender/filter", json=FILTER).status_code == 200 for _ in "ab"
+            )
         server.process.send_signal(signal.SIGTERM)
         # both listeners stop (uvicorn re-raises the signal after its graceful shutdown)
         assert server.process.wait(timeout=15) in (0, -signal.SIGTERM)
@@ -107,4 +124,4 @@ def test_bad_tls_flags_are_refused() -> None:
         capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], check=False,
     )  # fmt: skip
     assert r.returncode == 2
-    assert "--tls-cert and --tls-key go together" in r.stderr and "--verbs-listen" in r.stderr
+    assert "--tls-cert and --tls-key go together" in r.stderr and "--verbs-allowed-names" in r.stderr

@@ -25,7 +25,7 @@ def ledger_server() -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def api(ledger_server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=ledger_server.url, timeout=30.0) as c:
+    with ledger_server.client(timeout=30.0) as c:
         yield c
 
 
@@ -35,7 +35,7 @@ def short_ttl_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Cl
     assert "reservationTtlSeconds: 1\n" in text
     config: Path = tmp_path_factory.mktemp("ttl") / "cluster.yaml"
     config.write_text(text)
-    with running_server(config) as s, httpx.Client(base_url=s.url, timeout=30.0) as c:
+    with running_server(config) as s, s.client(timeout=30.0) as c:
         yield c
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 
 from loadtest.servers import locust_argv
-from tests.integration.conftest import ROOT, running_server
+from tests.integration.conftest import ROOT, Server, running_server
 
 VERBS = ("filter", "prioritize", "bind", "preempt", "finish")
 # Philly's mix on a nearly full cluster preempts often (opportunistic jobs, priority-1000 pods);
@@ -31,9 +31,9 @@ MIXES = (
 SESSIONS = 4
 
 
-def session(url: str, prefix: Path, mix: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+def session(server: Server, prefix: Path, mix: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """One bounded headless run; (requests, failures) per request name from locust's CSV."""
-    argv = [*locust_argv(url, 4, 4, prefix), *mix]
+    argv = [*locust_argv(server.verbs_url, 4, 4, prefix), "--read-host", server.url, *mix]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, f"locust failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     with open(f"{prefix}_stats.csv", newline="") as f:
@@ -50,7 +50,7 @@ def test_locust_session_exercises_every_verb_without_failures(tmp_path: Path) ->
     with running_server() as server:
         for i in range(SESSIONS):
             prefix = tmp_path / f"smoke{i}"
-            stats = session(server.url, prefix, MIXES[i % len(MIXES)])
+            stats = session(server, prefix, MIXES[i % len(MIXES)])
             failed = {name: fails for name, (_, fails) in stats.items() if fails}
             assert not failed, (
                 f"session {i + 1} had failures: {failed}\n" + Path(f"{prefix}_failures.csv").read_text()

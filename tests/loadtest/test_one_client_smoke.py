@@ -15,4 +15,16 @@ def test_one_client_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFi
     rows = [ln for ln in out.splitlines() if ln.startswith(("noop", "topogang"))]
     assert [r.split()[0] for r in rows] == ["noop", "topogang"]
     assert all("place p50/p90/p99" in r and "member p50/p90/p99" in r for r in rows)
-    assert "all-filter p99 ratio to the no-op per round" in out
+    assert "all-filter p99 ratio of topogang to noop per round" in out
+
+
+def test_one_client_compares_mutual_tls_with_plain_http(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--nodes", "16", "--jobs", "3", "--rounds", "1", "--tls", "--out", str(tmp_path)]
+    assert one_client.main(args) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith(("topogang", "mtls"))]
+    assert [r.split()[0] for r in rows] == ["topogang", "mtls"]
+    assert all("place p50/p90/p99" in r for r in rows)  # filters answered over both
+    assert "all-filter p99 ratio of mtls to topogang per round" in out

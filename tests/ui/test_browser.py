@@ -43,7 +43,7 @@ def server() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def client(server: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url, timeout=30.0) as c:
+    with server.client(timeout=30.0) as c:
         yield c
 
 
@@ -254,7 +254,7 @@ def test_thousand_nodes_render_and_update(browser: Browser, tmp_path: Path, shot
     measured and written to results/ui/perf-1000-nodes.json (tests never assert timings)."""
     cfg = tmp_path / "cluster-1000.yaml"
     cfg.write_text(generate_yaml(nodes=1000))
-    with running_server(cfg) as srv, httpx.Client(base_url=srv.url, timeout=60.0) as client:
+    with running_server(cfg) as srv, srv.client(timeout=60.0) as client:
         names = drive.node_names(client)
         assert len(names) == 1000
         pods = Pods(client)

@@ -291,7 +291,7 @@ def cluster_for(cases: Mapping[str, Any], edits: list[Mapping[str, Any]], tmp: P
     env = {"TOPOGANG_CONFIG_POLL_SECONDS": RELOAD_POLL}
     with (
         running_server(config, env=env, args=("--keep-victims",)) as server,
-        httpx.Client(base_url=server.url, timeout=30.0) as client,
+        server.client(timeout=30.0) as client,
     ):
         yield Cluster(client, cases, config)
 

@@ -46,9 +46,53 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{ include "topogang.extender" . }}.{{ include "topogang.namespace" . }}.svc
 {{- end -}}
 {{- define "topogang.extenderUrl" -}}
-{{- $tls := .Values.extender.tls -}}
-{{- $port := ternary $tls.verbsPort .Values.extender.port $tls.clientCA.enabled -}}
-{{ ternary "https" "http" $tls.enabled }}://{{ include "topogang.extenderHost" . }}:{{ $port }}/v1/extender
+{{- $v := .Values.extender.verbs -}}
+{{ ternary "https" "http" $v.mtls.enabled }}://{{ include "topogang.extenderHost" . }}:{{ $v.port }}/v1/extender
+{{- end -}}
+
+{{/* The verbs' mutual TLS: the two Secrets, the names allowed through, and the certificates. */}}
+{{- define "topogang.verbsServerSecret" -}}
+{{- .Values.extender.verbs.mtls.serverSecretName | default (printf "%s-verbs-server" (include "topogang.fullname" .)) -}}
+{{- end -}}
+{{- define "topogang.verbsClientSecret" -}}
+{{- .Values.extender.verbs.mtls.clientSecretName | default (printf "%s-verbs-client" (include "topogang.fullname" .)) -}}
+{{- end -}}
+{{- define "topogang.verbsAllowedNames" -}}
+{{- .Values.extender.verbs.mtls.allowedNames | default (list (include "topogang.scheduler" .)) | join "," -}}
+{{- end -}}
+{{/*
+The helm-made certificates, computed once per render and shared by every template (the Secrets and the
+pods' checksum annotations): the Secrets already in the cluster when both exist (`lookup`: an upgrade
+keeps them), else a new CA with the extender's serving certificate (its Service's DNS names) and
+kube-scheduler's client certificate (CN <fullname>-scheduler). Sets .Values._verbsCerts {server, client}.
+*/}}
+{{- define "topogang.verbsCerts" -}}
+{{- if not (hasKey .Values "_verbsCerts") -}}
+{{- $ns := include "topogang.namespace" . -}}
+{{- $server := lookup "v1" "Secret" $ns (include "topogang.verbsServerSecret" .) -}}
+{{- $client := lookup "v1" "Secret" $ns (include "topogang.verbsClientSecret" .) -}}
+{{- $certs := dict -}}
+{{- if and $server $client (get ($server.data | default dict) "tls.crt") (get ($client.data | default dict) "tls.crt") -}}
+{{- $certs = dict "server" $server.data "client" $client.data -}}
+{{- else -}}
+{{- $days := int .Values.extender.verbs.mtls.validityDays -}}
+{{- $ext := include "topogang.extender" . -}}
+{{- $host := include "topogang.extenderHost" . -}}
+{{- $ca := genCA (printf "%s-verbs-ca" (include "topogang.fullname" .)) $days -}}
+{{- $srv := genSignedCert $host nil (list $host $ext (printf "%s.%s" $ext $ns) (printf "%s.cluster.local" $host)) $days $ca -}}
+{{- $cli := genSignedCert (include "topogang.scheduler" .) nil nil $days $ca -}}
+{{- $caCrt := $ca.Cert | b64enc -}}
+{{- $certs = dict "server" (dict "tls.crt" ($srv.Cert | b64enc) "tls.key" ($srv.Key | b64enc) "ca.crt" $caCrt) "client" (dict "tls.crt" ($cli.Cert | b64enc) "tls.key" ($cli.Key | b64enc) "ca.crt" $caCrt) -}}
+{{- end -}}
+{{- $_ := set .Values "_verbsCerts" $certs -}}
+{{- end -}}
+{{- end -}}
+{{/* A pod annotation that changes when the helm-made certificates do, so both Deployments roll. */}}
+{{- define "topogang.verbsChecksum" -}}
+{{- if and .Values.extender.verbs.mtls.enabled (eq .Values.extender.verbs.mtls.certificates "helm") -}}
+{{- include "topogang.verbsCerts" . -}}
+checksum/verbs-tls: {{ get .Values._verbsCerts.server "ca.crt" | sha256sum | trunc 16 | quote }}
+{{- end -}}
 {{- end -}}
 
 {{/* Refuse values that would install something broken, each with the value to change. */}}
@@ -62,13 +106,14 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) -}}
 {{- fail "topogang: extender.tls.enabled needs extender.tls.secretName (a kubernetes.io/tls Secret)" -}}
 {{- end -}}
-{{- if and .Values.extender.tls.clientCA.enabled (not .Values.extender.tls.enabled) -}}
-{{- fail "topogang: extender.tls.clientCA.enabled needs extender.tls.enabled (the verbs listener speaks TLS)" -}}
+{{- $m := .Values.extender.verbs.mtls -}}
+{{- if not (has $m.certificates (list "helm" "cert-manager" "secrets")) -}}
+{{- fail (printf "topogang: extender.verbs.mtls.certificates is %q: expected helm, cert-manager or secrets" $m.certificates) -}}
 {{- end -}}
-{{- if and .Values.extender.tls.clientCA.enabled (not .Values.extender.tls.clientCA.secretName) -}}
-{{- fail "topogang: extender.tls.clientCA.enabled needs extender.tls.clientCA.secretName (the Secret with the client CA)" -}}
+{{- if and $m.enabled (eq $m.certificates "cert-manager") (not $m.certManager.issuerRef.name) -}}
+{{- fail "topogang: extender.verbs.mtls.certificates=cert-manager needs extender.verbs.mtls.certManager.issuerRef.name (a CA issuer)" -}}
 {{- end -}}
-{{- if and .Values.extender.tls.enabled (not .Values.scheduler.tls.secretName) -}}
-{{- fail "topogang: extender.tls.enabled needs scheduler.tls.secretName (ca.crt to verify the extender; tls.crt/tls.key with client-CA verbs)" -}}
+{{- if eq (int .Values.extender.verbs.port) (int .Values.extender.port) -}}
+{{- fail "topogang: extender.verbs.port must differ from extender.port (the verbs have a listener of their own)" -}}
 {{- end -}}
 {{- end -}}

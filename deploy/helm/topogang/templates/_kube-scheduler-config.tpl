@@ -4,7 +4,7 @@ deploy/kube-scheduler-config.yaml is rendered from (`make manifests`); the Confi
 scheduler-config.yaml holds it.
 */}}
 {{- define "topogang.schedulerConfig" -}}
-{{- $tls := .Values.extender.tls -}}
+{{- $m := .Values.extender.verbs.mtls -}}
 # The second kube-scheduler that sends GPU gang pods to topogang (the `extenders` of KubeSchedulerConfiguration:
 # https://kubernetes.io/docs/reference/config-api/kube-scheduler-config.v1/#kubescheduler-config-k8s-io-v1-Extender).
 #
@@ -41,15 +41,13 @@ extenders:
   preemptVerb: preempt
   bindVerb: bind                      # topogang writes the Binding (with the GPU-index annotations)
   weight: {{ .Values.scheduler.extenderWeight }}                          # score 10 on the pod's own slot adds 1000 to the in-tree scores
-  enableHTTPS: {{ $tls.enabled }}
-  {{- if $tls.enabled }}
-  tlsConfig:
+  enableHTTPS: {{ $m.enabled }}
+  {{- if $m.enabled }}
+  tlsConfig:                          # mutual TLS with the extender's verbs listener (docs/security.md)
     serverName: {{ include "topogang.extenderHost" . }}
-    caFile: /etc/topogang-scheduler-tls/ca.crt
-    {{- if $tls.clientCA.enabled }}
-    certFile: /etc/topogang-scheduler-tls/tls.crt   # the client certificate the verbs listener requires
+    caFile: /etc/topogang-scheduler-tls/ca.crt     # verifies the extender
+    certFile: /etc/topogang-scheduler-tls/tls.crt  # its client certificate: a name the extender allows
     keyFile: /etc/topogang-scheduler-tls/tls.key
-    {{- end }}
   {{- end }}
   httpTimeout: {{ .Values.scheduler.httpTimeout }}
   nodeCacheCapable: true              # node names only; topogang keeps its own node view
