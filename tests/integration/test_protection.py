@@ -34,7 +34,7 @@ def guarded() -> Iterator[Server]:
 
 @pytest.fixture(scope="module")
 def api(guarded: Server) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=guarded.url, timeout=10.0) as c:
+    with guarded.client(timeout=10.0) as c:
         yield c
 
 
