@@ -66,6 +66,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--verbs-listen", default=None, help="HOST:PORT of the verbs listener (with --client-ca)")
     ap.add_argument(
+        "--admin-listen",
+        default=None,
+        help="HOST:PORT of a listener that reads every route without a token (127.0.0.1 in a pod: "
+        "reached only through `kubectl port-forward`)",
+    )
+    ap.add_argument(
+        "--token-audience",
+        default="topogang",
+        help="with --kube: the audience readers' tokens must carry (TokenReview; '' for the API "
+        "server's own; default topogang)",
+    )
+    ap.add_argument(
         "--namespace",
         default=None,
         help="namespace of its GangReservations and Lease (default: $POD_NAMESPACE or topogang-system)",
@@ -123,6 +135,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             verbs = parse_listen(args.verbs_listen, default_host)
         except ValueError as err:
             problems.append(str(err))
+    admin: tuple[str, int] | None = None
+    if args.admin_listen is not None:
+        try:
+            admin = parse_listen(args.admin_listen, "127.0.0.1")
+        except ValueError as err:
+            problems.append(str(err))
     if problems:
         for p in problems:
             print(f"topogang serve: {p}", file=sys.stderr)
@@ -132,7 +150,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # kubernetes' ConfigException and friends: no usable cluster credentials
         print(f"topogang serve: cannot connect to Kubernetes: {exc}", file=sys.stderr)
         return 1
-    return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs)
+    return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs, admin=admin)
 
 
 def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> Service:
@@ -148,7 +166,12 @@ def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> S
             namespace, args.lease_name, args.lease_seconds, args.renew_deadline, args.retry_seconds
         )
     return build_kube_service(
-        loaded, kubeconfig=args.kubeconfig, namespace=namespace, lease=lease, on_lost=_exit_on_lost
+        loaded,
+        kubeconfig=args.kubeconfig,
+        namespace=namespace,
+        lease=lease,
+        on_lost=_exit_on_lost,
+        audience=args.token_audience,
     )
 
 
@@ -187,11 +210,13 @@ def run(
     log_level: str = "info",
     tls: TlsSettings | None = None,
     verbs: tuple[str, int] | None = None,
+    admin: tuple[str, int] | None = None,
 ) -> int:
     """Serve until interrupted; sockets are bound first so the printed addresses are the real ones.
 
     With `verbs` (and a client CA in `tls`) a second listener requiring client certificates serves
-    the scheduling verbs, which the main listener then refuses."""
+    the scheduling verbs, which the main listener then refuses. With `admin` one more listener (plain
+    HTTP, meant for 127.0.0.1) serves every route past the doors (`extender.http.doors`)."""
     import uvicorn
 
     from extender.http.httpproto import JSONErrorsHttpTools
@@ -203,18 +228,24 @@ def run(
         socks.append(_listen(host, port))
         if verbs is not None:
             socks.append(_listen(*verbs))
+        if admin is not None:
+            admin_sock = _listen(*admin)
+            socks.append(admin_sock)
     except OSError as exc:
         for s in socks:
             s.close()
         print(f"topogang serve: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    if admin is not None:
+        service.admin_port = admin_sock.getsockname()[1]
+        print(f"topogang:   admin (no token) {_url(admin_sock, 'http')}", flush=True)
     base = _url(socks[0], scheme)
-    verbs_base = _url(socks[1], scheme) if len(socks) > 1 else base
+    verbs_base = _url(socks[1], scheme) if verbs is not None else base
     print(f"topogang: {service.description}", flush=True)
     print(f"topogang: listening on {base}", flush=True)
     print(
         f"topogang:   kube-scheduler urlPrefix {verbs_base}/v1/extender (filter, prioritize, preempt, bind)"
-        + (" - client certificate required" if len(socks) > 1 and tls.client_ca else ""),
+        + (" - client certificate required" if verbs is not None and tls.client_ca else ""),
         flush=True,
     )
     print(
@@ -227,10 +258,10 @@ def run(
     # of the cyclic GC's reach, a full collection takes microseconds instead of ~40 ms, a pause that
     # would otherwise land on whichever request triggers it.
     gc.freeze()
-    if len(socks) > 1:
+    if verbs is not None:
         app = VerbsGuard(app, socks[1].getsockname()[1])
 
-    def config(require_client_cert: bool) -> uvicorn.Config:
+    def config(require_client_cert: bool, plain: bool = False) -> uvicorn.Config:
         return uvicorn.Config(
             app,
             loop="uvloop",
@@ -238,14 +269,16 @@ def run(
             ws="none",  # no WebSocket routes: an Upgrade is a plain request (else a text/plain 400)
             access_log=False,
             log_level=log_level,
-            lifespan="on" if not require_client_cert else "off",
+            lifespan="off" if require_client_cert or plain else "on",  # one listener runs it
             timeout_graceful_shutdown=5,
-            **tls.uvicorn_options(require_client_cert=require_client_cert),
+            **({} if plain else tls.uvicorn_options(require_client_cert=require_client_cert)),
         )
 
     servers = [uvicorn.Server(config(False))]
-    if len(socks) > 1:
+    if verbs is not None:
         servers.append(uvicorn.Server(config(True)))
+    if admin is not None:
+        servers.append(uvicorn.Server(config(False, plain=True)))
 
     async def serve_all() -> None:
         await asyncio.gather(*(srv.serve(sockets=[s]) for srv, s in zip(servers, socks, strict=True)))

@@ -37,6 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from extender.http import replies, views, wire
 from extender.http.answers import VerbError
+from extender.http.doors import Authority, Doors
 from extender.http.explain_api import explain_route
 from extender.http.httpproto import BodyTooLargeError, read_body
 from extender.http.verbs import Scheduler
@@ -65,6 +66,8 @@ class Service:
     on_stop: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     routes: list[BaseRoute] = field(default_factory=list)
     description: str = ""
+    authority: Authority | None = None  # who may read what (`extender.http.doors`); None: all open
+    admin_port: int | None = None  # the port of the admin listener (127.0.0.1 in the pod): no doors
 
 
 def _filter_error(msg: str) -> Response:
@@ -254,7 +257,10 @@ def build_app(service: Service) -> Starlette:
         routes=routes,
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
-        middleware=[Middleware(Guard, metrics=metrics)],
+        middleware=[
+            Middleware(Guard, metrics=metrics),
+            Middleware(Doors, routes=routes, authority=service.authority, admin_port=service.admin_port),
+        ],
     )
 
 

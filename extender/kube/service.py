@@ -27,7 +27,7 @@ from extender.conventions import edge as conventions
 from extender.gangs.ledger_records import Record, TransitionHook
 from extender.gangs.podspec import PodRequest
 from extender.http.app import Service
-from extender.http.ledger_api import ledger_routes
+from extender.http.ledger_api import gang_of_pod, ledger_routes
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
@@ -36,6 +36,7 @@ from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.reservations import ReservationStore
+from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
 from extender.kube.sync import ClusterSync
 from extender.ops.background import every
 from extender.ops.metrics import Metrics
@@ -63,10 +64,13 @@ def kube_service(
     lease: LeaseSettings | None = None,
     identity: str | None = None,
     on_lost: Callable[[], None] | None = None,
+    audience: str = DEFAULT_AUDIENCE,
 ) -> Service:
     """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one). `namespace` holds the
     extender's own objects (GangReservations, the Lease); `lease` turns on leader election, and
-    `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby)."""
+    `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby).
+    `audience`: the audience of the tokens its readers present (TokenReview; "" for the API
+    server's own), `extender.http.doors` says who may read what."""
     extras = loaded.extras
     ttl = float(extras.reservation_ttl_seconds)
     frameworks: dict[tuple[str, str], tuple[float, Mapping[str, Any] | None]] = {}
@@ -196,6 +200,14 @@ def kube_service(
     nodes = len(scheduler.core.node_names())
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     watcher.on_result = on_reload
+    authority = KubeAuthority(
+        kube,
+        audience=audience,
+        clock=clock,
+        locate=sync.live.get,
+        fetch_pod=pod_lookup,
+        gang_of=lambda pod: gang_of_pod(scheduler.gang_ledger, pod),
+    )
     return Service(
         scheduler=scheduler,
         background=[sync.run, lead, forget_old_events, watcher.run],
@@ -208,6 +220,7 @@ def kube_service(
         ],
         description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API"
         + (f", leader election on Lease {namespace}/{lease.name}" if lease is not None else ""),
+        authority=authority,
     )
 
 
@@ -246,6 +259,7 @@ def build_kube_service(
     namespace: str = DEFAULT_NAMESPACE,
     lease: LeaseSettings | None = None,
     on_lost: Callable[[], None] | None = None,
+    audience: str = DEFAULT_AUDIENCE,
 ) -> Service:
     return kube_service(
         loaded,
@@ -253,4 +267,5 @@ def build_kube_service(
         namespace=namespace,
         lease=lease,
         on_lost=on_lost,
+        audience=audience,
     )

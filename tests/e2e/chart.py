@@ -12,8 +12,9 @@ run is run as local processes from the same chart, rendered by `helm template` w
   process (urlPrefix to the local port, its kubeconfig, leader election off);
 - the extender runs with the Deployment's container args and env (`extender_args`): `--kube` becomes
   `--kubeconfig` with its ServiceAccount's token, `--listen :9096` the local port, `--config` the file its
-  ConfigMap holds as read back from the API server (what the kubelet would mount), and POD_NAMESPACE /
-  POD_NAME the values of their fieldRefs.
+  ConfigMap holds as read back from the API server (what the kubelet would mount), `--admin-listen` a
+  free local port (the admin listener `kubectl port-forward` would reach: the harness reads the
+  cluster-wide views there), and POD_NAMESPACE / POD_NAME the values of their fieldRefs.
 """
 
 from __future__ import annotations
@@ -99,7 +100,13 @@ def install(helm: Path, kubeconfig: Path, topology: Path, api: client.ApiClient)
 
 
 def extender_args(
-    chart: ChartRender, core: client.CoreV1Api, *, kubeconfig: Path, port: int, workdir: Path
+    chart: ChartRender,
+    core: client.CoreV1Api,
+    *,
+    kubeconfig: Path,
+    port: int,
+    workdir: Path,
+    admin_port: int,
 ) -> tuple[list[str], dict[str, str]]:
     """`topogang serve`'s arguments and the env of the chart's extender container, for a local process."""
     deployment = chart.extender
@@ -109,6 +116,7 @@ def extender_args(
     assert args.count("--kube") == 1, f"the chart's extender args have no single --kube: {args}"
     args[args.index("--kube")] = f"--kubeconfig={kubeconfig}"
     args[args.index("--listen") + 1] = f"127.0.0.1:{port}"
+    args[args.index("--admin-listen") + 1] = f"127.0.0.1:{admin_port}"
     at = args.index("--config") + 1
     args[at] = str(mounted_config(chart, core, args[at], workdir))
     ns, name = chart.namespace, f"{deployment['metadata']['name']}-e2e"

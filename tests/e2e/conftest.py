@@ -352,9 +352,16 @@ class Extender:
         self.cluster = cluster
         self.port = int(cluster.env["EXTENDER_PORT"])
         self.url = f"http://127.0.0.1:{self.port}"
+        self.admin_port = helpers.free_port()
+        self.admin_url = f"http://127.0.0.1:{self.admin_port}"  # the chart's admin listener: no doors
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         args, self.env = chart.extender_args(
-            cluster.chart, cluster.core, kubeconfig=self.kubeconfig, port=self.port, workdir=cluster.workdir
+            cluster.chart,
+            cluster.core,
+            kubeconfig=self.kubeconfig,
+            port=self.port,
+            workdir=cluster.workdir,
+            admin_port=self.admin_port,
         )
         self.argv = [*extender_command(), "serve", *args]
         self.starts = 0
@@ -404,7 +411,8 @@ class Extender:
         )
 
     def get(self, path: str) -> Any:
-        return helpers.http_json(f"{self.url}{path}")
+        """A read as an admin (through the admin listener, as `kubectl port-forward` reaches it)."""
+        return helpers.http_json(f"{self.admin_url}{path}")
 
     def summary(self) -> dict[str, Any]:
         got = self.get("/v1/inspect")

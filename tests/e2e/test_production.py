@@ -132,6 +132,7 @@ class Replica:
         self.cluster, self.name, self.config = cluster, name, config
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.admin_port = free_port()  # the admin listener: the cluster-wide views without a token
         self.runs = 0
         self.process: Process | None = None
 
@@ -146,6 +147,8 @@ class Replica:
             str(self.config),
             "--listen",
             f"127.0.0.1:{self.port}",
+            "--admin-listen",
+            f"127.0.0.1:{self.admin_port}",
             "--namespace",
             NS,
             "--leader-elect",
@@ -178,7 +181,7 @@ class Replica:
             self.process.stop()
 
     def get(self, path: str) -> Any:
-        return http_json(f"{self.url}{path}")
+        return http_json(f"http://127.0.0.1:{self.admin_port}{path}")
 
     def log(self) -> str:
         return self.process.log() if self.process is not None else ""
