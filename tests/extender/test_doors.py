@@ -73,7 +73,7 @@ def test_the_doors_that_write_or_judge_are_the_ones_expected() -> None:
 
 # ---------------------------------------------------------------------------------- TokenReview
 def test_a_pod_bound_token_names_its_pod_and_other_tokens_name_only_a_user() -> None:
-    status = {
+    status: dict[str, Any] = {
         "authenticated": True,
         "user": {
             "username": "system:serviceaccount:vision:default",
