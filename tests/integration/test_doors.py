@@ -18,12 +18,14 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
 from starlette.routing import Mount, Route
 
+from extender.gangs import barrier
 from extender.http.app import Service, build_app
 from extender.http.doors import FRAMEWORK_PATH, GANG_PATH, ROUTES, Door
 from extender.kube.client import pod_path
@@ -334,5 +336,53 @@ def test_an_api_server_that_cannot_review_is_a_503_never_a_yes() -> None:
             r = await scene.http.get("/v1/inspect", headers=h["alice"])
             assert r.status_code == 503 and r.json()["reason"] == "ServiceUnavailable"
             assert (await scene.http.get("/v1/inspect", headers=h["alice"])).status_code == 200
+
+    asyncio.run(go())
+
+
+def test_topogang_barrier_passes_with_its_pods_token_and_not_without(tmp_path: Path) -> None:
+    """`topogang barrier` as a job pod's init container runs it: its pod's projected token in a file,
+    the ledger at the extender. With the token it passes on the gang's Ready; without, the ledger
+    and the Framework proxy refuse it and it times out (201), as a stranger's barrier would."""
+
+    async def go() -> None:
+        async with serving() as scene:
+            await place(scene)
+            tokens(scene)
+            (tmp_path / "token").write_text("t-pod-a\n")
+            env = {
+                "FC_FRAMEWORK_NAMESPACE": "vision",
+                "FC_FRAMEWORK_NAME": "tf",
+                "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": ATTEMPT,
+                "FC_TASKROLE_NAME": "ps",
+                "FC_TASK_INDEX": "0",
+                "BARRIER_CHECK_INTERVAL_SEC": "5",
+                "BARRIER_CHECK_TIMEOUT_SEC": "60",
+                "TOPOGANG_BARRIER_TIME_SCALE": "0.02",
+                "TOPOGANG_LEDGER_URL": str(scene.http.base_url),
+                "KUBE_APISERVER_ADDRESS": str(scene.http.base_url),
+            }
+            lines: list[str] = []
+            ok = barrier.settings_from_env(
+                {
+                    **env,
+                    "TOPOGANG_TOKEN_FILE": str(tmp_path / "token"),
+                    "TOPOGANG_BARRIER_DIR": str(tmp_path / "a"),
+                }
+            )
+            assert await asyncio.to_thread(barrier.run, ok, log=lines.append) == barrier.EXIT_PASS, lines
+            assert "export FB_WORKER_IPS=10.9." in (tmp_path / "a" / "injector.sh").read_text()
+            assert SECRET not in (tmp_path / "a" / "framework.json").read_text()
+            stranger = barrier.settings_from_env(
+                {
+                    **env,
+                    "TOPOGANG_TOKEN_FILE": str(tmp_path / "none"),
+                    "TOPOGANG_BARRIER_DIR": str(tmp_path / "b"),
+                }
+            )
+            lines.clear()
+            assert await asyncio.to_thread(barrier.run, stranger, log=lines.append) == barrier.EXIT_TIMEOUT
+            assert any("HTTP 401" in line for line in lines), lines
+            assert not (tmp_path / "b").exists()
 
     asyncio.run(go())
