@@ -9,6 +9,9 @@
 - `GET /ui`: the cluster view, a live read-only page (`extender.ui`), and its `GET /v1/ui/state`.
 - `GET /`: every path.
 
+Who may call each route is `extender.http.doors`' (a middleware over the routes; in Kubernetes mode a
+job pod reads only its own gang, the cluster-wide views are an admin's, standalone is open).
+
 Every answer is JSON. A verb never answers 5xx: bad input gets the protocol's `Error` (or, for
 preempt, a 4xx), and an unexpected exception is logged with the request's identity, counted in
 `topogang_internal_errors_total` and answered as an error in the verb's own shape (preempt: no
