@@ -145,15 +145,23 @@ class Reviews:
     async def _once(self, key: object, ask: Callable[[], Awaitable[Any]]) -> Any:
         """One request per key at a time: the others wait for its answer."""
         pending = self._inflight.get(key)
-        if pending is not None:
-            return await asyncio.shield(pending)
+        while pending is not None:
+            try:
+                return await asyncio.shield(pending)
+            except asyncio.CancelledError:
+                if not pending.cancelled():
+                    raise  # this request was cancelled itself
+            pending = self._inflight.get(key)  # the first asker went away: ask again
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut
         try:
             out = await ask()
-        except BaseException as exc:
+        except Exception as exc:
             fut.set_exception(exc)
             fut.exception()  # retrieved: a lone caller's failure is not "never retrieved"
+            raise
+        except BaseException:
+            fut.cancel()
             raise
         finally:
             self._inflight.pop(key, None)

@@ -278,3 +278,22 @@ def test_a_corrupt_framework_shows_no_statuses_rather_than_failing() -> None:
     f["status"]["attemptStatus"] = {"taskRoleStatusesCompressed": "not base64 gzip"}
     view = barrier_view(f)
     assert view["status"] == {"attemptStatus": {}} and ready_counts(view) == (0, 1)
+
+
+def test_a_review_whose_first_asker_goes_away_still_answers_the_others() -> None:
+    from tests.kubefake import Fault
+
+    async def go() -> None:
+        kube = FakeKube()
+        kube.server.add_token("t", "alice", audiences=("topogang",))
+        kube.inject(Fault("POST", "tokenreviews", "delay", seconds=0.05))
+        r = Reviews(kube)
+        first = asyncio.create_task(r.authenticate("t"))
+        await asyncio.sleep(0.01)
+        second = asyncio.create_task(r.authenticate("t"))
+        await asyncio.sleep(0.01)
+        first.cancel()  # its client disconnected
+        got = await second
+        assert got is not None and got.user == "alice" and first.cancelled()
+
+    asyncio.run(go())
