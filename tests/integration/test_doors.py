@@ -168,6 +168,8 @@ def tokens(scene: Scene) -> dict[str, dict[str, str]]:
         "anonymous": {},
         "garbage": {"Authorization": "Bearer not-a-token"},
         "basic": {"Authorization": "Basic eDp5"},
+        "empty": {"Authorization": "Bearer"},
+        "long": {"Authorization": "Bearer " + "x" * 17_000},
     }
     for who in ("pod-a", "pod-b", "pod-a-api-audience", "pod-gone", "alice", "bob"):
         out[who] = {"Authorization": f"Bearer t-{who}"}
@@ -209,7 +211,7 @@ EXPECTED: dict[Door, dict[str, int]] = {
     Door.ADMIN: {"pod-a": 403, "pod-b": 403, "bob": 403, "pod-gone": 403, "alice": 200},
     Door.TENANT: {"pod-a": 200, "pod-b": 403, "bob": 403, "pod-gone": 403, "alice": 200},
 }
-UNAUTHENTICATED = ("anonymous", "garbage", "basic", "pod-a-api-audience")
+UNAUTHENTICATED = ("anonymous", "garbage", "basic", "empty", "long", "pod-a-api-audience")
 EXPLAIN = pod("what-if", "what-if", "nlp", spec("nlp", 8, pods=4, group="nlp/big", priority=1000))
 
 
