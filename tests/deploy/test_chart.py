@@ -39,6 +39,8 @@ NON_DEFAULT = (
     "--set", "scheduler.nodeSelector.pool=system",
     "--set", "managedResources[0].name=example.com/gang",
     "--set", "managedResources[0].ignoredByScheduler=true",
+    "--set", "extender.readers.tokenAudience=cluster-x",
+    "--set", "extender.readers.adminPort=0",
 )  # fmt: skip
 
 
@@ -102,6 +104,12 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     assert ext["spec"]["replicas"] == 2 and args.leader_elect and args.lease_name == "topogang-extender"
     assert mounted(ext, args.config)["configMap"]["name"] == "topogang-config"
     assert args.kube and args.tls_cert is None and args.listen == ":9096"
+    # the doors: job pods' tokens of the audience topogang, the admin listener on the pod's loopback
+    assert args.token_audience == "topogang" and args.admin_listen == "127.0.0.1:9097"
+    viewer = one(docs, "ClusterRole", "topogang-viewer")
+    assert viewer["rules"] == [
+        {"apiGroups": ["topogang.io"], "resources": ["clusterstatus", "gangs"], "verbs": ["get", "list"]}
+    ]
     cfg = scheduler_config(docs)
     assert cfg["extenders"][0]["urlPrefix"] == "http://topogang-extender.topogang-system.svc:9096/v1/extender"
     sched = one(docs, "Deployment", "topogang-scheduler")
@@ -118,6 +126,7 @@ def test_non_default_values_tls_three_replicas_existing_configmap(helm: Path) ->
     c = container(ext)
     args = serve_parser().parse_args(c["args"])
     assert args.config == "/etc/topogang/cluster.yaml"
+    assert args.token_audience == "cluster-x" and args.admin_listen is None
     assert mounted(ext, args.config)["configMap"]["name"] == "cluster-topology"
     # the namespace, everywhere (the scheduler's authentication reader stays in kube-system)
     assert one(docs, "Namespace")["metadata"]["name"] == NS
