@@ -101,6 +101,18 @@ def _parser() -> argparse.ArgumentParser:
         "call the verbs; any other certificate gets 403",
     )
     ap.add_argument(
+        "--admin-listen",
+        default=None,
+        help="HOST:PORT of a listener that reads every route without a token (127.0.0.1 in a pod: "
+        "reached only through `kubectl port-forward`)",
+    )
+    ap.add_argument(
+        "--token-audience",
+        default="topogang",
+        help="with --kube: the audience readers' tokens must carry (TokenReview; '' for the API "
+        "server's own; default topogang)",
+    )
+    ap.add_argument(
         "--namespace",
         default=None,
         help="namespace of its GangReservations and Lease (default: $POD_NAMESPACE or topogang-system)",
@@ -207,6 +219,12 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
             verbs = parse_listen(args.verbs_listen, default_host)
         except ValueError as err:
             problems.append(str(err))
+    admin: tuple[str, int] | None = None
+    if args.admin_listen is not None:
+        try:
+            admin = parse_listen(args.admin_listen, "127.0.0.1")
+        except ValueError as err:
+            problems.append(str(err))
     if problems:
         for p in problems:
             print(f"topogang serve: {p}", file=sys.stderr)
@@ -220,7 +238,9 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
     if service.scheduler.entitlement.rules.mode == "open":
         print(f"{config}: warning: {OPEN_WARNING}", file=sys.stderr)
     limits = limits_from(args, host)
-    return run(service, host, port, log_level=args.log_level, tls=tls, verbs=verbs, limits=limits)
+    return run(
+        service, host, port, log_level=args.log_level, tls=tls, verbs=verbs, limits=limits, admin=admin
+    )
 
 
 def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> Service:
@@ -245,6 +265,7 @@ def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> S
         on_lost=_exit_on_lost,
         signing_key=key,
         adopt_unsigned_bind_info=args.adopt_unsigned_bind_info,
+        audience=args.token_audience,
     )
 
 
@@ -324,12 +345,14 @@ def run(
     tls: TlsSettings | None = None,
     verbs: tuple[str, int] | None = None,
     limits: ServerLimits | None = None,
+    admin: tuple[str, int] | None = None,
 ) -> int:
     """Serve until interrupted; sockets are bound first so the printed addresses are the real ones.
 
     The read listener (`host:port`) serves `build_apps(service).reads`, the verbs listener (`verbs`,
     default the next port) `.verbs`: with a client CA in `tls` its handshake requires a client
-    certificate, and `VerbsDoor` lets only the allowed names through."""
+    certificate, and `VerbsDoor` lets only the allowed names through. With `admin` one more listener
+    (plain HTTP, meant for 127.0.0.1) serves the read routes past the doors (`extender.http.doors`)."""
     import uvicorn
 
     limits = limits or ServerLimits()
@@ -342,6 +365,9 @@ def run(
     try:
         socks.append(_listen(host, port))
         socks.append(_listen(*verbs))
+        if admin is not None:
+            admin_sock = _listen(*admin)
+            socks.append(admin_sock)
     except OSError as exc:
         for s in socks:
             s.close()
@@ -351,6 +377,9 @@ def run(
     verbs_base = _url(socks[1], "https" if tls.verbs_enabled else "http")
     for line in banner(service, base, verbs_base, tls, loopback=_loopback(socks)):
         print(f"topogang: {line}", flush=True)
+    if admin is not None:  # before the apps are built: their doors let this port's callers through
+        service.admin_port = admin_sock.getsockname()[1]
+        print(f"topogang:   admin (no token) {_url(admin_sock, 'http')}", flush=True)
     apps = build_apps(service, limits)
     verbs_app: Any = VerbsDoor(apps.verbs, tls.allowed_names) if tls.mutual else apps.verbs
     # The cluster model built so far (~80k objects at 1,000 nodes) lives as long as the process: out
@@ -358,7 +387,7 @@ def run(
     # would otherwise land on whichever request triggers it.
     gc.freeze()
 
-    def config(app: Any, *, for_verbs: bool) -> uvicorn.Config:
+    def config(app: Any, *, for_verbs: bool, plain: bool = False) -> uvicorn.Config:
         return uvicorn.Config(
             app,
             loop="uvloop",
@@ -366,15 +395,17 @@ def run(
             ws="none",  # no WebSocket routes: an Upgrade is a plain request (else a text/plain 400)
             access_log=False,
             log_level=log_level,
-            lifespan="off" if for_verbs else "on",  # the service runs once, with the read app
+            lifespan="off" if for_verbs or plain else "on",  # the service runs once, with the read app
             timeout_graceful_shutdown=5,
-            **tls.uvicorn_options(verbs=for_verbs),
+            **({} if plain else tls.uvicorn_options(verbs=for_verbs)),
         )
 
     servers = [
         uvicorn.Server(config(apps.reads, for_verbs=False)),
         uvicorn.Server(config(verbs_app, for_verbs=True)),
     ]
+    if admin is not None:
+        servers.append(uvicorn.Server(config(apps.reads, for_verbs=False, plain=True)))
 
     async def serve_all() -> None:
         await asyncio.gather(*(srv.serve(sockets=[s]) for srv, s in zip(servers, socks, strict=True)))

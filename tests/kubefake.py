@@ -19,6 +19,10 @@ changes here:
   `gracePeriodSeconds` is 0; `pods/{name}/binding` sets `spec.nodeName` and merges the Binding's
   annotations into the pod (409 when the UID differs or the pod is already bound or being
   deleted); `pods/{name}/eviction` deletes;
+- TokenReview and SubjectAccessReview as the real server answers them, from tokens and grants a test
+  sets (`add_token`, `pod_token`, `grant`): a token is valid for the audiences it was issued with
+  (the server's own, "", when none), a pod-bound token's user carries the pod's name and UID in
+  `extra`, and a review is allowed when the user or one of its groups has the grant;
 - Events are counted, and only the latest 200 kept (a soak would otherwise keep every one);
 - watches fed from a change log: a watch from a resourceVersion older than the log's start (after
   `compact`) fails with 410 Gone; `resourceVersion` "" or "0" starts with the current objects; a
@@ -258,6 +262,9 @@ class FakeApiServer:
         self.event_count = 0
         self.absent: set[tuple[str, str]] = set()  # resource types "not installed" (404)
         self.watch_seconds = float(WATCH_SECONDS)  # a watch ends cleanly after this, as the client asks
+        self.tokens: dict[str, tuple[Obj, tuple[str, ...]]] = {}  # token -> (user, audiences)
+        self.grants: set[tuple[str, str, str, str]] = set()  # (user or group, group, resource, verb)
+        self.reviews = 0
 
     # -------------------------------------------------------------------- bookkeeping
     def _now_text(self) -> str:
@@ -500,6 +507,78 @@ class FakeApiServer:
         if ref.key in self.objects:
             self._remove(ref)
 
+    # -------------------------------------------------------------------- authentication
+    def add_token(
+        self,
+        token: str,
+        username: str,
+        *,
+        groups: Sequence[str] = (),
+        extra: Mapping[str, Sequence[str]] | None = None,
+        audiences: Sequence[str] = ("",),
+    ) -> None:
+        """A token the server accepts for `audiences` ("" is the server's own)."""
+        user: Obj = {
+            "username": username,
+            "uid": f"uid-{username}",
+            "groups": [*groups, "system:authenticated"],
+        }
+        if extra:
+            user["extra"] = {k: list(v) for k, v in extra.items()}
+        self.tokens[token] = (user, tuple(audiences))
+
+    def pod_token(
+        self,
+        token: str,
+        pod: Mapping[str, Any],
+        *,
+        sa: str = "default",
+        audiences: Sequence[str] = ("topogang",),
+    ) -> None:
+        """A projected ServiceAccount token bound to `pod` (its name and UID in the user's extra)."""
+        meta = _meta(pod)
+        ns = str(meta.get("namespace") or "default")
+        extra = {
+            "authentication.kubernetes.io/pod-name": [str(meta["name"])],
+            "authentication.kubernetes.io/pod-uid": [str(meta["uid"])],
+        }
+        groups = ["system:serviceaccounts", f"system:serviceaccounts:{ns}"]
+        self.add_token(
+            token, f"system:serviceaccount:{ns}:{sa}", groups=groups, extra=extra, audiences=audiences
+        )
+
+    def grant(self, subject: str, resource: str, verb: str, group: str = "topogang.io") -> None:
+        """RBAC: `subject` (a user name or a group) may `verb` `resource` of `group`."""
+        self.grants.add((subject, group, resource, verb))
+
+    def _token_review(self, body: Mapping[str, Any]) -> Obj:
+        self.reviews += 1
+        spec = _part(body, "spec")
+        wanted = [a for a in spec.get("audiences") or [] if isinstance(a, str)] or [""]
+        got = self.tokens.get(str(spec.get("token") or ""))
+        status: Obj = {"authenticated": False, "error": "invalid bearer token"}
+        if got is not None:
+            user, audiences = got
+            common = [a for a in wanted if a in audiences]
+            if common:
+                status = {"authenticated": True, "user": copy.deepcopy(user)}
+                if spec.get("audiences"):
+                    status["audiences"] = common
+            else:
+                status = {"authenticated": False, "error": "token audiences do not match"}
+        return {**dict(body), "status": status}
+
+    def _access_review(self, body: Mapping[str, Any]) -> Obj:
+        self.reviews += 1
+        spec = _part(body, "spec")
+        attrs = _part(spec, "resourceAttributes")
+        subjects = [spec.get("user"), *(spec.get("groups") or [])]
+        allowed = any(
+            (who, attrs.get("group", ""), attrs.get("resource"), attrs.get("verb")) in self.grants
+            for who in subjects
+        )
+        return {**dict(body), "status": {"allowed": allowed}}
+
     # -------------------------------------------------------------------- the request surface
     def handle(
         self, method: str, path: str, query: Sequence[tuple[str, str]], body: Mapping[str, Any] | None
@@ -511,6 +590,10 @@ class FakeApiServer:
             self.event_count += 1
             self.events.append(copy.deepcopy(dict(body or {})))
             return dict(body or {})
+        if method == "POST" and ref.kind_key == ("authentication.k8s.io/v1", "tokenreviews"):
+            return self._token_review(body or {})
+        if method == "POST" and ref.kind_key == ("authorization.k8s.io/v1", "subjectaccessreviews"):
+            return self._access_review(body or {})
         if method == "POST" and pods and ref.subresource == "binding":
             return self.bind(ref, body or {})
         if method == "POST" and pods and ref.subresource == "eviction":

@@ -7,6 +7,10 @@ ledger says the gang can never be placed, and exits 210 when this pod belongs to
 the ledger cannot be reached it falls back to FrameworkBarrier's own rule on the Framework object, so
 a ledger outage degrades to stock behaviour instead of failing jobs.
 
+It authenticates with its pod's ServiceAccount token (`TOPOGANG_TOKEN_FILE`, default the pod's
+mounted token; the chart's docs project one with the audience `topogang`): the extender lets a pod
+read only its own gang. The file is read again for every request (kubelet rotates projected tokens).
+
 Extra outputs: `gang.json` (the ledger's view) and `topogang.sh` exporting TG_RANK, TG_WORLD_SIZE,
 TG_GPUS, TG_NODE and TG_{ROLE}_NODES; `injector.sh` stays byte-identical to FrameworkBarrier's.
 """
@@ -32,6 +36,7 @@ EXIT_TIMEOUT = 201  # FrameworkController: ContainerTransientConflictFailed (ret
 EXIT_PERMANENT = 210  # FrameworkController: ContainerPermanentFailed
 EXIT_UNKNOWN = 1
 LEDGER_FAILURES_BEFORE_FALLBACK = 3
+DEFAULT_TOKEN_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 
 
 class ConfigError(ValueError):
@@ -51,6 +56,7 @@ class Settings:
     task_index: int | None
     out_dir: Path
     apiserver: str | None
+    token_file: Path | None = None
 
 
 def settings_from_env(env: Mapping[str, str]) -> Settings:
@@ -89,6 +95,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         task_index=int(index) if index and index.isdigit() else None,
         out_dir=Path(env.get("TOPOGANG_BARRIER_DIR", "/mnt/frameworkbarrier")),
         apiserver=env.get("KUBE_APISERVER_ADDRESS") or None,
+        token_file=Path(env.get("TOPOGANG_TOKEN_FILE") or DEFAULT_TOKEN_FILE),
     )
 
 
@@ -100,6 +107,17 @@ def _int(env: Mapping[str, str], key: str, default: int) -> int:
         return int(raw)
     except ValueError as err:
         raise ConfigError(f"{key}: {raw!r} is not an integer") from err
+
+
+def pod_token(s: Settings) -> str | None:
+    """The pod's ServiceAccount token, read now; None when there is none (standalone, a laptop)."""
+    if s.token_file is None:
+        return None
+    try:
+        token = s.token_file.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return token or None
 
 
 # ---------------------------------------------------------------------------------------------- ledger
@@ -121,15 +139,18 @@ def ask_ledger(s: Settings, wait: float) -> dict[str, Any] | None:
         query["attempt"] = s.attempt
     path = f"/v1/gangs/{urllib.parse.quote(s.namespace)}/{urllib.parse.quote(s.name)}"
     url = f"{s.ledger_url}{path}?{urllib.parse.urlencode(query)}"
+    token = pod_token(s)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=wait + 10) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=wait + 10) as resp:
             body: dict[str, Any] = json.loads(resp.read())
     except urllib.error.HTTPError as err:
         if err.code == 409:
             raise StaleAttemptError(err.read().decode(errors="replace")) from err
         if err.code in (404, 503):
             return None
-        raise OSError(f"ledger answered HTTP {err.code}") from err
+        said = err.read(300).decode(errors="replace")  # a 401/403 says which token and why
+        raise OSError(f"ledger answered HTTP {err.code}: {said}") from err
     if body.get("neverFits"):
         raise NeverFitsError(str(body.get("reason") or "the gang can never be placed"))
     return body if body.get("phase") == "Ready" else None
@@ -144,6 +165,9 @@ def get_framework(s: Settings) -> Framework | None:
         if s.apiserver:
             conf = client.Configuration()
             conf.host = s.apiserver
+            token = pod_token(s)
+            if token:
+                conf.api_key = {"authorization": f"Bearer {token}"}
             api = client.ApiClient(conf)
         else:
             try:

@@ -209,3 +209,55 @@ def _edit_tasks(f: Framework, pod_ip: Callable[[tuple[str, int], dict[str, Any]]
                 att["podIP"] = ip
     _store(out, statuses)
     return out
+
+
+# What FrameworkBarrier (and `topogang barrier`) read of a Framework, and what job scripts read of
+# the framework.json it writes: names, counts, and each task's pod identity and addresses. Nothing of
+# the pod template (its env may hold secrets), the retry policy or the completion statuses.
+_META_KEYS = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp")
+_ROLE_SPEC_KEYS = ("name", "taskNumber")
+_ATTEMPT_KEYS = ("id", "instanceUID", "configMapName", "configMapUID", "startTime", "runTime")
+_ROLE_STATUS_KEYS = ("name",)
+_TASK_KEYS = ("index", "instanceUID", "deletionPending")
+_TASK_ATTEMPT_KEYS = ("id", "instanceUID", "podName", "podUID", "podNodeName", "podIP", "podHostIP")
+
+
+def _pick(d: object, keys: tuple[str, ...]) -> dict[str, Any]:
+    src = _dict(d)
+    return {k: src[k] for k in keys if k in src}
+
+
+def barrier_view(f: Framework) -> Framework:
+    """The Framework as the barrier needs it (an allowlist: a field not named here is dropped), its
+    statuses in the shape they came in (compressed stays compressed)."""
+    out: Framework = {
+        "apiVersion": f.get("apiVersion", "frameworkcontroller.microsoft.com/v1"),
+        "kind": f.get("kind", "Framework"),
+        "metadata": _pick(f.get("metadata"), _META_KEYS),
+        "spec": {"taskRoles": [_pick(r, _ROLE_SPEC_KEYS) for r in task_role_specs(f)]},
+    }
+    status = _dict(f.get("status"))
+    if not status:
+        return out
+    attempt = _dict(status.get("attemptStatus"))
+    view = _pick(attempt, _ATTEMPT_KEYS)
+    out["status"] = {"attemptStatus": view}
+    try:
+        statuses = task_role_statuses(f)
+    except FrameworkError:  # corrupt: shown as no statuses at all (the barrier keeps waiting)
+        statuses = None
+    if statuses is None:
+        return out
+    roles = []
+    for role in statuses:
+        tasks = []
+        for t in _list(role.get("taskStatuses")):
+            task = _pick(t, _TASK_KEYS)
+            task["attemptStatus"] = _pick(_dict(t).get("attemptStatus"), _TASK_ATTEMPT_KEYS)
+            tasks.append(task)
+        roles.append({**_pick(role, _ROLE_STATUS_KEYS), "taskStatuses": tasks})
+    if attempt.get("taskRoleStatuses") is not None:
+        view["taskRoleStatuses"] = roles
+    else:
+        view["taskRoleStatusesCompressed"] = base64.b64encode(gzip.compress(orjson.dumps(roles))).decode()
+    return out

@@ -20,6 +20,9 @@
 - `GET /ui`: the cluster view, a live read-only page (`extender.ui`), and its `GET /v1/ui/state`.
 - `GET /`: every path.
 
+Who may call each route is `extender.http.doors`' (a middleware over the routes; in Kubernetes mode a
+job pod reads only its own gang, the cluster-wide views are an admin's, standalone is open).
+
 Every answer is JSON. A verb never answers 5xx: bad input gets the protocol's `Error` (or, for
 preempt, a 4xx), and an unexpected exception is logged with the request's identity, counted in
 `topogang_internal_errors_total` and answered as an error in the verb's own shape (preempt: no
@@ -48,6 +51,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from extender.http import replies, views, wire
 from extender.http.answers import VerbError
+from extender.http.doors import Authority, Doors
 from extender.http.explain_api import explain_route
 from extender.http.httpproto import BodyTooLargeError, read_body
 from extender.http.limits import RequestLimits, ServerLimits
@@ -83,6 +87,8 @@ class Service:
     description: str = ""
     # Kubernetes mode: the API server's copy of the pod a verb names (`extender.http.trusted`)
     pod_source: PodSource | None = None
+    authority: Authority | None = None  # who may read what (`extender.http.doors`); None: all open
+    admin_port: int | None = None  # the port of the admin listener (127.0.0.1 in the pod): no doors
 
 
 @dataclass(frozen=True)
@@ -336,6 +342,7 @@ def _app(
         middleware=[
             Middleware(Guard, metrics=service.scheduler.metrics),
             Middleware(RequestLimits, limits=limits or ServerLimits(), metrics=service.scheduler.metrics),
+            Middleware(Doors, routes=routes, authority=service.authority, admin_port=service.admin_port),
         ],
     )
 

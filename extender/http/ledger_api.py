@@ -16,10 +16,14 @@ not synced yet (Kubernetes mode: until recovery is done). A Ready FrameworkContr
 carries `framework`: the Framework with the ledger's pod IPs, which `topogang barrier` writes out.
 
 The Framework proxy (point the stock barrier's `KUBE_APISERVER_ADDRESS` here): in Kubernetes mode the
-real Framework from the API server, with every `podIP` blanked until the ledger calls the gang Ready
+real Framework from the API server, cut down to what the barrier reads (`framework.barrier_view`: never
+the pod template or its env), with every `podIP` blanked until the ledger calls the gang Ready
 (and then the ledger's IPs filled in, so the barrier need not wait for FrameworkController's status
 to catch up); in standalone mode, where there are no Framework objects, one synthesized from the
 ledger. Absent: 404 in the API server's `Status` shape.
+
+Who may read what is the doors' to say (`extender.http.doors`): in Kubernetes mode a pod reads only
+its own gang and Framework (`gang_of_pod`), and the list of every gang is an admin's.
 """
 
 from __future__ import annotations
@@ -35,10 +39,12 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from extender.gangs.barrier import framework_from_gang
-from extender.gangs.framework import Framework, FrameworkError, with_ips_hidden, with_pod_ips
+from extender.gangs.framework import Framework, FrameworkError, barrier_view, with_ips_hidden, with_pod_ips
+from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_records import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
 from extender.http import paging
 from extender.http.app import JSON
+from extender.http.doors import GangRef, PodRef
 from extender.http.limits import wait_or_disconnect
 from extender.http.verbs import Scheduler
 
@@ -145,7 +151,7 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
             try:
                 f = await fetch_framework(str(doc["namespace"]), str(doc["name"]))
                 if f is not None:
-                    return with_pod_ips(dict(f), pod_ips(doc))
+                    return with_pod_ips(barrier_view(dict(f)), pod_ips(doc))
             except Exception as exc:  # the synthesized one serves the barrier as well
                 log.warning("cannot read Framework %s/%s: %s", doc["namespace"], doc["name"], exc)
         return synthesized(doc)
@@ -274,13 +280,14 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
             f = synthesized(doc)
             return JSON(f if ready else with_ips_hidden(f, set()))
         assert doc is None or isinstance(doc, dict)
+        view = barrier_view(dict(real))  # never the pod template (its env), only what barriers read
         try:
-            current = doc is not None and _attempt_of(real) in (None, doc["gang"].get("attemptInstanceUID"))
+            current = doc is not None and _attempt_of(view) in (None, doc["gang"].get("attemptInstanceUID"))
             if ready and doc is not None and current:
-                return JSON(with_pod_ips(dict(real), pod_ips(doc)))
-            return JSON(with_ips_hidden(dict(real), set()))
-        except FrameworkError:  # corrupt statuses: FrameworkBarrier keeps polling on this too
-            return JSON(real)
+                return JSON(with_pod_ips(view, pod_ips(doc)))
+            return JSON(with_ips_hidden(view, set()))
+        except FrameworkError:  # corrupt statuses: none shown, FrameworkBarrier keeps polling on this
+            return JSON({k: v for k, v in view.items() if k != "status"})
 
     return [
         Route("/v1/gangs", list_gangs, methods=["GET"]),
@@ -288,3 +295,15 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
         Route("/v1/gangs/{namespace}/{name:path}", get_gang, methods=["GET"]),
         Route(FRAMEWORK_PATH, framework_proxy, methods=["GET"]),
     ]
+
+
+def gang_of_pod(ledger: GangLedger, pod: PodRef) -> GangRef | None:
+    """The gang the ledger has the pod as a member of, named as the ledger's paths name it (what
+    the tenant door compares the path with). None for a pod in no gang the ledger knows."""
+    facts = ledger.pods.get(pod.uid)
+    if facts is None or facts.namespace != pod.namespace or facts.name != pod.name:
+        return None
+    rec = ledger.records.get(facts.gang)
+    if rec is None:
+        return None
+    return GangRef(rec.ident.namespace, rec.ident.name, rec.ident.attempt is not None)

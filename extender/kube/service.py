@@ -30,7 +30,7 @@ from extender.gangs.ledger_records import Record, TransitionHook
 from extender.gangs.podspec import PodRequest
 from extender.http.answers import user_error
 from extender.http.app import Service
-from extender.http.ledger_api import ledger_routes
+from extender.http.ledger_api import gang_of_pod, ledger_routes
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
@@ -40,6 +40,7 @@ from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.recovery import Unverified
 from extender.kube.reservations import ReservationStore
+from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
 from extender.kube.sync import ClusterSync
 from extender.ops.background import every
 from extender.ops.metrics import Metrics
@@ -70,13 +71,16 @@ def kube_service(
     on_lost: Callable[[], None] | None = None,
     signing_key: bytes | None = None,
     adopt_unsigned_bind_info: bool = False,
+    audience: str = DEFAULT_AUDIENCE,
 ) -> Service:
     """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one). `namespace` holds the
     extender's own objects (GangReservations, the Lease); `lease` turns on leader election, and
     `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby).
     `signing_key` signs every Binding's bind info, and recovery adopts only bind info it signed
     (`extender.gangs.bindsig`); `adopt_unsigned_bind_info` is the admin's opt-in to adopt
-    HiveD's at the first start of a switch-over."""
+    HiveD's at the first start of a switch-over.
+    `audience`: the audience of the tokens its readers present (TokenReview; "" for the API
+    server's own), `extender.http.doors` says who may read what."""
     extras = loaded.extras
     ttl = float(extras.reservation_ttl_seconds)
     frameworks: dict[tuple[str, str], tuple[float, Mapping[str, Any] | None]] = {}
@@ -230,6 +234,14 @@ def kube_service(
     nodes = len(scheduler.core.node_names())
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     watcher.on_result = on_reload
+    authority = KubeAuthority(
+        kube,
+        audience=audience,
+        clock=clock,
+        locate=sync.live.get,
+        fetch_pod=pod_lookup,
+        gang_of=lambda pod: gang_of_pod(scheduler.gang_ledger, pod),
+    )
     return Service(
         scheduler=scheduler,
         background=[sync.run, lead, forget_old_events, watcher.run],
@@ -243,6 +255,7 @@ def kube_service(
         pod_source=sync.known_pod,
         description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API"
         + (f", leader election on Lease {namespace}/{lease.name}" if lease is not None else ""),
+        authority=authority,
     )
 
 
@@ -283,6 +296,7 @@ def build_kube_service(
     on_lost: Callable[[], None] | None = None,
     signing_key: bytes | None = None,
     adopt_unsigned_bind_info: bool = False,
+    audience: str = DEFAULT_AUDIENCE,
 ) -> Service:
     return kube_service(
         loaded,
@@ -292,4 +306,5 @@ def build_kube_service(
         on_lost=on_lost,
         signing_key=signing_key,
         adopt_unsigned_bind_info=adopt_unsigned_bind_info,
+        audience=audience,
     )

@@ -29,6 +29,7 @@ class Script:
         self.ledger: list[tuple[int, dict[str, Any]]] = [(404, {})]
         self.framework: dict[str, Any] | None = None
         self.calls: list[str] = []
+        self.auth: list[str | None] = []  # each request's Authorization header
 
 
 @pytest.fixture
@@ -38,6 +39,7 @@ def server() -> Iterator[tuple[str, Script]]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             script.calls.append(self.path)
+            script.auth.append(self.headers.get("Authorization"))
             if self.path.startswith("/v1/gangs/ml/tf"):
                 code, body = script.ledger[0] if len(script.ledger) == 1 else script.ledger.pop(0)
             elif self.path.split("?")[0] == FRAMEWORK_PATH and script.framework is not None:
@@ -193,3 +195,38 @@ def test_framework_not_found_in_fallback_is_permanent(tmp_path: Path, server: tu
     url, _script = server
     r = barrier(tmp_path, KUBE_APISERVER_ADDRESS=url)  # no ledger configured, no Framework served
     assert r.returncode == 210 and "not found" in r.stderr
+
+
+def test_the_barrier_sends_its_pods_token_read_fresh_for_every_request(
+    tmp_path: Path, server: tuple[str, Script]
+) -> None:
+    """The extender lets a pod read only its own gang, so the barrier proves which pod it is: its
+    projected ServiceAccount token as a bearer, to the ledger and to the Framework proxy alike."""
+    url, script = server
+    token = tmp_path / "token"
+    token.write_text("projected-token-1\n")
+    script.ledger = [(404, {}), (200, READY)]
+    r = barrier(tmp_path, TOPOGANG_LEDGER_URL=url, TOPOGANG_TOKEN_FILE=str(token))
+    assert r.returncode == 0, r.stderr
+    assert script.auth and set(script.auth) == {"Bearer projected-token-1"}
+    # the Framework fallback (KUBE_APISERVER_ADDRESS at the extender's proxy) sends it too
+    script.auth.clear()
+    script.framework = framework({"ps": ["10.0.0.1"], "worker": ["10.0.0.2", "10.0.0.3"]})
+    r = barrier(tmp_path, KUBE_APISERVER_ADDRESS=url, TOPOGANG_TOKEN_FILE=str(token))
+    assert r.returncode == 0, r.stderr
+    assert set(script.auth) == {"Bearer projected-token-1"}
+    # no token file (standalone, a laptop): no header at all
+    script.auth.clear()
+    r = barrier(tmp_path, TOPOGANG_LEDGER_URL=url, TOPOGANG_TOKEN_FILE=str(tmp_path / "absent"))
+    assert r.returncode == 0, r.stderr
+    assert set(script.auth) == {None}
+
+
+def test_a_refused_token_is_logged_with_the_extenders_reason(
+    tmp_path: Path, server: tuple[str, Script]
+) -> None:
+    url, script = server
+    script.ledger = [(403, {"Error": "topogang: pod ml/x may read only its own gang (ml/x), not ml/tf"})]
+    r = barrier(tmp_path, TOPOGANG_LEDGER_URL=url)
+    assert r.returncode == 201
+    assert "HTTP 403" in r.stderr and "may read only its own gang" in r.stderr

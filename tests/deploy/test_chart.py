@@ -50,6 +50,8 @@ NON_DEFAULT = (
     "--set", "managedResources[0].ignoredByScheduler=true",
     "--set", "extender.bindSigning.existingSecret=own-signing-key",
     "--set", "extender.bindSigning.adoptUnsignedBindInfo=true",
+    "--set", "extender.readers.tokenAudience=cluster-x",
+    "--set", "extender.readers.adminPort=0",
 )  # fmt: skip
 
 
@@ -125,6 +127,12 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     limits = limits_from(args, "0.0.0.0")
     assert limits.host_allowed("topogang-extender.topogang-system.svc:9096")
     assert limits.host_allowed("topogang-extender:9096") and not limits.host_allowed("evil.example")
+    # the doors: job pods' tokens of the audience topogang, the admin listener on the pod's loopback
+    assert args.token_audience == "topogang" and args.admin_listen == "127.0.0.1:9097"
+    viewer = one(docs, "ClusterRole", "topogang-viewer")
+    assert viewer["rules"] == [
+        {"apiGroups": ["topogang.io"], "resources": ["clusterstatus", "gangs"], "verbs": ["get", "list"]}
+    ]
     sched = one(docs, "Deployment", "topogang-scheduler")
     assert mounted(sched, "/etc/topogang-scheduler/kube-scheduler-config.yaml")["configMap"]["name"] == (
         "topogang-scheduler-config"
@@ -163,7 +171,9 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
 
 def test_the_chart_makes_a_ca_and_both_certificates(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, "--set-file", f"config={EXAMPLE}")
-    secrets = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret" and "-verbs-" in d["metadata"]["name"]}
+    secrets = {
+        d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret" and "-verbs-" in d["metadata"]["name"]
+    }
     assert set(secrets) == {"topogang-verbs-server", "topogang-verbs-client"}
     for name, doc in secrets.items():
         assert doc["type"] == "kubernetes.io/tls"
@@ -195,6 +205,7 @@ def test_non_default_values_tls_three_replicas_existing_configmap(helm: Path) ->
     c = container(ext)
     args = serve_parser().parse_args(c["args"])
     assert args.config == "/etc/topogang/cluster.yaml"
+    assert args.token_audience == "cluster-x" and args.admin_listen is None
     assert mounted(ext, args.config)["configMap"]["name"] == "cluster-topology"
     # an existing signing key Secret: the chart makes none, and mounts that one; the switch-over opt-in
     assert [d for d in docs if d["kind"] == "Secret"] == []

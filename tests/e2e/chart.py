@@ -17,7 +17,9 @@ run is run as local processes from the same chart, rendered by `helm template` w
   POD_NAME the values of their fieldRefs;
 - kube-scheduler starts once the chart is installed (scripts/e2e/scheduler-up.sh), calling the verbs over
   mutual TLS with the client certificate of the Secret the chart made (`scheduler_tls_dir`), as the
-  scheduler's Deployment mounts it.
+  scheduler's Deployment mounts it;
+- `--admin-listen` a free local port (the admin listener `kubectl port-forward` would reach: the
+  harness reads the cluster-wide views there).
 """
 
 from __future__ import annotations
@@ -117,6 +119,7 @@ def extender_args(
     port: int,
     verbs_port: int,
     workdir: Path,
+    admin_port: int,
 ) -> tuple[list[str], dict[str, str]]:
     """`topogang serve`'s arguments and the env of the chart's extender container, for a local process:
     reads on `port`, the verbs on `verbs_port`."""
@@ -132,6 +135,7 @@ def extender_args(
         if flag in args:
             at = args.index(flag) + 1
             args[at] = str(mounted_file(chart, core, args[at], workdir))
+    args[args.index("--admin-listen") + 1] = f"127.0.0.1:{admin_port}"
     ns, name = chart.namespace, f"{deployment['metadata']['name']}-e2e"
     fields = {"metadata.namespace": ns, "metadata.name": name}
     env = {

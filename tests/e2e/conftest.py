@@ -392,6 +392,8 @@ class Extender:
         self.verbs_port = int(cluster.env["EXTENDER_PORT"])
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.admin_port = helpers.free_port()
+        self.admin_url = f"http://127.0.0.1:{self.admin_port}"  # the chart's admin listener: no doors
         self.kubeconfig = kubeconfig or cluster.kubeconfig
         args, self.env = chart.extender_args(
             cluster.chart,
@@ -400,6 +402,7 @@ class Extender:
             port=self.port,
             verbs_port=self.verbs_port,
             workdir=cluster.workdir,
+            admin_port=self.admin_port,
         )
         self.door = chart.door_args(args)  # the verbs' listener and mutual TLS, as the chart sets them
         self.argv = [*extender_command(), "serve", *args]
@@ -450,7 +453,8 @@ class Extender:
         )
 
     def get(self, path: str) -> Any:
-        return helpers.http_json(f"{self.url}{path}")
+        """A read as an admin (through the admin listener, as `kubectl port-forward` reaches it)."""
+        return helpers.http_json(f"{self.admin_url}{path}")
 
     def summary(self) -> dict[str, Any]:
         got = self.get("/v1/inspect")

@@ -3,18 +3,34 @@ the extender places them as one gang, and three barriers run as processes on thi
 init container would in each task pod:
 
 - the STOCK `frameworkbarrier` with KUBE_APISERVER_ADDRESS pointed at the extender's Framework proxy
-  (the zero-image-change integration: pod IPs stay blank until the gang ledger calls the gang Ready);
+  over HTTPS (the zero-image-change integration: pod IPs stay blank until the gang ledger calls the gang
+  Ready);
 - the stock `frameworkbarrier` against the API server (FrameworkBarrier as it ships, the reference);
 - `topogang barrier` (the drop-in, asking the gang ledger).
 
 All three must still be waiting while the gang cannot fit, then exit 0 once it runs, each writing the
 same injector.sh with every pod's IP.
+
+The two that ask the extender prove which pod they are as a job pod would: a ServiceAccount token bound
+to a task pod, of the audience `topogang` (TokenRequest on the real API server; the extender asks it
+back with a TokenReview), in a file (`TOPOGANG_TOKEN_FILE`; the stock barrier through a kubeconfig's
+`tokenFile`, which client-go sends only over TLS: a TLS front stands for the chart's `extender.tls`).
+The same token reads its own gang and is refused another namespace's and
+another gang's; a viewer's token (the chart's ClusterRole) reads /v1/inspect, a plain one is refused.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
 import re
+import ssl
+import subprocess
+import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +63,8 @@ pytestmark = pytest.mark.e2e
 FC_GROUP, FC_VERSION, FC_PLURAL = "frameworkcontroller.microsoft.com", "v1", "frameworks"
 ROLES = (("ps", 1, 4), ("worker", 2, 8))  # (task role, taskNumber, GPUs per task): 20 GPUs, 3 nodes
 BARRIER_ENV = {"BARRIER_CHECK_INTERVAL_SEC": "5", "BARRIER_CHECK_TIMEOUT_SEC": "60"}  # FC's minimums
+RUNNER = "fw-runner"  # the task pods' ServiceAccount
+AUDIENCE = "topogang"  # the chart's extender.readers.tokenAudience
 
 
 @pytest.fixture
@@ -93,12 +111,14 @@ def framework(name: str) -> dict[str, Any]:
             "metadata": {"annotations": {SPEC: yaml.safe_dump(spec)}},
             "spec": {
                 "schedulerName": PROFILE,
+                "serviceAccountName": RUNNER,
                 "restartPolicy": "Never",
                 "terminationGracePeriodSeconds": 0,
                 "containers": [
                     {
                         "name": "main",
                         "image": "fake.invalid/train:1",
+                        "env": [{"name": "API_KEY", "value": SECRET}],  # never leaves the extender
                         "resources": {"limits": {ENABLE: "1", GPU: str(gpus)}},
                     }
                 ],
@@ -128,6 +148,104 @@ def framework(name: str) -> dict[str, Any]:
     }
 
 
+SECRET = "e2e-secret-in-the-pod-template"
+
+
+def token_for(core: client.CoreV1Api, ns: str, account: str, pod: str | None = None) -> str:
+    """A ServiceAccount token of the audience topogang (TokenRequest), bound to `pod` when given."""
+    spec: dict[str, Any] = {"audiences": [AUDIENCE], "expirationSeconds": 3600}
+    if pod is not None:
+        meta = core.read_namespaced_pod(pod, ns).metadata
+        assert meta is not None
+        uid = meta.uid
+        spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": pod, "uid": uid}
+    request = client.AuthenticationV1TokenRequest.model_validate({"spec": spec})
+    got = core.create_namespaced_service_account_token(account, ns, request)
+    assert got.status is not None and got.status.token
+    return str(got.status.token)
+
+
+def service_account(core: client.CoreV1Api, ns: str, name: str) -> None:
+    core.create_namespaced_service_account(
+        ns, client.V1ServiceAccount.model_validate({"metadata": {"name": name}})
+    )
+
+
+def read_as(url: str, token: str | None) -> tuple[int, Any]:
+    """(status, JSON body) of a GET with a bearer token (None: anonymous)."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
+            return int(resp.status), json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return int(err.code), json.loads(err.read() or b"null")
+
+
+class TlsFront:
+    """HTTPS in front of the extender, as the chart's `extender.tls` serves it: client-go sends a
+    kubeconfig's credentials only over TLS, so the stock barrier reaches the extender this way."""
+
+    def __init__(self, workdir: Path, backend_port: int) -> None:
+        self.cert, key = workdir / "front.crt", workdir / "front.key"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+             str(self.cert), "-days", "1", "-subj", "/CN=127.0.0.1",
+             "-addext", "subjectAltName=IP:127.0.0.1"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert, key)
+        self.loop = asyncio.new_event_loop()
+        self.port = 0
+        started = threading.Event()
+
+        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, ConnectionError):
+                while data := await r.read(65536):
+                    w.write(data)
+                    await w.drain()
+            w.close()
+
+        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            try:
+                br, bw = await asyncio.open_connection("127.0.0.1", backend_port)
+            except OSError:
+                w.close()
+                return
+            await asyncio.gather(pipe(r, bw), pipe(br, w))
+
+        async def main() -> None:
+            self.server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
+            self.port = self.server.sockets[0].getsockname()[1]
+            started.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.server.serve_forever()
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),), daemon=True)
+        self.thread.start()
+        assert started.wait(10), "the TLS front did not start"
+        self.url = f"https://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.thread.join(10)
+
+
+def pod_kubeconfig(path: Path, server: str, token_file: Path, ca: Path) -> Path:
+    """The kubeconfig a stock FrameworkBarrier gets (docs/security.md): the extender (over TLS) as its
+    server, the pod's projected token as its user's tokenFile."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "topogang", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": "pod", "user": {"tokenFile": str(token_file)}}],
+        "contexts": [{"name": "topogang", "context": {"cluster": "topogang", "user": "pod"}}],
+        "current-context": "topogang",
+    }
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
 def injector_ips(text: str) -> dict[str, list[str]]:
     """FB_{ROLE}_IPS from an injector.sh."""
     return {m[1].lower(): m[2].split(",") for m in re.finditer(r"^export FB_(\w+)_IPS=(\S*)$", text, re.M)}
@@ -148,6 +266,7 @@ def test_framework_gang_and_barriers(
     # vision's rack is taken: 16 of vision's GPUs stay free, the Framework needs 20, so it waits whole.
     blocker = submit_gang(core, ns, "blocker", 4, 8, "vision")
     wait_running(core, ns, blocker)
+    service_account(core, ns, RUNNER)
     custom.create_namespaced_custom_object(FC_GROUP, FC_VERSION, ns, FC_PLURAL, framework(name))
     wait_until(
         "frameworkcontroller to create the task pods", lambda: len(pods_of(core, ns, expected)) == 3, 60
@@ -167,14 +286,28 @@ def test_framework_gang_and_barriers(
     for d in dirs.values():
         d.mkdir()
     logs = e2e_cluster.workdir / "logs"
+    # The task pod fw-worker-0's own token, as its projected volume would hold it.
+    token = token_for(core, ns, RUNNER, f"{name}-worker-0")
+    token_file = tmp_path / "token"
+    token_file.write_text(token, encoding="utf-8")
+    doors(extender, ns, name, token, core)
+    front = TlsFront(tmp_path, extender.port)
     barriers = {
-        # HOME without .kube/config and no KUBECONFIG: the barrier talks to KUBE_APISERVER_ADDRESS only.
+        # The stock barrier with the extender as its API server and the pod's token (a kubeconfig).
         "proxy": Process(
             "frameworkbarrier-proxy",
             [str(stock)],
             logs / "barrier-proxy.log",
             cwd=dirs["proxy"],
-            env={**base, **BARRIER_ENV, "HOME": str(dirs["proxy"]), "KUBE_APISERVER_ADDRESS": extender.url},
+            env={
+                **base,
+                **BARRIER_ENV,
+                "HOME": str(dirs["proxy"]),
+                "KUBE_APISERVER_ADDRESS": front.url,
+                "KUBECONFIG": str(
+                    pod_kubeconfig(tmp_path / "pod.kubeconfig", front.url, token_file, front.cert)
+                ),
+            },
         ),
         "apiserver": Process(
             "frameworkbarrier-apiserver",
@@ -199,6 +332,7 @@ def test_framework_gang_and_barriers(
                 "HOME": str(dirs["topogang"]),
                 "KUBECONFIG": str(e2e_cluster.kubeconfig),
                 "TOPOGANG_LEDGER_URL": extender.url,
+                "TOPOGANG_TOKEN_FILE": str(token_file),
                 "TOPOGANG_BARRIER_DIR": str(dirs["topogang"]),
                 "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": attempt,
                 "FC_TASKROLE_NAME": "worker",
@@ -228,6 +362,7 @@ def test_framework_gang_and_barriers(
     finally:
         for b in barriers.values():
             b.stop()
+        front.close()
         framework_controller.stop()
         try:
             custom.delete_namespaced_custom_object(FC_GROUP, FC_VERSION, ns, FC_PLURAL, name)
@@ -248,3 +383,42 @@ def test_framework_gang_and_barriers(
     assert injector_ips(injectors["proxy"]) == ips, injectors["proxy"]
     assert injectors["apiserver"] == injectors["proxy"]
     assert injectors["topogang"] == injectors["proxy"]
+    for k in ("proxy", "topogang"):  # what the extender handed the barriers holds no pod template
+        assert SECRET not in (dirs[k] / "framework.json").read_text(encoding="utf-8"), k
+    assert SECRET in (dirs["apiserver"] / "framework.json").read_text(encoding="utf-8")  # the reference
+
+
+def doors(extender: Extender, ns: str, name: str, token: str, core: client.CoreV1Api) -> None:
+    """The task pod's token against the real API server's TokenReview: its own gang and Framework, and
+    nothing else; a viewer's token reads the cluster-wide views, a plain one does not."""
+    own = f"{extender.url}/v1/gangs/{ns}/{name}"
+    framework_url = f"{extender.url}/apis/{FC_GROUP}/{FC_VERSION}/namespaces/{ns}/frameworks/{name}"
+    status, doc = read_as(own, token)
+    assert status == 200 and doc["name"] == name, (status, doc)
+    status, doc = read_as(framework_url, token)
+    assert status == 200 and SECRET not in json.dumps(doc), (status, doc)
+    for url in (f"{extender.url}/v1/gangs/kube-system/{name}", f"{extender.url}/v1/gangs/{ns}/blocker"):
+        status, doc = read_as(url, token)
+        assert status == 403 and "may read only its own gang" in doc["Error"], (url, status, doc)
+    assert read_as(own, None)[0] == 401
+    assert read_as(f"{extender.url}/v1/inspect", token)[0] == 403
+    viewer, plain = "topogang-e2e-viewer", "topogang-e2e-plain"
+    service_account(core, ns, viewer)
+    service_account(core, ns, plain)
+    rbac = client.RbacAuthorizationV1Api(core.api_client)
+    binding = {
+        "metadata": {"name": f"{ns}-viewer"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "topogang-viewer",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": viewer, "namespace": ns}],
+    }
+    rbac.create_cluster_role_binding(client.V1ClusterRoleBinding.model_validate(binding))
+    try:
+        status, doc = read_as(f"{extender.url}/v1/inspect", token_for(core, ns, viewer))
+        assert status == 200 and "gpus" in doc, (status, doc)
+        assert read_as(f"{extender.url}/v1/inspect", token_for(core, ns, plain))[0] == 403
+    finally:
+        rbac.delete_cluster_role_binding(f"{ns}-viewer")

@@ -137,6 +137,7 @@ class Replica:
         # the chart's verbs' door (mutual TLS, kube-scheduler's name), on this replica's own verbs port
         self.door = list(door)
         self.door[self.door.index("--verbs-listen") + 1] = f"127.0.0.1:{self.verbs_port}"
+        self.admin_port = free_port()  # the admin listener: the cluster-wide views without a token
         self.runs = 0
         self.process: Process | None = None
 
@@ -151,6 +152,8 @@ class Replica:
             str(self.config),
             "--listen",
             f"127.0.0.1:{self.port}",
+            "--admin-listen",
+            f"127.0.0.1:{self.admin_port}",
             "--namespace",
             NS,
             "--leader-elect",
@@ -184,7 +187,7 @@ class Replica:
             self.process.stop()
 
     def get(self, path: str) -> Any:
-        return http_json(f"{self.url}{path}")
+        return http_json(f"http://127.0.0.1:{self.admin_port}{path}")
 
     def log(self) -> str:
         return self.process.log() if self.process is not None else ""

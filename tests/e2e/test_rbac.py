@@ -23,6 +23,8 @@ NEEDED = [
     ("get", "scheduling.x-k8s.io", "podgroups", ""),
     ("get", "scheduling.volcano.sh", "podgroups", ""),
     ("get", "frameworkcontroller.microsoft.com", "frameworks", ""),
+    ("create", "authentication.k8s.io", "tokenreviews", ""),  # the doors: who a reader is
+    ("create", "authorization.k8s.io", "subjectaccessreviews", ""),  # and whether it may
 ]
 # in its own namespace only: durable reservations and the leader-election Lease
 OWN = [

@@ -10,6 +10,7 @@ import yaml
 from extender.cli import parse_listen
 from extender.gangs import reservations as rsv
 from extender.gangs.podspec import ENABLE_RESOURCES
+from extender.http.doors import ROUTES
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -108,7 +109,17 @@ def test_rbac_grants_the_extender_only_what_it_uses() -> None:
         ("scheduling.volcano.sh", "podgroups"): ["get"],
         ("scheduling.k8s.io", "workloads"): ["get"],
         ("scheduling.k8s.io", "podgroups"): ["get"],
+        ("authentication.k8s.io", "tokenreviews"): ["create"],
+        ("authorization.k8s.io", "subjectaccessreviews"): ["create"],
     }
+    viewer = {
+        (g, r): sorted(rule["verbs"])
+        for rule in roles["topogang-viewer"]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    asked = {("topogang.io", rule.resource) for rule in ROUTES.values() if rule.resource}
+    assert set(viewer) == asked and all(v == ["get", "list"] for v in viewer.values())
     own = {
         (g, r, tuple(rule.get("resourceNames", []))): sorted(rule["verbs"])
         for rule in roles["topogang-extender-state"]["rules"]

@@ -81,7 +81,9 @@ def test_a_promoted_gang_is_written_back_and_comes_back_guaranteed_after_a_resta
         assert (priority(a, "nlp/opp"), priority(a, "nlp/stay")) == (0, -1)
         assert violations(a.s.core) == []
         assert await vc_used(a) == 8.0  # the metrics count it as nlp's own work at once
-        doc = (await a.http.get("/v1/gangs/nlp/opp")).json()
+        kube.server.add_token("t-viewer", "viewer", audiences=("topogang",))  # the ledger is an admin's
+        kube.server.grant("viewer", "gangs", "get")
+        doc = (await a.http.get("/v1/gangs/nlp/opp", headers={"Authorization": "Bearer t-viewer"})).json()
         assert doc["placement"]["priority"] == 0, doc
 
         await a.s.expire()  # the periodic pass: the patch fails, is logged, and stays pending
