@@ -60,9 +60,12 @@ def _socket() -> socket.socket:
 @contextlib.asynccontextmanager
 async def serving(kube: FakeKube) -> AsyncIterator[tuple[str, str]]:
     """The Kubernetes-mode service on two real listeners, as `topogang serve` runs it: (read URL,
-    verbs URL), once ready."""
-    apps = build_apps(kube_service(example(), kube, clock=Clock(), namespace=NS))
+    verbs URL), once ready. The read listener is made the admin listener (no tokens: the tenant and
+    admin doors are `test_read_doors`'), so these tests read the cluster-wide views as an admin."""
+    service = kube_service(example(), kube, clock=Clock(), namespace=NS)
     socks = [_socket(), _socket()]
+    service.admin_port = socks[0].getsockname()[1]
+    apps = build_apps(service)
     servers = [
         uvicorn.Server(
             uvicorn.Config(

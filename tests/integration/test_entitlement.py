@@ -43,7 +43,7 @@ def gang(pods: Pods, prefix: str, ns: str, vc: str, n: int, priority: int) -> li
 def test_the_attack_is_refused_over_http_and_changes_nothing() -> None:
     with running_server(args=("--default-entitlement", "opportunistic")) as srv:
         assert not any("entitlement mode open" in line for line in srv.log)  # closed: no warning
-        with httpx.Client(base_url=srv.url, timeout=10.0) as client:
+        with srv.client(timeout=10.0) as client:
             nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
             pods = Pods(client)
             for p in [
