@@ -3,8 +3,9 @@ the config edited (hot reload) to give two team namespaces their entitlements an
 namespace (`defaultEntitlement: opportunistic`; the e2e session itself runs in mode open).
 
 Team A may use nlp up to priority 500; team B may use research up to priority 50. Team A's gang takes
-its priority from its PriorityClass and binds whole; a pod of team B naming nlp at priority 1000 stays
-Pending with a NotEntitled Warning Event, and team A's gang keeps running, unpreempted.
+its priority from its PriorityClass and binds whole; pods of team B naming team A's gang, nlp and
+priority 1000 stay Pending with a NotEntitled Warning Event, and team A's gang keeps running,
+unpreempted, with no member of team B.
 """
 
 from __future__ import annotations
@@ -112,7 +113,9 @@ def test_a_tenant_cannot_take_another_teams_vc_and_priority_comes_from_the_class
     take = ["take-0", "take-1"]
     for n in take:
         core.create_namespaced_pod(
-            team_b, gang_pod(n, gang=f"{team_b}/take", vc="nlp", members=[(2, 8)], gpus=8, priority=1000)
+            # team A's gang name, team A's VC, a priority above team B's ceiling (and team A's)
+            team_b,
+            gang_pod(n, gang=f"{team_a}/train", vc="nlp", members=[(2, 8)], gpus=8, priority=1000),
         )
     message = wait_until("a NotEntitled event", lambda: not_entitled_event(core, team_b, "take-0"), 60)
     for words in (team_b, "'nlp'", "1000", f"topogang.tenants.{team_b}.maxPriority"):
@@ -123,3 +126,6 @@ def test_a_tenant_cannot_take_another_teams_vc_and_priority_comes_from_the_class
     assert not any(
         team_b in g["metadata"]["name"] for g in extender.get("/v1/inspect/affinitygroups/")["items"]
     )
+    # the ledger's gang of team A lists team A's three pods and nobody else
+    ledger = extender.get(f"/v1/gangs/{team_a}/train")
+    assert sorted(m["podName"] for m in ledger["members"]) == sorted(names), ledger
