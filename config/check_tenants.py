@@ -83,7 +83,7 @@ def entitlement_notice(extras: TopogangModel) -> str | None:
     rest = " without a topogang.tenants entry" if extras.tenants else ""
     how = "" if mode == "open" else f" unless `topogang serve --default-entitlement` says otherwise ({CHART})"
     return (
-        f"WARNING: every namespace{rest} may use every VC, every pinned cell and every priority{how}; "
+        f"NOTE: every namespace{rest} may use every VC, every pinned cell and every priority{how}; "
         f"set {DEFAULT}: opportunistic (or none) and list teams under {TENANTS} to keep tenants apart"
     )
 

@@ -236,7 +236,9 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         return 1
     service.scheduler.entitlement.configure(loaded.extras, args.default_entitlement)
     if service.scheduler.entitlement.rules.mode == "open":
-        print(f"{config}: warning: {OPEN_WARNING}", file=sys.stderr)
+        # a shared cluster left open is a warning; a standalone extender (one machine, 127.0.0.1 unless
+        # told otherwise) is told the same plainly, as a fact of its setup
+        print(f"{config}: {'warning' if kube else 'note'}: {OPEN_WARNING}", file=sys.stderr)
     limits = limits_from(args, host)
     return run(
         service, host, port, log_level=args.log_level, tls=tls, verbs=verbs, limits=limits, admin=admin

@@ -59,10 +59,11 @@ def quantile(xs: Sequence[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))] if s else 0.0
 
 
-def filters(port: int, names: list[str], vc: str, count: int, tag: str) -> list[float]:
-    """`count` placing filters (ms); each pod is deleted after, so the state stays the same."""
+def filters(port: int, verbs: int, names: list[str], vc: str, count: int, tag: str) -> list[float]:
+    """`count` placing filters (ms), on the verbs listener `verbs`; each pod is deleted after, so the
+    state stays the same."""
     out = []
-    with contextlib.closing(Http(port)) as c:
+    with contextlib.closing(Http(port, verbs_port=verbs)) as c:
         for k in range(count):
             p = pod(vc, f"{tag}{k}")
             body = orjson.dumps({"Pod": p, "Nodes": None, "NodeNames": names})
@@ -105,18 +106,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "cluster.yaml"
         cfg.write_text(generate_yaml(nodes=args.nodes, rack_size=rack_size_for(args.nodes)))
-        port = free_port()
+        port, verbs = free_port(), free_port()
         argv_ = [sys.executable, "-m", "topogang_cli", "serve", "--config", str(cfg)]
         proc = subprocess.Popen(
-            [*argv_, "--listen", f"{HOST}:{port}", "--log-level", "warning"], stdout=subprocess.DEVNULL
+            [
+                *argv_,
+                "--listen",
+                f"{HOST}:{port}",
+                "--verbs-listen",
+                f"{HOST}:{verbs}",
+                "--log-level",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
         )
         try:
             wait_ready(port, proc)
             with contextlib.closing(Http(port)) as c:
                 names = kubesched.node_names(c.call("GET", kubesched.PHYSICAL_CLUSTER)[1])
                 vc = sorted(c.call("GET", "/v1/inspect")[1]["virtualClusters"])[0]
-            filters(port, names, vc, 20, "warm")
-            alone = filters(port, names, vc, args.filters, "alone")
+            filters(port, verbs, names, vc, 20, "warm")
+            alone = filters(port, verbs, names, vc, args.filters, "alone")
             stop = threading.Event()
             seen: Counter[str] = Counter()
             explain = orjson.dumps({"Pod": pod(vc, "whatif")})
@@ -130,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for t in threads:
                 t.start()
             try:
-                flooded = filters(port, names, vc, args.filters, "flood")
+                flooded = filters(port, verbs, names, vc, args.filters, "flood")
             finally:
                 stop.set()
                 for t in threads:

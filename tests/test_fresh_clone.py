@@ -12,6 +12,7 @@ A clone sees committed files only: uncommitted changes in this work tree are not
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -69,8 +70,10 @@ def free_port() -> int:
         return port
 
 
-def get(url: str, data: bytes | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+def get(url: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    req = urllib.request.Request(
+        url, data=data, headers=headers or {}, method="POST" if data is not None else "GET"
+    )
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return resp.status, resp.read()
@@ -151,7 +154,9 @@ def test_the_readme_try_it_commands_work_and_show_what_it_says(clone: Clone) -> 
         if argv[0] == "curl":
             path = next(a for a in argv if a.startswith("localhost:9096")).removeprefix("localhost:9096")
             body = next((a[1:] for a in argv if a.startswith("@")), None)
-            status, raw = get(clone.url + path, (clone.dir / body).read_bytes() if body else None)
+            pairs = itertools.pairwise(argv)
+            headers = dict(h.split(": ", 1) for flag, h in pairs if flag == "-H")  # as curl sends them
+            status, raw = get(clone.url + path, (clone.dir / body).read_bytes() if body else None, headers)
             assert status == 200, f"{command}: HTTP {status} {raw[:300]!r}"
             shown[path] = json.loads(raw)
         else:

@@ -92,7 +92,7 @@ def test_validate_says_plainly_when_every_namespace_may_use_everything(
     )
     assert cli_validate([str(open_file)]) == 0
     out = capsys.readouterr().out
-    assert "WARNING: every namespace may use every VC, every pinned cell and every priority" in out
+    assert "NOTE: every namespace may use every VC, every pinned cell and every priority" in out
     assert cli_validate([str(strict_file)]) == 0
     out = capsys.readouterr().out
     assert "WARNING" not in out and "Entitlement (namespaces without an entry: none)" in out

@@ -120,7 +120,10 @@ def test_forged_bind_info_is_held_as_occupied_not_adopted(how: str, when: str) -
         assert ev["type"] == "Warning" and ev["involvedObject"]["name"] == "forged-0", ev
         text = (await b.http.get("/metrics")).text
         assert "topogang_unverified_bind_info_total 1.0" in text
-        assert (await b.http.get(f"/v1/inspect/affinitygroups/{name}")).status_code == 200
+        kube.server.add_token("t-admin", "admin", audiences=("topogang",))  # /v1/inspect is an admin's
+        kube.server.grant("admin", "clusterstatus", "get")
+        admin = {"Authorization": "Bearer t-admin"}
+        assert (await b.http.get(f"/v1/inspect/affinitygroups/{name}", headers=admin)).status_code == 200
         # once the pod is gone, its GPUs are free
         kube.server.delete(pod_path(NLP, "forged-0"), {"gracePeriodSeconds": 0})
         await until_gone(b, name)
