@@ -108,7 +108,15 @@ def install(helm: Path, kubeconfig: Path, topology: Path, api: client.ApiClient)
     return out
 
 
-FILE_FLAGS = ("--config", "--verbs-tls-cert", "--verbs-tls-key", "--client-ca", "--tls-cert", "--tls-key")
+FILE_FLAGS = (
+    "--config",
+    "--verbs-tls-cert",
+    "--verbs-tls-key",
+    "--client-ca",
+    "--tls-cert",
+    "--tls-key",
+    "--bind-signing-key-file",
+)
 
 
 def extender_args(
