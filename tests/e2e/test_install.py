@@ -97,7 +97,11 @@ def test_only_kube_schedulers_certificate_reaches_the_verbs(
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
         _post(f"{url}/filter", body, ca, None)
     # and the read port (plain HTTP here) has no verbs
-    req = urllib.request.Request(f"{extender.url}/v1/extender/filter", data=json.dumps(body).encode())
+    req = urllib.request.Request(
+        f"{extender.url}/v1/extender/filter",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},  # as kube-scheduler sends it (else a 415 first)
+    )
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, timeout=10)
     assert err.value.code == 404
