@@ -12,7 +12,8 @@
   the reservation TTL plus slack (the expiry sweep's period and a margin), counted from when the
   extender's pod watch has seen it so. The TTL is a cap: members leaving and coming back while
   the gang is not whole do not restart it (`Core.release_pod`), so they do not restart the clock
-  here; only a gang seen whole starts a new one when it loses a member. An extender restart
+  here; only a gang seen whole (in the API, or held whole by the extender, whose watch may learn
+  of a departure late) starts a new one when it loses a member. An extender restart
   does: recovery keeps the deadline its `GangReservation` object records, but an object not yet
   written (the once-a-second sync) brings the gang back with a fresh TTL.
 - **The core's own guarantees**: `topology.invariants.violations`.
@@ -155,8 +156,14 @@ class PartialGangs:
         """Recovery re-creates an open reservation with a fresh TTL."""
         self.since = {k: (None, m) for k, (_, m) in self.since.items()}
 
-    def check(self, pods: Iterable[Obj], now: float, *, watched: bool) -> list[str]:
-        """`watched`: the extender's pod watch has caught up with every change so far."""
+    def check(
+        self, pods: Iterable[Obj], now: float, *, watched: bool, whole: frozenset[str] = frozenset()
+    ) -> list[str]:
+        """`watched`: the extender's pod watch has caught up with every change so far. `whole`: the
+        gangs the core holds with every slot claimed. A gang the extender holds whole starts a new
+        clock like one seen whole in the API: a member that left while another's Binding was being
+        written is seen by the extender only when its watch delivers the deletion (a cut watch's
+        back-off and re-list later), and the TTL can only count from what the extender knows."""
         members: dict[tuple[str, tuple[Any, ...]], list[Obj]] = {}
         for p in pods:  # a terminating member still runs, and holds its slot until it is gone
             if kpods.node_name(p) is None or kpods.phase(p) == "Failed":
@@ -170,7 +177,7 @@ class PartialGangs:
         seen = set()
         for k, ms in members.items():
             staying = [p for p in ms if not kpods.succeeded(p) and not terminating(p)]
-            if not staying or len(ms) >= len(k[1]):  # nothing stays (torn down), or whole
+            if not staying or len(ms) >= len(k[1]) or k[0] in whole:  # torn down, or whole
                 continue
             seen.add(k)
             uids = frozenset(kpods.uid(p) for p in ms)

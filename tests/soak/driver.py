@@ -453,7 +453,9 @@ class Soak:
         ready = self.service is not None and self.s.ready
         watched = ready and self.kube is not None and self.kube.caught_up("/api/v1/pods")
         self.violate(checks.double_held(pods))
-        self.violate(self.partial.check(pods, self.now(), watched=watched))
+        held = self.s.core.gangs() if ready else []
+        whole = frozenset(g.name for g in held if all(x.pod_uid is not None for x in g.slots))
+        self.violate(self.partial.check(pods, self.now(), watched=watched, whole=whole))
         self.violate(self.logs.errors)
         self.logs.errors.clear()
         if not ready:
