@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 from starlette.routing import BaseRoute, Match
@@ -159,19 +159,23 @@ def _bearer(scope: Scope) -> str | None:
     return None
 
 
+def status_doc(code: int, reason: str, message: str, **extra: Any) -> dict[str, Any]:
+    """An error in the API server's `Status` shape, which Kubernetes clients (the stock
+    FrameworkBarrier's client-go) parse; `extra` adds fields such as `details`."""
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+        **extra,
+    }
+
+
 async def _refuse(send: Send, status: int, reason: str, message: str) -> None:
-    body = orjson.dumps(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "code": status,
-            "Error": message,
-        }
-    )
+    body = orjson.dumps(status_doc(status, reason, message, Error=message))
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="topogang"'))

@@ -44,7 +44,7 @@ from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_records import API_VERSION, TERMINAL, Phase, Record, parse_phase, reached
 from extender.http import paging
 from extender.http.app import JSON
-from extender.http.doors import GangRef, PodRef
+from extender.http.doors import GangRef, PodRef, status_doc
 from extender.http.limits import wait_or_disconnect
 from extender.http.verbs import Scheduler
 
@@ -68,19 +68,8 @@ def _error(status: int, message: str, reason: str) -> Response:
 
 def kube_status(status: int, reason: str, message: str, name: str) -> Response:
     """An error in the API server's `Status` shape (what a Kubernetes client parses)."""
-    return JSON(
-        {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": message,
-            "reason": reason,
-            "details": {"name": name, "group": FC_GROUP, "kind": "frameworks"},
-            "code": status,
-        },
-        status_code=status,
-    )
+    details = {"name": name, "group": FC_GROUP, "kind": "frameworks"}
+    return JSON(status_doc(status, reason, message, details=details), status_code=status)
 
 
 def _phase_param(q: Mapping[str, str], key: str) -> Phase | None:

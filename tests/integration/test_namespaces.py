@@ -14,6 +14,7 @@ from urllib.parse import quote
 
 import httpx
 
+from tests.extender.helpers import fc_annotations
 from tests.integration.conftest import ROOT, Pods
 from tests.integration.test_server import bind, filter_
 
@@ -28,16 +29,6 @@ def group_spec(vc: str, gpus: int, pods: int, name: str, role: str | None = None
         "virtualCluster": vc,
         "leafCellNumber": gpus,
         "affinityGroup": {"name": name, "members": [member]},
-    }
-
-
-def fc(ns: str, fw: str, attempt: str, role: str, index: int) -> dict[str, str]:
-    return {
-        "FC_FRAMEWORK_NAMESPACE": ns,
-        "FC_FRAMEWORK_NAME": fw,
-        "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": attempt,
-        "FC_TASKROLE_NAME": role,
-        "FC_TASK_INDEX": str(index),
     }
 
 
@@ -132,11 +123,11 @@ def test_a_framework_identity_of_another_namespace_is_refused_and_never_handed_o
     fw, attempt = f"llm-{pods.run}", "0_att"
     spec = group_spec("vision", 8, 2, "ignored", role="w")
     v = [
-        pods.make(f"llm-w-{i}", "vision", spec, annotations=fc("vision", fw, attempt, "w", i))
+        pods.make(f"llm-w-{i}", "vision", spec, annotations=fc_annotations("vision", fw, attempt, "w", i))
         for i in range(2)
     ]
     place(client, v[0], node_names)
-    claimed = pods.make("fc-claim", "evil", spec, annotations=fc("vision", fw, attempt, "w", 1))
+    claimed = pods.make("fc-claim", "evil", spec, annotations=fc_annotations("vision", fw, attempt, "w", 1))
     got = filter_(client, claimed, node_names)
     assert "FC_FRAMEWORK_NAMESPACE" in got["Error"] and "vision" in got["Error"], got
     assert got["NodeNames"] in (None, [])
