@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -66,6 +67,17 @@ def test_a_framework_walks_every_phase_with_members_in_random_order(job: Job, se
     assert job.fw not in [g["name"] for g in job.api.get("/v1/gangs?vc=nlp").json()["items"]]
 
 
+def before_its_timeout(get: Callable[[str], dict[str, Any]], query: str) -> dict[str, Any]:
+    """A long-poll with the longest timeout (60 s), answered while a wait of half that is still
+    running: what ended it was the gang, not its timeout. A bound on a hang, not a measurement."""
+    got: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: got.update(get(f"{query}&timeoutSeconds=60")))
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), f"{query}: no answer before half its timeout"
+    return got
+
+
 def test_a_member_deleted_breaks_the_gang_and_its_retry_takes_back_its_slot(job: Job) -> None:
     pods = ready_job(job)
     before = job.get()["members"][2]
@@ -109,9 +121,7 @@ def test_a_long_poll_returns_the_moment_the_gang_is_ready(job: Job) -> None:
     got: dict[str, Any] = {}
 
     def poll() -> None:
-        t0 = time.monotonic()
-        got["doc"] = job.get("?waitFor=Ready&timeoutSeconds=20&attempt=0_cm-a")
-        got["elapsed"] = time.monotonic() - t0
+        got["doc"] = job.get("?waitFor=Ready&timeoutSeconds=60&attempt=0_cm-a")
 
     t = threading.Thread(target=poll)
     t.start()
@@ -119,30 +129,25 @@ def test_a_long_poll_returns_the_moment_the_gang_is_ready(job: Job) -> None:
     assert t.is_alive()
     assert "topogang_ledger_waiters 1.0" in job.api.get("/metrics").text
     job.schedule(pods[2])
-    t.join(10)
+    t.join(30)  # a bound on a hang, half the poll's own 60 s timeout: only the gang's change ends it
     assert not t.is_alive() and got["doc"]["phase"] == "Ready"
-    assert got["elapsed"] < 5  # well before its 20 s timeout
     metrics = job.api.get("/metrics").text
     assert 'topogang_ledger_gangs{phase="Ready"}' in metrics and "topogang_ledger_waiters 0.0" in metrics
 
 
 def test_a_long_poll_times_out_with_the_current_status(job: Job) -> None:
     filter_(job.api, job.pods()[0], job.nodes)
-    t0 = time.monotonic()
-    doc = job.get("?waitFor=Bound&timeoutSeconds=1")
-    assert 0.9 <= time.monotonic() - t0 < 5 and doc["phase"] == "Reserved"
-    t0 = time.monotonic()
-    assert job.get("?waitFor=Reserved&timeoutSeconds=10")["phase"] == "Reserved"
-    assert time.monotonic() - t0 < 1  # already there
+    # Bound never comes: the poll ends at its timeout with the phase the gang has
+    assert job.get("?waitFor=Bound&timeoutSeconds=1")["phase"] == "Reserved"
+    # a phase already reached answers at once
+    assert before_its_timeout(job.get, "?waitFor=Reserved")["phase"] == "Reserved"
 
 
 def test_a_gang_that_can_never_fit_says_so_at_once(api: httpx.Client, nodes: list[str]) -> None:
     j = Job(api, nodes, ns="research", vc="research", gpus=8)
     try:
         filter_(api, j.pods()[0], nodes)
-        t0 = time.monotonic()
-        doc = j.get("?waitFor=Ready&timeoutSeconds=20")
-        assert time.monotonic() - t0 < 2
+        doc = before_its_timeout(j.get, "?waitFor=Ready")
         assert doc["phase"] == "Pending" and doc["neverFits"] and "InsufficientQuota" in doc["reason"]
         bad = j.pod("ps", 0, uid=f"bad-{j.fw}", spec={"virtualCluster": "research", "leafCellNumber": 0})
         bad["metadata"]["annotations"]["FC_FRAMEWORK_ATTEMPT_INSTANCE_UID"] = "3_x"
@@ -190,9 +195,7 @@ def test_a_reservation_whose_members_never_come_expires(short_ttl_api: httpx.Cli
     try:
         filter_(short_ttl_api, j.pods()[0], nodes)
         assert j.get()["phase"] == "Reserved"
-        t0 = time.monotonic()
-        doc = j.get("?waitFor=Ready&timeoutSeconds=20")
-        assert time.monotonic() - t0 < 10
+        doc = before_its_timeout(j.get, "?waitFor=Ready")  # the expiry ends it
         assert doc["phase"] == "Expired" and "expired" in doc["reason"] and len(doc["members"]) == 3
         again = j.get()  # the tombstone stays for the other members' barriers
         assert again["phase"] == "Expired" and again["resourceVersion"] == doc["resourceVersion"]
