@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from config.schema import ENTITLEMENT_MODES, TopogangModel
-from extender.gangs.podspec import PodRequest, parse_spec, spec_text
+from extender.gangs.podspec import PodRequest
 from topology.decisions import MAX_PRIORITY, MIN_GUARANTEED_PRIORITY, OPPORTUNISTIC_PRIORITY, UserError
 
 TENANTS = "topogang.tenants"
@@ -123,17 +123,9 @@ def class_priority(pod: Mapping[str, Any]) -> tuple[str, int, int] | None:
     return name, value, map_priority(value)
 
 
-def _asked_in_spec(pr: PodRequest, pod: Mapping[str, Any]) -> bool:
-    """Whether the pod's own spec names a priority (its default 0 is no request)."""
-    if not pr.from_spec:
-        return False
-    key, text = spec_text(pod)
-    return text is not None and parse_spec(text, key).get("priority") is not None
-
-
 def _priority(pr: PodRequest, pod: Mapping[str, Any], tenant: Tenant | None) -> int:
     asked = pr.request.priority
-    explicit = _asked_in_spec(pr, pod)
+    explicit = pr.from_spec and pr.priority_asked
     pc = class_priority(pod)
     if pc is not None:
         name, value, ceiling = pc

@@ -92,6 +92,7 @@ class PodRequest:
     task: FrameworkTask | None = None
     ignore_suggested_nodes: bool = False
     spec_annotation: str = SPEC_ANNOTATIONS[0]  # where the request came from, for its errors
+    priority_asked: bool = False  # the spec names a priority (its default 0 asks for nothing)
 
     @property
     def gang(self) -> str:
@@ -451,6 +452,7 @@ def pod_request(
         task=task,
         ignore_suggested_nodes=_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False),
         spec_annotation=annotation,
+        priority_asked=spec.get("priority") is not None,
     )
 
 
