@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from extender.http.versionlock import VersionedLock
 from extender.http.views import Waiting
 from topology.core import Core
 from topology.snapshot import clone
@@ -87,19 +86,15 @@ class Snapshots:
             return snap
 
     def _version(self) -> tuple[int, int]:
-        lock = self.s.lock
-        generation = lock.generation if isinstance(lock, VersionedLock) else -1
-        return generation, self.s.gang_ledger.version
+        return self.s.lock.generation, self.s.gang_ledger.version
 
     def _fresh(self, wanted: tuple[int, int]) -> bool:
         cur = self._current
-        return cur is not None and wanted[0] >= 0 and (cur.generation, cur.ledger_version) >= wanted
+        return cur is not None and (cur.generation, cur.ledger_version) >= wanted
 
     async def _copy(self) -> Snapshot:
         s = self.s
-        lock = s.lock
-        hold = lock.quietly() if isinstance(lock, VersionedLock) else lock
-        async with hold:
+        async with s.lock.quietly():
             t0 = time.perf_counter()
             generation, ledger_version = self._version()
             snap = Snapshot(
