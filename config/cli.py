@@ -14,10 +14,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from config.against import diff_against, format_running
 from config.check_tenants import entitlement_data
 from config.diff import config_diff, format_diff
+from config.fetch import admin_get
 from config.generate import GenerateError, generate_yaml
-from config.load import ConfigError, load_config
+from config.load import ConfigError, load_config, load_config_text
 from config.problems import format_line, format_problem
 from config.schema import json_schema
 from config.summary import format_summary, summary_data
@@ -114,20 +116,34 @@ def cli_generate(argv: Sequence[str] | None = None) -> int:
 
 
 def cli_diff(argv: Sequence[str] | None = None) -> int:
-    """`topogang diff OLD NEW [--json]`: 0 when the configs describe the same cluster and quotas,
-    1 when they differ, 2 when either cannot be read or is invalid (as diff(1) does)."""
+    """`topogang diff OLD NEW [--json]` or `topogang diff --against URL NEW [--json]`: 0 when the
+    configs describe the same cluster and quotas (and no running gang loses anything), 1 when they
+    differ, 2 when either cannot be read or is invalid, or the extender cannot be asked (as diff(1))."""
     parser = argparse.ArgumentParser(
         prog="topogang diff",
-        description="What changing config OLD into NEW changes: GPUs, nodes, cells, VC quotas, namespaces.",
+        description="What changing config OLD into NEW changes: GPUs, nodes, cells, VC quotas, namespaces; "
+        "with --against, NEW against the running extender, and which running gangs lose what.",
     )
-    parser.add_argument("old", metavar="OLD")
-    parser.add_argument("new", metavar="NEW")
+    parser.add_argument("files", nargs="+", metavar="OLD NEW | NEW")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    parser.add_argument(
+        "--against",
+        metavar="URL",
+        help="the running extender's reads (e.g. http://127.0.0.1:9097, its admin listener through "
+        "kubectl port-forward): its config and running gangs replace OLD",
+    )
+    parser.add_argument("--token-file", metavar="FILE", help="a bearer token for the admin routes")
+    parser.add_argument("--cacert", metavar="FILE", help="CA bundle for an https URL")
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
+    if len(args.files) != (1 if args.against else 2):
+        print("topogang diff: give OLD NEW, or --against URL NEW", file=sys.stderr)
+        return 2
+    if args.against:
+        return _diff_against(args)
     loaded = []
-    for file in (args.old, args.new):
+    for file in args.files:
         try:
             loaded.append(load_config(file))
         except ConfigError as exc:
@@ -138,6 +154,37 @@ def cli_diff(argv: Sequence[str] | None = None) -> int:
         return 2
     d = config_diff(loaded[0], loaded[1])
     print(json.dumps(d, indent=2) if args.json else format_diff(d))
+    return 1 if d["changed"] else 0
+
+
+def _diff_against(args: argparse.Namespace) -> int:
+    try:
+        new = load_config(args.files[0])
+    except ConfigError as exc:
+        for line in exc.lines():
+            print(line, file=sys.stderr)
+        return 2
+    try:
+        token = Path(args.token_file).read_text(encoding="utf-8").strip() if args.token_file else None
+        status = admin_get(args.against, "/v1/config", token, args.cacert)
+        groups = admin_get(args.against, "/v1/inspect/affinitygroups", token, args.cacert)
+    except (OSError, ValueError) as exc:
+        print(f"topogang diff: cannot read the running extender at {args.against}: {exc}", file=sys.stderr)
+        return 2
+    source = f"{args.against} ({status.get('file', 'config')})"
+    try:
+        running = load_config_text(str(status.get("config") or ""), source)
+    except ConfigError as exc:
+        for line in exc.lines():
+            print(line, file=sys.stderr)
+        return 2
+    items = groups.get("items") if isinstance(groups, dict) else None
+    d = diff_against(running, items if isinstance(items, list) else [], new, source)
+    if args.json:
+        print(json.dumps(d, indent=2))
+    else:
+        print(format_diff(d))
+        print("\n".join(format_running(d)))
     return 1 if d["changed"] else 0
 
 

@@ -6,6 +6,10 @@ guaranteed gangs first (highest priority, then oldest), so they keep their VC ce
 longer fits its VC keeps running downgraded to opportunistic; pods on hardware that is gone are
 reported. Nothing is moved and no GPU is given twice. Preemptions in flight are dropped (nothing runs
 in them yet) and reported; kube-scheduler retries them.
+
+The report's `impacts` is the one judgement of what an edit costs the gangs that run: the hot
+reload refuses an unconfirmed edit that has any (`extender/ops/reload.py`), and `topogang diff
+--against` prints them (`config/against.py`, on a core rebuilt from the extender's reads).
 """
 
 from __future__ import annotations
@@ -14,8 +18,52 @@ from dataclasses import dataclass, field
 
 from topology.core import Core
 from topology.decisions import AdoptedPod
-from topology.reservations import GangPhase
+from topology.reservations import Gang, GangPhase
 from topology.spec import ClusterSpec
+
+
+@dataclass(frozen=True, slots=True)
+class GangImpact:
+    """What an edit costs one running gang: the GPUs it held and keeps, whether it loses its
+    guarantee (a guaranteed gang whose cells no longer fit its VC runs on as opportunistic, which any
+    guaranteed gang may then preempt), and its pods on hardware the new config does not have (their
+    GPUs leave the scheduler's books: the gang is no longer whole). `gone`: none of its GPUs remain."""
+
+    gang: str
+    vc: str
+    gpus: int
+    kept_gpus: int
+    loses_guarantee: bool
+    lost_pods: tuple[str, ...]
+
+    @property
+    def gone(self) -> bool:
+        return self.kept_gpus == 0
+
+    def text(self) -> str:
+        what = []
+        if self.loses_guarantee:
+            what.append(
+                "loses its guarantee: it runs on as opportunistic, preemptible by any guaranteed gang"
+            )
+        if self.kept_gpus < self.gpus:
+            n = len(self.lost_pods)
+            pods = f" ({n} pod{'s' if n > 1 else ''}: {', '.join(self.lost_pods)})" if n else ""
+            what.append(
+                f"{'is gone' if self.gone else 'is cut'}: {self.gpus - self.kept_gpus} of its {self.gpus}"
+                f" GPUs{pods} are on hardware the new config does not have"
+            )
+        return f"gang {self.gang} (VC {self.vc}, {self.gpus} GPUs) " + "; ".join(what)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "gang": self.gang,
+            "vc": self.vc,
+            "gpus": self.gpus,
+            "keptGpus": self.kept_gpus,
+            "losesGuarantee": self.loses_guarantee,
+            "lostPods": list(self.lost_pods),
+        }
 
 
 @dataclass(slots=True)
@@ -24,6 +72,12 @@ class ReconfigureReport:
     downgraded: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)  # pods on hardware the new config does not have
     dropped: list[str] = field(default_factory=list)  # preemptions in flight
+    impacts: list[GangImpact] = field(default_factory=list)  # running gangs that lose something
+
+    @property
+    def loses_capacity(self) -> bool:
+        """Does a running gang lose GPUs or its guarantee? (What a reload refuses unless confirmed.)"""
+        return bool(self.impacts)
 
     def lines(self) -> list[str]:
         return (
@@ -62,6 +116,7 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         ]
         new.adopt(g.request, pods, now)
         adopted = new.gang(g.name)
+        _judge(report, g, pods, adopted)
         if adopted is None:
             report.lost.append(f"gang {g.name}: none of its GPUs exist any more")
             continue
@@ -74,3 +129,17 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         else:
             report.kept.append(g.name)
     return new, report
+
+
+def _judge(report: ReconfigureReport, old: Gang, pods: list[AdoptedPod], new: Gang | None) -> None:
+    """Record what the adoption cost a gang that runs (a gang none of whose pods runs loses nothing)."""
+    running = [p for p in pods if p.pod_uid]
+    if not running:
+        return
+    gpus = sum(len(p.gpu_indices) for p in running)
+    kept = {s.pod_uid for s in new.slots if s.pod_uid} if new is not None else set()
+    kept_gpus = sum(len(s.leaves) for s in new.slots if s.pod_uid) if new is not None else 0
+    lost = tuple(p.pod_name or p.pod_uid for p in running if p.pod_uid not in kept)
+    downgraded = new is not None and new.priority < 0 <= old.priority
+    if lost or downgraded or kept_gpus < gpus:
+        report.impacts.append(GangImpact(old.name, old.request.vc, gpus, kept_gpus, downgraded, lost))

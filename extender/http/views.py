@@ -65,9 +65,18 @@ def affinity_group(core: Core, gang: Gang, now: float) -> dict[str, Any]:
         if s.finished:
             slot["finished"] = True
         slots.append(slot)
+    req = gang.request
+    asked: dict[str, Any] = {"priority": req.priority}  # what the gang asked for (`topogang diff --against`)
+    if req.leaf_type is not None:
+        asked["leafCellType"] = req.leaf_type
+    if req.pinned_cell_id is not None:
+        asked["pinnedCellId"] = req.pinned_cell_id
+    if req.promote_when_quota:
+        asked["promoteWhenQuota"] = True
     status: dict[str, Any] = {
         "vc": gang.request.vc,
         "priority": gang.priority,
+        "request": asked,
         "state": state,
         "phase": gang.phase.value,
         "physicalPlacement": physical,

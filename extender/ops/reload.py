@@ -6,6 +6,14 @@ events) is polled; a changed file is validated first, and only a valid one is ap
 core's work-preserving reconfiguration under the scheduler's lock, so every running pod keeps its
 GPUs. An invalid file is rejected with its errors (log, metric, `GET /v1/config`) and the running
 config stays in force.
+
+A valid file that would cost a running gang GPUs or its guarantee (a node with running pods removed,
+a VC shrunk below what it runs: `ReconfigureReport.impacts`, the judgement `topogang diff --against`
+prints) is refused the same way, unless the file `confirm-capacity-loss` beside the config (the
+chart's value `confirmCapacityLoss`) holds this config's digest (`config.against.config_digest`,
+printed by the refusal and by `diff --against`). A digest, not a yes: a confirmation left in place
+confirms only the edit it names, never the next one. A refused file is judged again when it or the
+confirmation changes.
 """
 
 from __future__ import annotations
@@ -23,10 +31,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from config.against import CONFIRM_FILE, config_digest
 from config.load import ConfigError, load_config
 from extender.http.verbs import Scheduler
 from extender.ops.background import every
-from topology.reconfigure import reconfigure
+from topology.reconfigure import GangImpact, reconfigure
 
 log = logging.getLogger("topogang.reload")
 POLL_SECONDS = 5.0
@@ -38,9 +47,12 @@ class ReloadStatus:
     file: str
     applied_hash: str
     applied_at: float | None = None
-    last_result: str = "initial"  # "initial", "applied", "rejected", "unreadable"
+    last_result: str = "initial"  # "initial", "applied", "rejected", "refused", "unreadable"
     last_errors: list[str] = field(default_factory=list)
     last_report: list[str] = field(default_factory=list)
+    confirm_file: str = ""
+    refused_digest: str = ""  # the digest that would confirm the refused config
+    applied_text: str = ""  # the config in force, for `topogang diff --against`
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -50,6 +62,9 @@ class ReloadStatus:
             "lastResult": self.last_result,
             "lastErrors": self.last_errors,
             "lastReport": self.last_report,
+            "confirmFile": self.confirm_file,
+            "refusedDigest": self.refused_digest,
+            "config": self.applied_text,
         }
 
 
@@ -72,48 +87,84 @@ class ConfigWatcher:
         self.path = Path(path)
         self.clock = clock
         self.interval = interval if interval is not None else float(os.environ.get(POLL_ENV, POLL_SECONDS))
-        self.status = ReloadStatus(str(self.path), self._hash() or "")
+        self.confirm_path = self.path.parent / CONFIRM_FILE
+        data = self._read()
+        self.status = ReloadStatus(str(self.path), _digest(data) if data is not None else "")
+        self.status.confirm_file = str(self.confirm_path)
+        self.status.applied_text = data.decode("utf-8", "replace") if data is not None else ""
         self.rejected_hash = ""
+        self.refused: tuple[str, str] | None = None  # (file hash, confirmation) last refused
         self.on_result: Callable[[str, list[str]], None] | None = None  # e.g. a Kubernetes Event
         self.outcomes = Counter(
             "topogang_config_reloads",
-            "Config changes seen, by result (applied, rejected, unreadable).",
+            "Config changes seen, by result (applied, rejected, refused: it would cost running gangs"
+            " GPUs or their guarantee and was not confirmed, unreadable).",
             ["result"],
             registry=scheduler.metrics.registry,
         )
 
-    def _hash(self) -> str | None:
+    def _read(self) -> bytes | None:
         try:
-            return _digest(self.path.read_bytes())
+            return self.path.read_bytes()
         except OSError:
             return None
 
+    def _confirmation(self) -> str:
+        try:
+            return self.confirm_path.read_text(encoding="utf-8", errors="replace").strip()[:64]
+        except OSError:
+            return ""
+
     async def check(self) -> str | None:
         """Apply the file if it changed; return the result, or None when nothing changed."""
-        current = self._hash()
-        if current is None:
+        data = self._read()
+        if data is None:
             if self.status.last_result != "unreadable":
                 self._record("unreadable", [f"{self.path}: cannot read the config file"])
             return "unreadable"
+        current = _digest(data)
         if current in (self.status.applied_hash, self.rejected_hash):
             return None
+        confirmation = self._confirmation()
+        if self.refused == (current, confirmation):
+            return None  # reported once, not on every poll
         try:
             loaded = await asyncio.to_thread(load_config, self.path)
         except ConfigError as err:
             self.rejected_hash = current  # reported once, not on every poll
             self._record("rejected", err.lines())
             return "rejected"
+        digest = config_digest(loaded)
         async with self.scheduler.lock:
             new_core, report = reconfigure(self.scheduler.core, loaded.spec, self.clock())
+            if report.loses_capacity and confirmation != digest:
+                self.refused = (current, confirmation)
+                self.status.refused_digest = digest
+                self._record("refused", self._refusal(report.impacts, confirmation, digest))
+                return "refused"
             self.scheduler.core = new_core
             self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
             self.scheduler.entitlement.configure(loaded.extras)  # the serve flag's mode stays
         self.status.applied_hash = current
+        self.status.applied_text = data.decode("utf-8", "replace")
+        self.status.refused_digest = ""
+        self.refused = None
         self.status.applied_at = self.clock()
         self.status.last_report = report.lines()
         self._record("applied", [])
         log.info("config %s applied: %s", self.path, "; ".join(report.lines()) or "no running gang affected")
         return "applied"
+
+    def _refusal(self, impacts: list[GangImpact], confirmation: str, digest: str) -> list[str]:
+        """Why a valid config was refused, and how to confirm it."""
+        lines = [i.text() for i in impacts]
+        if confirmation:
+            lines.append(f"{self.confirm_path} confirms {confirmation}, not this config ({digest})")
+        lines.append(
+            f"to apply it anyway, write {digest} to {self.confirm_path} "
+            f"(Helm: --set-string confirmCapacityLoss={digest})"
+        )
+        return lines
 
     def _record(self, result: str, errors: list[str]) -> None:
         if result != "applied":
