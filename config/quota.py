@@ -16,8 +16,10 @@ cells split by a pin; serving the VCs top-down from those free lists gives exact
     available(l−1) = (left(l) + split(l)) × childCellNumber(l) − split(l−1)
 
 where `split(l)` counts the level-l cells that strictly contain a pinned cell. With no such cells the
-numbers are HiveD's, so its error text and numbers are kept. `left(l)` is the headroom: level-l cells
-not promised to any VC at level l or above (lower levels' demand still comes out of it).
+numbers are HiveD's, so its error text and numbers are kept. `left(l)` counts level-l cells not
+promised to any VC at level l or above; lower levels' demand still comes out of it, so it is not what
+a new VC can have. That is `headroom`: the most level-l cells one more promise can take with this
+same count still fitting (the check that would refuse one more).
 """
 
 from __future__ import annotations
@@ -144,3 +146,31 @@ def shortage_message(fit: ChainFit, lv: LevelFit, demands: Iterable[Demand]) -> 
     if lv.split:
         text += f"; {lv.split} {lv.cell_type} cells are split by pinned cells inside them"
     return text + ")"
+
+
+def headroom(
+    chain: str,
+    types: dict[str, TypeInfo],
+    cells: Sequence[ExpandedCell],
+    demands: Iterable[Demand],
+    level: TypeInfo,
+) -> int:
+    """The most cells of `level` a new VC could be promised on `chain`, every existing promise kept:
+    the largest k for which `fit_chain` with the extra demand still fits (0 when even the config as
+    it is does not). The count only grows with k, so k is found by bisection."""
+    base = [d for d in demands if d.chain == chain]
+
+    def fits(k: int) -> bool:
+        extra = Demand("", chain, level.name, level.level, k)
+        return fit_chain(chain, types, cells, [*base, extra]).shortage() is None
+
+    if not fits(0):
+        return 0
+    lo, hi = 0, sum(1 for c in cells if c.chain == chain and c.level == level.level)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

@@ -1,7 +1,9 @@
 """What a valid config describes, for `topogang validate`: chains, levels, VC quotas and headroom.
 
-An admin editing quotas mostly wants one number per level: how many cells are still unpromised
-(`headroom`, the `left` of the quota count in `config.quota`). The summary is built as plain data
+An admin editing quotas mostly wants one number per level: how many cells of it a new VC could
+still be promised (`headroom`, found with the quota count that would refuse one more:
+`config.quota.headroom`). Cells merely unpromised at a level are not that: a VC promised nodes
+takes them out of racks too. The summary is built as plain data
 first (`summary_data`, also the `--json` output) and then rendered as aligned text tables.
 """
 
@@ -11,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from config.quota import chain_types
+from config.quota import chain_types, headroom
 from config.validate import Analysis, analyze
 from topology.spec import ClusterSpec
 
@@ -31,6 +33,7 @@ def summary_data(spec: ClusterSpec, analysis: Analysis | None = None) -> dict[st
         levels = []
         for ti in path:
             lv = per_level.get(ti.level)
+            free = headroom(chain, a.types, cells, a.demands, ti) if lv else None
             levels.append(
                 {
                     "level": ti.level,
@@ -39,7 +42,7 @@ def summary_data(spec: ClusterSpec, analysis: Analysis | None = None) -> dict[st
                     "gpusPerCell": ti.leaf_count,
                     "vcCells": lv.vc_demand if lv else None,
                     "pinnedCells": lv.pinned if lv else None,
-                    "headroom": lv.left if lv else None,
+                    "headroom": free,
                 }
             )
         chains.append(
@@ -125,7 +128,7 @@ def format_summary(data: dict[str, Any]) -> str:
         [[c["chain"], c["topCells"], c["nodes"], c["gpus"], c["leafType"]] for c in data["chains"]],
     )
     for c in data["chains"]:
-        out += ["", f"Chain {c['chain']} (headroom: cells of that level not promised to any VC)"]
+        out += ["", f"Chain {c['chain']} (headroom: cells of that level a new VC could still be promised)"]
         out += table(
             ["LEVEL", "CELL TYPE", "CELLS", "GPUS/CELL", "VC CELLS", "PINNED", "HEADROOM"],
             [
