@@ -84,6 +84,11 @@ def test_reconfiguration_that_shrinks_a_vc_downgrades_the_overflow_and_keeps_the
         }
         assert {b.pod_uid for b in binds} == {s.pod_uid for s in g.slots}
     assert new.gang("a-new").priority == -1  # type: ignore[union-attr]
+    (impact,) = report.impacts  # the one gang that loses something: its guarantee, not a GPU
+    assert (impact.gang, impact.vc, impact.gpus, impact.kept_gpus) == ("a-new", "a", 16, 16)
+    assert impact.loses_guarantee and impact.lost_pods == () and report.loses_capacity
+    _, same = reconfigure(old, rack_cluster(vcs={"a": [("NODE", 4)], "b": [("NODE", 2)]}), now=10.0)
+    assert same.impacts == [] and not same.loses_capacity
 
 
 def test_reconfiguration_reports_pods_on_removed_hardware() -> None:
@@ -92,6 +97,9 @@ def test_reconfiguration_reports_pods_on_removed_hardware() -> None:
     assert d.node == "r1-n3"
     new, report = reconfigure(old, rack_cluster(racks=1, vcs={"a": [("NODE", 2)]}), now=0.0)
     assert report.lost and new.gang("g") is None
+    (impact,) = report.impacts
+    assert (impact.gang, impact.gpus, impact.kept_gpus, impact.loses_guarantee) == ("g", 8, 0, False)
+    assert impact.gone and impact.lost_pods == (d.pod_uid,) and "is gone: 8 of its 8 GPUs" in impact.text()
     assert violations(new) == []
 
 
