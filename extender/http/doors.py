@@ -87,7 +87,7 @@ ROUTES: dict[str, Rule] = {
     "/ui": _STATUS,
     "/ui/": _STATUS,
     "/v1/ui/state": _STATUS,
-    "/v1/config": Rule(Door.ADMIN, "get", "clusterstatus", "the config file's path and its errors"),
+    "/v1/config": Rule(Door.ADMIN, "get", "clusterstatus", "the config in force, its path and errors"),
     "/v1/gangs": Rule(Door.ADMIN, "list", "gangs", "every namespace's gangs"),
     "/v1/gangs/": Rule(Door.ADMIN, "list", "gangs", "every namespace's gangs"),
     GANG_PATH: _GANG,
