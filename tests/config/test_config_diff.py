@@ -100,3 +100,14 @@ def test_an_invalid_config_is_not_compared(tmp_path: Path, capsys: pytest.Captur
     assert cli_diff([str(EXAMPLE), str(new)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "did you mean 'A100-SWITCH'?" in err and "fix the errors above first" in err
+
+
+def test_against_needs_one_file_and_an_extender_that_answers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_diff([str(EXAMPLE)]) == 2
+    assert "give OLD NEW, or --against URL NEW" in capsys.readouterr().err
+    assert cli_diff(["--against", "http://127.0.0.1:9", str(EXAMPLE), str(EXAMPLE)]) == 2
+    capsys.readouterr()
+    assert cli_diff(["--against", "ftp://example.invalid", str(EXAMPLE)]) == 2
+    assert "must start with http:// or https://" in capsys.readouterr().err
+    assert cli_diff(["--against", "http://127.0.0.1:9", str(EXAMPLE)]) == 2  # the discard port: nobody
+    assert "cannot read the running extender at http://127.0.0.1:9" in capsys.readouterr().err
