@@ -15,6 +15,7 @@ from config.cli import cli_diff
 from tests.integration.conftest import CONFIG, Pods, running_server
 from tests.integration.test_reload import _nodes, vc_quota, wait_for
 from tests.integration.test_server import schedule
+from tests.polling import poll
 
 NLP_NODES = "cellType: A100-RACK.A100-NODE\n      cellNumber: 3"
 GONE_NODE = "a100-r3-n4"
@@ -126,8 +127,6 @@ def test_diff_against_names_what_running_gangs_lose_and_reload_needs_the_digest(
 
 
 def wait_for_errors(client: httpx.Client, text: str) -> dict[str, Any]:
-    from tests.polling import poll
-
     status: dict[str, Any] = {}
 
     def reached() -> bool:

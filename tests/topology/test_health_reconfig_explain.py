@@ -89,6 +89,8 @@ def test_reconfiguration_that_shrinks_a_vc_downgrades_the_overflow_and_keeps_the
     assert impact.loses_guarantee and impact.lost_pods == () and report.loses_capacity
     _, same = reconfigure(old, rack_cluster(vcs={"a": [("NODE", 4)], "b": [("NODE", 2)]}), now=10.0)
     assert same.impacts == [] and not same.loses_capacity
+    _, no_a = reconfigure(old, rack_cluster(vcs={"b": [("NODE", 2)]}), now=10.0)  # VC a is gone
+    assert sorted((i.gang, i.loses_guarantee) for i in no_a.impacts) == [("a-new", True), ("a-old", True)]
 
 
 def test_reconfiguration_reports_pods_on_removed_hardware() -> None:
