@@ -275,6 +275,8 @@ class Cluster:
             if now.get("appliedHash") != before.get("appliedHash"):
                 return True
             assert now.get("lastResult") not in ("rejected", "unreadable"), now
+            if now.get("lastResult") == "refused":  # it downgrades running gangs: confirmed, as an admin does
+                Path(now["confirmFile"]).write_text(now["refusedDigest"] + "\n", encoding="utf-8")
             return False
 
         poll("the reconfiguration to be applied", applied, tries=400, interval=0.05)
