@@ -113,7 +113,8 @@ def format_diff(d: dict[str, Any]) -> str:
         lines.append(f"WARNING: the cluster loses {g['old'] - g['new']} of its {g['old']} GPUs")
     if n["removed"]:
         k = len(n["removed"])
-        lines.append(f"WARNING: {k} node{'s' if k > 1 else ''} leave the cluster: {' '.join(n['removed'])}")
+        verb = "nodes leave" if k > 1 else "node leaves"
+        lines.append(f"WARNING: {k} {verb} the cluster: {' '.join(n['removed'])}")
     by_type = ", ".join(f"{t['name']} {t['old']} -> {t['new']}" for t in g["byType"])
     lines.append(f"GPUs:  {_delta(g['old'], g['new'])}" + (f"  [{by_type}]" if by_type else ""))
     lines.append(f"Nodes: {_delta(n['old'], n['new'])}")
