@@ -149,7 +149,8 @@ def _build(nodes: list[GpuNode], levels: Sequence[Level], notes: list[str]) -> l
         g = _group(n, level)
         (groups[g] if g is not None else loose).append(n)
     cells: list[_Cell] = []
-    for g in sorted(groups, key=natural_key):
+    # groups in the order of their first node's name (a clique label's value is a UUID: no order)
+    for g in sorted(groups, key=lambda g: min(natural_key(n.name) for n in groups[g])):
         kids = _build(groups[g], inner, notes)
         kinds: dict[tuple[Any, ...], list[_Cell]] = defaultdict(list)
         for k in kids:

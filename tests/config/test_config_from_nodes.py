@@ -169,8 +169,8 @@ def test_the_first_rack_label_a_node_carries_counts() -> None:
     ]
     result = from_nodes(nodes, rack_labels=[CLIQUE_LABEL, RACK])
     assert result.top_comments == (
-        f"rack {RACK}=r1: 1 node, 4 x A100",
         f"rack {CLIQUE_LABEL}=x: 1 node, 4 x A100",
+        f"rack {RACK}=r1: 1 node, 4 x A100",
     )
     loads(result)
 
@@ -206,6 +206,10 @@ def test_names_sort_naturally() -> None:
     nodes = [node(f"n{i}", 1, labels={RACK: "r"}) for i in (10, 2, 1)]
     (rack,) = from_nodes(nodes, rack_labels=[RACK]).data["physicalCluster"]["physicalCells"]
     assert [k["cellAddress"] for k in rack["cellChildren"]] == ["n1", "n2", "n10"]
+    # racks follow their nodes' names, not their label values (a clique's value is a UUID)
+    racks = [node("n9", 1, labels={RACK: "b7e2"}), node("n10", 1, labels={RACK: "0c41"})]
+    tops = from_nodes(racks, rack_labels=[RACK]).data["physicalCluster"]["physicalCells"]
+    assert [t["cellChildren"][0]["cellAddress"] for t in tops] == ["n9", "n10"]
 
 
 # ------------------------------------------------------------------------------------------ the command
