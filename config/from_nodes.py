@@ -220,6 +220,19 @@ def _type_names(cells: list[_Cell]) -> dict[tuple[Any, ...], str]:
                     child = keys[k].children[0]
                     stem = names[child.key].removesuffix(f"-{child.level}")
                     names[k] = f"{stem}-{k[2]}{child.level}-{level}"
+    products: dict[str, set[str]] = defaultdict(set)  # leaf type -> the products it stands for
+    for c in keys.values():
+        products[type_safe(c.product)].add(c.product)
+    clash = [sorted(p) for p in products.values() if len(p) > 1]
+    by_name: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for k, n in names.items():
+        by_name[n].append(k)
+    if clash or any(len(ks) > 1 for ks in by_name.values()):
+        which = clash[0] if clash else sorted({keys[k].product for ks in by_name.values() for k in ks[:2]})
+        raise FromNodesError(
+            f"products {', '.join(which)} give the same cell type names once made valid ('.' -> '-'); "
+            "relabel the nodes' nvidia.com/gpu.product or edit the config by hand"
+        )
     return names
 
 

@@ -202,6 +202,11 @@ def test_no_gpu_node_is_an_error_that_says_what_to_check() -> None:
         from_nodes([node("a", None), node("b", 0)])
 
 
+def test_products_that_read_the_same_as_type_names_are_refused() -> None:
+    with pytest.raises(FromNodesError, match=r"products A100-X, A100\.X give the same cell type names"):
+        from_nodes([node("a", 8, "A100.X"), node("b", 8, "A100-X")])
+
+
 def test_names_sort_naturally() -> None:
     nodes = [node(f"n{i}", 1, labels={RACK: "r"}) for i in (10, 2, 1)]
     (rack,) = from_nodes(nodes, rack_labels=[RACK]).data["physicalCluster"]["physicalCells"]
