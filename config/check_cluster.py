@@ -178,8 +178,8 @@ def check_unused(spec: ClusterSpec, tc: TypeCheck, used: set[str], *, resolved: 
         if not kid or kid in child:
             continue
         near = difflib.get_close_matches(kid, list(child), n=1, cutoff=0.8)
-        if not near:
-            continue
+        if not near or _leaf_of(near[0], child) == kid:
+            continue  # a type made of these very GPUs (`H100-NODE` of `H100`) is no misspelling of them
         where = f"{TYPES}.{name}.childCellType"
         if resolved and near[0] not in used:
             explained |= _component(near[0], child)
@@ -257,6 +257,15 @@ def check_unused(spec: ClusterSpec, tc: TypeCheck, used: set[str], *, resolved: 
 def _leaves(names: set[str] | list[str], child: dict[str, str]) -> set[str]:
     """The leaf (GPU) types directly under `names`: child types that are not defined types."""
     return {child[n] for n in names if n in child and child[n] and child[n] not in child}
+
+
+def _leaf_of(name: str, child: dict[str, str]) -> str | None:
+    """The leaf type at the bottom of `name`'s chain (None on a cycle or a missing child)."""
+    seen: set[str] = set()
+    while name in child and name not in seen:
+        seen.add(name)
+        name = child[name]
+    return None if name in seen or not name else name
 
 
 def _component(name: str, child: dict[str, str]) -> set[str]:

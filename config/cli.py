@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +19,16 @@ from config.against import diff_against, format_running
 from config.check_tenants import entitlement_data
 from config.diff import config_diff, format_diff
 from config.fetch import admin_get
+from config.from_nodes import (
+    DEFAULT_PRODUCT,
+    DEFAULT_RACK_LABELS,
+    DEFAULT_ZONE_LABELS,
+    GPU_RESOURCE,
+    PRODUCT_LABEL,
+    FromNodesError,
+    from_nodes,
+    render_yaml,
+)
 from config.generate import GenerateError, generate_yaml
 from config.load import ConfigError, load_config, load_config_text
 from config.problems import format_line, format_problem
@@ -87,10 +98,37 @@ def _validate_one(file: str, *, as_json: bool) -> tuple[dict[str, Any], bool]:
 
 
 def cli_generate(argv: Sequence[str] | None = None) -> int:
-    """`topogang generate [--nodes N] [--gpus-per-node G] [--rack-size R] [--vcs V] [--out FILE]`."""
+    """`topogang generate [--nodes N] [--gpus-per-node G] [--rack-size R] [--vcs V] [--out FILE]`, or
+    `topogang generate --from-cluster [--kubeconfig F] [--rack-label L]... [--zone-label L]...`."""
     parser = argparse.ArgumentParser(
         prog="topogang generate",
-        description="Write a synthetic cluster config (racks of nodes, VCs sharing ~90% of the nodes).",
+        description="Write a synthetic cluster config (racks of nodes, VCs sharing ~90% of the nodes), "
+        "or with --from-cluster a starting config read from the cluster's GPU nodes.",
+    )
+    cluster = parser.add_argument_group("from the cluster's nodes (--from-cluster)")
+    cluster.add_argument(
+        "--from-cluster", action="store_true", help="read the nodes through the kubeconfig instead"
+    )
+    cluster.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    cluster.add_argument(
+        "--rack-label",
+        action="append",
+        metavar="LABEL",
+        help="node label naming a node's rack; repeat for several (the first a node carries counts); "
+        f"'' for no racks (default: {', '.join(DEFAULT_RACK_LABELS)}, NVIDIA's NVLink domain)",
+    )
+    cluster.add_argument(
+        "--zone-label",
+        action="append",
+        metavar="LABEL",
+        help=f"node label naming a node's zone, the level above racks; '' for no zones "
+        f"(default: {', '.join(DEFAULT_ZONE_LABELS)})",
+    )
+    cluster.add_argument("--gpu-resource", default=GPU_RESOURCE, help=f"default: {GPU_RESOURCE}")
+    cluster.add_argument(
+        "--default-product",
+        default=DEFAULT_PRODUCT,
+        help=f"GPU type of nodes without {PRODUCT_LABEL} (default: {DEFAULT_PRODUCT})",
     )
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus-per-node", type=int, default=8)
@@ -101,6 +139,8 @@ def cli_generate(argv: Sequence[str] | None = None) -> int:
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
+    if args.from_cluster:
+        return _from_cluster(args)
     try:
         text = generate_yaml(
             nodes=args.nodes,
@@ -112,6 +152,46 @@ def cli_generate(argv: Sequence[str] | None = None) -> int:
     except GenerateError as exc:
         print(f"topogang generate: error: {exc}", file=sys.stderr)
         return 2
+    return _write(text, args.out, "topogang generate")
+
+
+def _from_cluster(args: argparse.Namespace) -> int:
+    """Read the nodes, build the config, check it loads, write it; the notes go to stderr."""
+    racks = [x for x in args.rack_label or DEFAULT_RACK_LABELS if x]
+    zones = [x for x in args.zone_label or DEFAULT_ZONE_LABELS if x]
+    try:
+        from extender.kube.client import KubeApi, load_api_client  # only this path needs a cluster
+
+        nodes, _ = KubeApi(load_api_client(args.kubeconfig)).list("/api/v1/nodes")
+    except Exception as exc:  # no kubeconfig, unreachable API server, no right to list nodes, ...
+        print(f"topogang generate: error: cannot list the cluster's nodes: {exc}", file=sys.stderr)
+        return 1
+    try:
+        result = from_nodes(
+            nodes,
+            rack_labels=racks,
+            zone_labels=zones,
+            gpu_resource=args.gpu_resource,
+            default_product=args.default_product,
+        )
+    except FromNodesError as exc:
+        print(f"topogang generate: error: {exc}", file=sys.stderr)
+        return 1
+    command = " ".join(
+        ["topogang generate --from-cluster"]
+        + [f"--rack-label {shlex.quote(x)}" for x in racks or [""]]
+        + [f"--zone-label {shlex.quote(x)}" for x in zones or [""]]
+    )
+    text = render_yaml(result, command)
+    try:  # what is written must load: a failure here is a bug, said as one
+        load_config_text(text, args.out or "<generated>")
+    except ConfigError as exc:
+        for line in exc.lines():
+            print(line, file=sys.stderr)
+        print("topogang generate: internal error: the generated config does not load", file=sys.stderr)
+        return 1
+    for note in result.notes:
+        print(f"topogang generate: note: {note}", file=sys.stderr)
     return _write(text, args.out, "topogang generate")
 
 
