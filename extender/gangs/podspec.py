@@ -38,7 +38,7 @@ from extender.bounded import ByteLRU
 from extender.conventions.optin import gpu_opt_in
 from extender.gangs.identity import explicit_key, one_pod_key
 from topology.decisions import GangRequest, Member, UserError
-from topology.requests import check_contains, check_leaf_number, check_member, check_name, check_priority
+from topology.requests import check_name, check_ranges
 
 ENABLE_RESOURCES = ("topogang.io/pod-scheduling-enable", "hivedscheduler.microsoft.com/pod-scheduling-enable")
 SPEC_ANNOTATIONS = ("topogang.io/pod-scheduling-spec", "hivedscheduler.microsoft.com/pod-scheduling-spec")
@@ -273,9 +273,11 @@ def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> dict[str, An
 
 
 def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
+    """The members as written (their ranges are `check_ranges`'s; a missing number is as good as
+    zero, and none at all is no members)."""
     raw = group.get("members")
     if raw is None:
-        raise UserError("affinityGroup.members", "is empty")
+        return [], []
     if not isinstance(raw, list) or not raw:
         raise UserError("affinityGroup.members", "expected a non-empty list of {podNumber, leafCellNumber}")
     members: list[Member] = []
@@ -288,9 +290,7 @@ def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
         leaves = _int(m, "leafCellNumber", f"{path}.leafCellNumber")
         if leaves is None and "gpuNumber" in m:
             leaves = _int(m, "gpuNumber", f"{path}.leafCellNumber")
-        check_member(i, pods or 0, leaves or 0)  # a missing number is as good as zero
-        assert pods is not None and leaves is not None
-        members.append(Member(pods, leaves))
+        members.append(Member(pods or 0, leaves or 0))
         roles.append(_str(m, "taskRole", f"{path}.taskRole"))
     return members, roles
 
@@ -364,9 +364,7 @@ def pod_request(
             )
     priority = _int(spec, "priority", "priority", 0)
     assert priority is not None
-    check_priority(priority)
     leaf_number = _int(spec, "leafCellNumber", "leafCellNumber") or 0
-    check_leaf_number(leaf_number)
     pinned = _str(spec, "pinnedCellId", "pinnedCellId")
     leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
     _check_framework_namespace(pod, namespace)
@@ -404,10 +402,23 @@ def pod_request(
             slot_keys = tuple(
                 f"{r}/{i}" for r, m in zip(named, members, strict=True) for i in range(m.pod_number)
             )
-        else:
-            members = merge_members(members)
         gang = task.gang if task is not None else explicit_key(namespace, group_name, "affinityGroup.name")
-    check_contains(members, leaf_number)
+    request = GangRequest(
+        name=gang,
+        vc=vc,
+        members=tuple(members),
+        priority=priority,
+        leaf_type=leaf_type,
+        pinned_cell_id=pinned,
+        lazy_preemption=_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
+        gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
+        ttl_seconds=ttl_seconds,
+        slot_keys=slot_keys,
+        promote_when_quota=_bool(spec, "promoteWhenQuota", "promoteWhenQuota", False),
+    )
+    check_ranges(request, leaf_number)  # as written: members merge only once each is known good
+    if slot_keys is None and len(members) > 1:
+        request = replace(request, members=tuple(merge_members(members)))
     if slot_keys is not None and task is not None:
         slot_key = task.slot_key
         if slot_key not in slot_keys:
@@ -422,26 +433,6 @@ def pod_request(
                 f"{leaf_number}, but the gang's member for task role {task.role} has "
                 f"leafCellNumber {role_leaves.get(task.role)}",
             )
-    promote = _bool(spec, "promoteWhenQuota", "promoteWhenQuota", False)
-    if promote and priority >= 0:
-        raise UserError(
-            "promoteWhenQuota",
-            "only an opportunistic gang (priority -1) can be promoted into its VC's quota; "
-            f"priority is {priority}",
-        )
-    request = GangRequest(
-        name=gang,
-        vc=vc,
-        members=tuple(members),
-        priority=priority,
-        leaf_type=leaf_type,
-        pinned_cell_id=pinned,
-        lazy_preemption=_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
-        gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
-        ttl_seconds=ttl_seconds,
-        slot_keys=slot_keys,
-        promote_when_quota=promote,
-    )
     return PodRequest(
         uid=uid,
         namespace=namespace,
