@@ -29,7 +29,7 @@ from topology.decisions import (
     Wait,
     WaitCode,
 )
-from topology.reservations import Gang, GangPhase
+from topology.reservations import Gang
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,7 @@ def reserve(cluster: Cluster, req: GangRequest, now: float, *, checked: bool = F
     `checked`: the request's ranges were checked where it was built."""
     held = gangs.existing(cluster, req)
     if held is not None:  # a member of a placed gang: no node-list work at all
-        if held.phase is GangPhase.PREEMPTING:
+        if held.pending:  # waiting for its victims to go (`GangPhase.PREEMPTING`)
             return preemption.wait_preempting(cluster, held)
         return gangs.placement_of(cluster, held)
     suggested = requests.suggested_ids(cluster, req)

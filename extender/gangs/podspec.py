@@ -125,6 +125,8 @@ def positive_quantity(value: object) -> bool:
         return value > 0
     if not isinstance(value, str):
         return False
+    if value.isascii() and value.isdigit():  # "1", as almost every opt-in limit is written
+        return int(value) > 0
     m = _QUANTITY.match(value)
     if m is None:
         return False
@@ -194,6 +196,8 @@ def _int(spec: Mapping[str, Any], key: str, path: str, default: int | None = Non
     value = spec.get(key)
     if value is None:
         return default
+    if type(value) is str and len(value) <= 10 and value.isascii() and value.isdigit():
+        return int(value)  # a number as a spec writes it (the reader keeps numbers as their text)
     text = str(value).strip() if not isinstance(value, dict | list) else None
     if text is None or not re.fullmatch(r"[+-]?\d{1,10}", text):
         shown = (
@@ -228,14 +232,6 @@ def _str(spec: Mapping[str, Any], key: str, path: str) -> str | None:
 _specs: ByteLRU[str, dict[str, Any] | UntrustedError] = ByteLRU(SPEC_CACHE_BYTES, 4096)
 
 
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
 def _read(text: str) -> dict[str, Any] | UntrustedError:
     """The spec document, read once per text (every member of a gang, and most single pods, carry the
     same spec; even libyaml costs ~0.2 ms a parse): what was read, or why it was refused. The cache is
@@ -259,16 +255,19 @@ def _not_a_mapping(doc: object) -> str:
     return "expected a mapping of fields (virtualCluster, leafCellNumber, ...)"
 
 
-def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> dict[str, Any]:
-    """The spec document as a mapping (scalars as text, legacy gpu* keys renamed), the caller's own
-    copy. `UserError` names the field inside the spec (or the annotation, for the whole text)."""
+def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> Mapping[str, Any]:
+    """The spec document as a mapping (legacy gpu* keys renamed), shared with every reader of the
+    same text: read it, never change it (a copy per read cost more than the rest of the parse).
+    `UserError` names the field inside the spec (or the annotation, for the whole text)."""
     got = _read(text)
     if isinstance(got, UntrustedError):
         raise UserError(got.path or annotation, got.message)
-    spec: dict[str, Any] = _copy(got)
+    spec: Mapping[str, Any] = got
     for old, new in (("gpuType", "leafCellType"), ("gpuNumber", "leafCellNumber")):
         if new not in spec and old in spec:
-            spec[new] = spec.pop(old)
+            renamed = {k: v for k, v in spec.items() if k != old}  # the shared document stays as read
+            renamed[new] = spec[old]
+            spec = renamed
     return spec
 
 

@@ -72,6 +72,7 @@ class Scheduler:
         self.core = core  # and what the config fixes, read once (`_install`)
         self.binder = binder
         self.metrics = metrics or Metrics()
+        self._counters: dict[tuple[str, str], Any] = {}
         self.clock = clock
         self.namespace_vcs = dict(namespace_vcs or {})
         self.ttl_seconds = ttl_seconds
@@ -129,7 +130,10 @@ class Scheduler:
         return self.pods.get(uid)
 
     def _count(self, verb: str, outcome: str) -> None:
-        self.metrics.decisions.labels(verb, outcome).inc()
+        child = self._counters.get((verb, outcome))
+        if child is None:  # looking a labelled child up takes a lock and a hash: once per pair
+            child = self._counters[(verb, outcome)] = self.metrics.decisions.labels(verb, outcome)
+        child.inc()
 
     # ------------------------------------------------------------------------------ filter
     async def filter(self, args: wire.ExtenderArgs) -> dict[str, Any]:
