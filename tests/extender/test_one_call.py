@@ -14,6 +14,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from extender.http.ports import BindError, BindTarget
 from extender.http.verbs import Scheduler
 from extender.http.wire import parse_preemption_args
@@ -181,5 +183,34 @@ def test_a_failed_binding_gives_its_slot_back_with_one_more_ask() -> None:
         assert "failed" in b["Error"], b
         assert rec.take() == ["bind", "unclaim"]
         assert not core_of(rec).holds_slot("f")
+
+    run(go())
+
+
+def test_a_requests_ranges_are_checked_once_per_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod contract checks a request's ranges as it reads the pod; the core's question then
+    checks only what depends on the config, so no range rule runs twice in one filter (it once ran
+    in the pod contract and again in the core's validation)."""
+    from extender.gangs import podspec
+    from topology import requests
+
+    checked: list[int] = []
+    real = requests.check_priority
+
+    def counting(priority: int) -> None:
+        checked.append(priority)
+        real(priority)
+
+    monkeypatch.setattr(requests, "check_priority", counting)
+    monkeypatch.setattr(podspec, "check_priority", counting, raising=False)  # a rule of its own, if any
+
+    async def go() -> None:
+        s, rec = recorded()
+        for i in range(2):  # the member that places the gang, then a member of the placed gang
+            p = pod(f"r{i}", f"r-{i}", "vision", spec("vision", 8, pods=2, group="ranges", priority=7))
+            checked.clear()
+            r = await s.filter(args(p))
+            asks(rec, "filter")
+            assert r["NodeNames"] and checked == [7], checked
 
     run(go())
