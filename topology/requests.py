@@ -60,12 +60,13 @@ def check_ranges(
     if not req.vc:
         raise UserError("virtualCluster", "is empty")
     check_priority(req.priority)
+    if leaf_number is not None:  # the pod's own first: a one-pod gang's member is made of it
+        check_leaf_number(leaf_number)
     if not req.members:
         raise UserError("affinityGroup.members", "is empty")
     for i, m in enumerate(req.members):
         check_member(i, m.pod_number, m.leaf_number)
     if leaf_number is not None:
-        check_leaf_number(leaf_number)
         check_contains(req.members, leaf_number, members_of=members_of, field=members_field)
     if req.slot_keys is not None and len(req.slot_keys) != req.pod_count:
         raise UserError("slotKeys", f"{len(req.slot_keys)} keys for {req.pod_count} pods")
