@@ -240,7 +240,7 @@ class Scheduler:
 
     def _preempted(self, p: Preemption, gang: str, verb: str) -> dict[str, tuple[str, ...]]:
         """Evict the victims a preemption named (filter-time, or the preempt verb's)."""
-        victims = self._victims(p)
+        victims = {node: uids for node, uids in p.victims_by_node().items() if uids}
         if verb == "filter":
             self._count("filter", "preempting")
         uids = [u for us in victims.values() for u in us]
@@ -355,9 +355,6 @@ class Scheduler:
             victims = self._preempted(got, pr.gang, "preempt")
         self._count("preempt", "victims" if victims else "none")
         return replies.preemption_result(victims)
-
-    def _victims(self, p: Preemption) -> dict[str, tuple[str, ...]]:
-        return {node: uids for node, uids in p.victims_by_node().items() if uids}
 
     # ------------------------------------------------------------------------------ bind
     async def bind(self, args: wire.BindingArgs) -> dict[str, Any]:
