@@ -98,8 +98,17 @@ class Http:
         headers = {"Content-Type": "application/json"} if body is not None else {}
         door = path.startswith("/v1/extender/") or (path.startswith("/v1/standalone/") and method != "GET")
         conn = self.verbs if door else self.conn
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
+        try:
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            if method not in ("GET", "DELETE"):
+                raise
+            # the server let a keep-alive connection go while it sat idle (a busy machine can keep a
+            # client away from one server longer than its keep-alive timeout): ask again on a new one
+            conn.close()
+            conn.request(method, path, body=body, headers=headers)
+            resp = conn.getresponse()
         raw = resp.read()
         return resp.status, orjson.loads(raw) if raw else None
 

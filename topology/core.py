@@ -1,6 +1,8 @@
 """The scheduling core's façade: plain requests in, decisions out, time passed in as `now`.
 
-The extender, the simulator and the tests all drive the core through this class only. It validates
+The extender, the simulator and the tests all drive the core through this class only. The
+extender's verbs each ask one question (`filter`, `prioritize`, `preempt_member`, `bind`: see
+`topology.asks`) and get one answer they can reply with. It validates
 requests (a `UserError` names the field), reserves whole gangs, hands out their slots, releases and
 expires them. It does no I/O and reads no clock. Each call is carried out by the module named for
 its concept (`requests`, `gangs`, `preemption`, `recovery`, `health`). The edge reads the core
@@ -13,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from topology import expiry, gangs, health, preemption, promotion, recovery, requests
+from topology import asks, expiry, gangs, health, preemption, promotion, recovery, requests
+from topology.asks import Claimed, FilterAnswer, FilterAsk, MemberAsk, PreemptAnswer, Slots
 from topology.cluster import Cluster
 from topology.decisions import (
     AdoptedPod,
@@ -28,7 +31,7 @@ from topology.decisions import (
     WaitCode,
     WaitReason,
 )
-from topology.reservations import Gang, GangPhase, Slot
+from topology.reservations import Gang, Slot
 
 _R = TypeVar("_R")
 
@@ -41,28 +44,29 @@ class Core(Cluster):
         """Raise `UserError` naming the field when `req` can never be scheduled as written."""
         requests.validate(self, req, leaf_number)
 
+    # ------------------------------------------------------------------ the verbs' questions
+    def filter(self, ask: FilterAsk, now: float) -> FilterAnswer:
+        """A member's filter: its slots, or why its gang waits (`asks.filter_member`)."""
+        return asks.filter_member(self, ask, now)
+
+    def prioritize(self, ask: MemberAsk) -> Slots | None:
+        """A member's slots with each slot node's fill (`asks.prioritize_member`)."""
+        return asks.prioritize_member(self, ask)
+
+    def preempt_member(self, ask: MemberAsk, now: float) -> PreemptAnswer:
+        """A member's preempt: `preempt` for its gang, answered with the gang (`asks`)."""
+        return asks.preempt_member(self, ask, now)
+
+    def bind(self, ask: MemberAsk, node: str, now: float, *, pod_name: str | None = None) -> Claimed | None:
+        """A member's bind: its slot on `node` claimed (`asks.bind_member`). Raises `UserError`."""
+        return asks.bind_member(self, ask, node, now, pod_name=pod_name)
+
     # ------------------------------------------------------------------ placing gangs
     def reserve(self, req: GangRequest, now: float) -> GangPlacement | Wait:
         """Filtering phase: place the whole gang (or find it placed), lazily downgrading opted-in
         victims when that alone makes room. When it fits only by preemption, answer
         Wait(PREEMPTIBLE) with the victims and reserve nothing. Raises `UserError`."""
-        held = gangs.existing(self, req)
-        if held is not None:  # a member of a placed gang: no node-list work at all
-            if held.phase is GangPhase.PREEMPTING:
-                return preemption.wait_preempting(self, held)
-            return gangs.placement_of(self, held)
-        suggested = requests.suggested_ids(self, req)
-        requests.validate(self, req)
-        cooling = expiry.cooling(self, req, now)  # it expired less than a TTL ago
-        if cooling is not None:
-            return cooling
-        got = gangs.place_new(self, req, now, suggested)
-        if not isinstance(got, Wait) or req.opportunistic:
-            return got
-        lazily = preemption.lazy_place(self, req, now, suggested)  # HiveD does this in filter too
-        if lazily is not None:
-            return lazily
-        return preemption.preemptible(self, req, got, suggested)
+        return asks.reserve(self, req, now)
 
     def preempt(self, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
         """Preempting phase: place the gang if it fits now; otherwise reserve its cells over the

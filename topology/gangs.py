@@ -48,7 +48,7 @@ def existing(cluster: Cluster, req: GangRequest) -> Gang | None:
             "affinityGroup",
             f"gang {req.name} already exists with a different shape (VC, priority or members)",
         )
-    if g.phase is GangPhase.PREEMPTING and _preemptor_broken(cluster, g, suggested_ids(cluster, req)):
+    if g.pending and _preemptor_broken(cluster, g, suggested_ids(cluster, req)):
         cancel(cluster, g, "its placement needs a bad or non-suggested node")
         return None
     return g

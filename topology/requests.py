@@ -1,9 +1,13 @@
 """A gang request as the core accepts it: the only place its ranges are checked.
 
-`validate` raises a `UserError` that names the field when a request can never be scheduled as written
-(an empty name, an unknown VC, a priority out of range, a member that is not positive, more leaf cells
-than the cluster has, a pod bigger than any node, no chain with quota). Validity depends on the config
-alone, so each shape is checked once and remembered with the chains it may use.
+`check_ranges` holds every rule on a request's own values (an empty name or VC, a priority out of
+range, no members or a member that is not positive, a pod that is none of its gang's members, slot
+keys that do not match, a promoted gang of the wrong priority). The request's builders run
+it once as they read a pod (`extender.gangs.podspec`, `extender.conventions.resolve`), and the verbs'
+questions (`topology.asks`) then check only `fits`: the rules that depend on the config (an unknown
+VC, more leaf cells than the cluster has, a pod bigger than any node, no chain with quota). Those
+depend on the config alone, so each shape is checked once and remembered with the chains it may
+use. `validate`, for callers that build requests themselves, runs both.
 """
 
 from __future__ import annotations
@@ -22,18 +26,58 @@ _MAX_SHAPE_MEMBERS = 16  # bounds the shape cache in bytes: a key holds the memb
 
 def validate(cluster: Cluster, req: GangRequest, leaf_number: int | None = None) -> None:
     """Raise `UserError` naming the field when `req` can never be scheduled as written."""
+    if leaf_number is None and req.name and _shape_key(req) in cluster.valid_shapes:
+        return  # its shape passed both before (the ranges are the shape's, but for the name)
+    check_ranges(req, leaf_number, contract=False)
+    fits(cluster, req)
+
+
+def fits(cluster: Cluster, req: GangRequest) -> None:
+    """Raise `UserError` naming the field when the config cannot hold `req` (its ranges checked)."""
     key = _shape_key(req)
-    if leaf_number is None and req.name and key in cluster.valid_shapes:
+    if key in cluster.valid_shapes:
         return
-    _validate(cluster, req, leaf_number)
+    _fits(cluster, req)
     if len(cluster.valid_shapes) < _MAX_SHAPES and len(req.members) <= _MAX_SHAPE_MEMBERS:
         cluster.valid_shapes[key] = tuple(chains(cluster, req))
 
 
-# ---------------------------------------------------------------------------- one range at a time
-# Each check below is the only one of its range: the core's `validate` runs them on a whole request,
-# and the pod contract (`extender.gangs.podspec`) runs them as it reads a spec, so a bad field is
-# named in HiveD's words, the same whichever reads it first.
+# ---------------------------------------------------------------------------- the ranges
+def check_ranges(
+    req: GangRequest,
+    leaf_number: int | None = None,
+    *,
+    members_of: str | None = None,
+    members_field: str = "affinityGroup.members",
+    contract: bool = True,
+) -> None:
+    """Every rule on the request's own values, in HiveD's order and words; `leaf_number`: the pod's
+    own leaf cells, one of its gang's members. `members_of` names where a convention's members came
+    from (its words for a pod that is none of them, naming `members_field`). `contract`: a pod's
+    request, which may ask for promotion only when opportunistic (the core itself lets any request
+    carry the flag: promotion only ever looks at opportunistic gangs)."""
+    check_name(req.name)
+    if not req.vc:
+        raise UserError("virtualCluster", "is empty")
+    check_priority(req.priority)
+    if leaf_number is not None:  # the pod's own first: a one-pod gang's member is made of it
+        check_leaf_number(leaf_number)
+    if not req.members:
+        raise UserError("affinityGroup.members", "is empty")
+    for i, m in enumerate(req.members):
+        check_member(i, m.pod_number, m.leaf_number)
+    if leaf_number is not None:
+        check_contains(req.members, leaf_number, members_of=members_of, field=members_field)
+    if req.slot_keys is not None and len(req.slot_keys) != req.pod_count:
+        raise UserError("slotKeys", f"{len(req.slot_keys)} keys for {req.pod_count} pods")
+    if contract and req.promote_when_quota and not req.opportunistic:
+        raise UserError(
+            "promoteWhenQuota",
+            "only an opportunistic gang (priority -1) can be promoted into its VC's quota; "
+            f"priority is {req.priority}",
+        )
+
+
 def check_name(name: str) -> None:
     if not name:
         raise UserError("affinityGroup.name", "AffinityGroup.Name is empty")
@@ -60,45 +104,45 @@ def check_member(i: int, pod_number: int, leaf_number: int) -> None:
         raise UserError(f"{path}.leafCellNumber", "AffinityGroup.Members has non-positive LeafCellNumber")
 
 
-def check_contains(members: Sequence[Member], leaf_number: int) -> None:
-    """The pod is one of its gang's members (HiveD's words, typo included: users search for them)."""
+def check_contains(
+    members: Sequence[Member],
+    leaf_number: int,
+    *,
+    members_of: str | None = None,
+    field: str = "affinityGroup.members",
+) -> None:
+    """The pod is one of its gang's members (HiveD's words, typo included: users search for them;
+    for a convention's gang, `members_of` names where its members came from)."""
     if all(m.leaf_number != leaf_number for m in members):
+        if members_of is not None:
+            shape = ", ".join(f"{m.pod_number}x{m.leaf_number}" for m in members)
+            raise UserError(
+                field,
+                f"the pod requests {leaf_number} GPUs, but no member of {members_of} has that many "
+                f"(members: {shape})",
+            )
         raise UserError(
-            "affinityGroup.members",
+            field,
             "AffinityGroup.Members does not contains current Pod "
             f"(no member has leafCellNumber {leaf_number})",
         )
 
 
-def _validate(cluster: Cluster, req: GangRequest, leaf_number: int | None) -> None:
-    check_name(req.name)
-    if not req.vc:
-        raise UserError("virtualCluster", "is empty")
+def _fits(cluster: Cluster, req: GangRequest) -> None:
     if req.vc not in cluster.vc_owner:
         raise UserError("virtualCluster", f"VC {req.vc} does not exist")
-    check_priority(req.priority)
-    if not req.members:
-        raise UserError("affinityGroup.members", "is empty")
-    for i, m in enumerate(req.members):
-        check_member(i, m.pod_number, m.leaf_number)
     if req.leaf_total > cluster.gpu_count:  # before anything is built per pod or per leaf
         raise UserError(
             "affinityGroup.members",
             f"the gang needs {req.leaf_total} leaf cells, more than the whole cluster's "
             f"{cluster.gpu_count}: it can never run",
         )
-    if leaf_number is not None:
-        check_leaf_number(leaf_number)
-        check_contains(req.members, leaf_number)
-    if req.slot_keys is not None and len(req.slot_keys) != req.pod_count:
-        raise UserError("slotKeys", f"{len(req.slot_keys)} keys for {req.pod_count} pods")
-    if req.pinned_cell_id is not None:
-        if req.opportunistic:
-            raise UserError(
-                "pinnedCellId", f"opportunistic pod not supported to use pinned cell {req.pinned_cell_id}"
-            )
-        if (req.vc, req.pinned_cell_id) not in cluster.pinned_owner:
-            raise UserError("pinnedCellId", f"VC {req.vc} does not have pinned cell {req.pinned_cell_id}")
+    if req.pinned_cell_id is not None and req.opportunistic:  # the priority its namespace was granted
+        raise UserError(
+            "pinnedCellId", f"opportunistic pod not supported to use pinned cell {req.pinned_cell_id}"
+        )
+    if req.pinned_cell_id is not None and (req.vc, req.pinned_cell_id) not in cluster.pinned_owner:
+        raise UserError("pinnedCellId", f"VC {req.vc} does not have pinned cell {req.pinned_cell_id}")
     found = chains(cluster, req)
     topo = cluster.topo
     if not found and req.within_level is not None and _chains_ignoring_level(cluster, req):
@@ -234,4 +278,5 @@ def _shape_key(req: GangRequest) -> tuple[object, ...]:
         req.pinned_cell_id,
         None if req.slot_keys is None else len(req.slot_keys),
         req.within_level,
+        req.promote_when_quota,
     )

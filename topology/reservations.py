@@ -53,6 +53,7 @@ class Gang:
     lost: int = 0  # pods whose hardware vanished in a reconfiguration (reported, not held)
     placement: GangPlacement | None = None  # cached: it never changes once the slots are set
     evicting: bool = False  # its pods are being evicted: each slot's GPUs are freed as its pod goes
+    gone: bool = False  # let go (released, expired, cancelled): an answer holding it is out of date
 
     @property
     def phase(self) -> GangPhase:
@@ -110,6 +111,7 @@ class Reservations:
             self.promote_ids.add(gang.id)
 
     def remove(self, gang: Gang) -> None:
+        gang.gone = True
         self.by_name.pop(gang.name, None)
         self.by_id.pop(gang.id, None)
         self.promote_ids.discard(gang.id)

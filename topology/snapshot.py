@@ -117,6 +117,7 @@ GANG_FIELDS: dict[str, Callable[[Any], Any]] = {
     "lost": _same,
     "placement": _same,
     "evicting": _same,
+    "gone": _same,
 }
 
 

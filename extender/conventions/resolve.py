@@ -26,6 +26,7 @@ from extender.conventions.optin import GPU_RESOURCE, pod_gpus
 from extender.gangs.identity import explicit_key, one_pod_key
 from extender.gangs.podspec import PodRequest, framework_task, merge_members, spec_text
 from topology.decisions import GangRequest, Member, UserError
+from topology.requests import check_ranges
 
 # highest first; an explicit topogang/HiveD spec and FrameworkController identity come before all of
 # these and are `extender.gangs.podspec`'s (a pod with either never reaches this module)
@@ -160,12 +161,6 @@ def resolve(
             f"the size of group {c.group} is unknown: its PodGroup cannot be read here; give it as the "
             f"pod annotation {MIN_MEMBER}",
         )
-    if all(m.leaf_number != leaf for m in members):
-        shape = ", ".join(f"{m.pod_number}x{m.leaf_number}" for m in members)
-        raise UserError(
-            GPU_RESOURCE,
-            f"the pod requests {leaf} GPUs, but no member of {c.where()} has that many (members: {shape})",
-        )
     timeout, soft = pod_timeout(pod)
     timeout = timeout or c.ttl_seconds or ttl_seconds
     is_soft = soft if soft is not None else bool(c.soft)
@@ -177,5 +172,6 @@ def resolve(
         ttl_seconds=timeout * SOFT_BACKSTOP if is_soft else timeout,
         within_level=None if c.topology_key is None else workload.level_of_key(c.topology_key),
     )
+    check_ranges(request, leaf, members_of=c.where(), members_field=GPU_RESOURCE)
     pr = PodRequest(uid, namespace, name, request, leaf, spec_annotation=c.key)
     return Resolved(pr, c.source, timeout, is_soft, request.pod_count, c.topology_key)

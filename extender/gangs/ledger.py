@@ -35,6 +35,7 @@ from extender.gangs.identity import gang_key, split_key
 from extender.gangs.ledger_records import (
     Counts,
     Identity,
+    Known,
     Phase,
     PodFacts,
     Record,
@@ -85,6 +86,19 @@ class GangLedger:
             self.on_transition(rec, members, why)
 
     # ------------------------------------------------------------------------------ edge facts
+    def attempt(self, pr: PodRequest) -> Seen:
+        """The member's framework attempt against the current one, changing nothing: a stale one
+        (refuse the pod), or a newer one whose older attempt's gang goes first."""
+        task = pr.task
+        if task is None or pr.gang != task.gang:
+            return Seen()
+        current = self.frameworks.get((task.namespace, task.framework))
+        if current is None or current[0] == task.attempt:
+            return Seen()
+        if not newer(task.attempt, current[0]):
+            return Seen(stale=f"attempt {task.attempt} is superseded by attempt {current[0]}")
+        return Seen(superseded=current[1])
+
     def seen(self, pr: PodRequest, pod: Mapping[str, Any]) -> Seen:
         """A member pod was filtered: remember it and its gang; settle framework attempts."""
         task = pr.task
@@ -213,15 +227,17 @@ class GangLedger:
             facts.ip = ip
             facts.host_ip = host_ip
 
-    def binding(self, core: Core, gang: str, uid: str, waiting: WaitingOf) -> None:
+    def binding(
+        self, core: Core, gang: str, uid: str, waiting: WaitingOf, known: Known | None = None
+    ) -> None:
         """The pod claimed its slot; its Binding is being written."""
         self.inflight.add(uid)
-        self.touch(core, gang, waiting)
+        self.touch(core, gang, waiting, known)
 
-    def bound(self, core: Core, gang: str, uid: str, waiting: WaitingOf) -> None:
+    def bound(self, core: Core, gang: str, uid: str, waiting: WaitingOf, known: Known | None = None) -> None:
         """The pod's Binding was written (or failed: the slot is released by the caller)."""
         self.inflight.discard(uid)
-        self.touch(core, gang, waiting)
+        self.touch(core, gang, waiting, known)
 
     def pod_gone(self, core: Core, uid: str, waiting: WaitingOf) -> None:
         self.inflight.discard(uid)
@@ -239,11 +255,11 @@ class GangLedger:
                 return
             self.touch(core, facts.gang, waiting)
 
-    def placed(self, core: Core, gang: str, waiting: WaitingOf) -> None:
+    def placed(self, core: Core, gang: str, waiting: WaitingOf, known: Known | None = None) -> None:
         """A filter found the gang placed: a change only when the record still says Pending."""
         rec = self.records.get(gang)
         if rec is None or rec.phase is Phase.PENDING:
-            self.touch(core, gang, waiting)
+            self.touch(core, gang, waiting, known)
 
     def released(self, core: Core, r: Released, waiting: WaitingOf) -> None:
         """The core let the gang go: an expired one stays as a tombstone, any other is forgotten."""
@@ -335,17 +351,23 @@ class GangLedger:
             rec.phase_changed.set()
             rec.phase_changed = asyncio.Event()
 
-    def touch(self, core: Core, gang: str, waiting: WaitingOf) -> None:
-        """Something about the gang changed: bump its version, move its phase, wake its polls."""
-        self.maybe_prune(core)
+    def touch(self, core: Core, gang: str, waiting: WaitingOf, known: Known | None = None) -> None:
+        """Something about the gang changed: bump its version, move its phase, wake its polls.
+        `known`: what the verb's answer from the core said of the gang (the verbs ask the core
+        once, and the ledger reads that answer: pruning, which asks the core of every gang, is
+        left to the periodic pass and the releases then)."""
+        if known is not None and known.gang is not None and known.gang.gone:
+            known = None  # let go since the answer: what the core holds now
+        if known is None:
+            self.maybe_prune(core)
         rec = self.records.get(gang)
         if rec is None:
-            g = core.gang(gang)
+            g = known.gang if known is not None else core.gang(gang)
             if g is None:
                 return
             rec = self._record_for(core, g)
         self._bump(rec)
-        moved = self._apply(core, rec, waiting)
+        moved = self._apply(core, rec, waiting, known)
         self._wake(rec, phase=moved)
 
     def refresh(self, core: Core, rec: Record, waiting: WaitingOf) -> None:
@@ -354,10 +376,10 @@ class GangLedger:
             self._bump(rec)
             self._wake(rec, phase=True)
 
-    def _apply(self, core: Core, rec: Record, waiting: WaitingOf) -> bool:
+    def _apply(self, core: Core, rec: Record, waiting: WaitingOf, known: Known | None = None) -> bool:
         if rec.tombstone is not None:
             return False
-        phase, _counts, reason, never = self.evaluate(core, rec, waiting)
+        phase, _counts, reason, never = self.evaluate(core, rec, waiting, known=known)
         moved = (phase, never) != (rec.phase, rec.never_fits)
         rec.reason, rec.never_fits = reason, never
         if phase is rec.phase:
@@ -388,10 +410,16 @@ class GangLedger:
 
     # ------------------------------------------------------------------------------ phases
     def evaluate(
-        self, core: Core, rec: Record, waiting: WaitingOf, *, gang: Gang | None = None
+        self,
+        core: Core,
+        rec: Record,
+        waiting: WaitingOf,
+        *,
+        gang: Gang | None = None,
+        known: Known | None = None,
     ) -> tuple[Phase, Counts, str, bool]:
         """(phase, counts, reason, neverFits) of a gang now."""
-        return evaluate(core, rec, waiting, self.pods, self.inflight, gang=gang)
+        return evaluate(core, rec, waiting, self.pods, self.inflight, gang=gang, known=known)
 
     # ------------------------------------------------------------------------------ lookups
     def resolve(self, core: Core, namespace: str, name: str, attempt: str | None) -> Record | str | None:

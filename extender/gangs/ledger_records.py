@@ -148,6 +148,16 @@ class Seen:
     superseded: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What the verb's one answer from the core said of a gang: its reservation (None: it has none)
+    and its VC's quota. The ledger reads it instead of asking the core again; a reservation the
+    core has let go since (`Gang.gone`) is asked for afresh."""
+
+    gang: Gang | None
+    vc_quota: int | None = None
+
+
 WaitingOf = Callable[[str], Waiting | None]
 # (record, members as (namespace, name, uid), why): told of every phase a gang enters, for Events
 TransitionHook = Callable[[Record, list[tuple[str, str, str]], str], None]

@@ -11,7 +11,16 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from extender.gangs.ledger_records import API_VERSION, Counts, Phase, PodFacts, Record, WaitingOf, rfc3339
+from extender.gangs.ledger_records import (
+    API_VERSION,
+    Counts,
+    Known,
+    Phase,
+    PodFacts,
+    Record,
+    WaitingOf,
+    rfc3339,
+)
 from extender.http.views import lca_type
 from topology.core import Core
 from topology.decisions import WaitCode
@@ -26,11 +35,13 @@ def evaluate(
     inflight: AbstractSet[str],
     *,
     gang: Gang | None = None,
+    known: Known | None = None,
 ) -> tuple[Phase, Counts, str, bool]:
-    """(phase, counts, reason, neverFits) of a gang now."""
+    """(phase, counts, reason, neverFits) of a gang now (`known`: what the core just answered of
+    it, read instead of asking again)."""
     if rec.tombstone is not None:
         return Phase.EXPIRED, Counts(expected=rec.expected), rec.reason, False
-    g = gang or core.gang(rec.gang)
+    g = gang or (known.gang if known is not None else core.gang(rec.gang))
     if g is not None:
         rec.last_gang = g
     if g is None:
@@ -41,7 +52,7 @@ def evaluate(
         if w is None:
             return Phase.PENDING, counts, "waiting for a member to be filtered", False
         text = f"[{w.reason.code.value}] {w.reason.message}"
-        quota = core.vc_quota(rec.vc)
+        quota = known.vc_quota if known is not None and known.vc_quota is not None else core.vc_quota(rec.vc)
         too_big = not rec.opportunistic and rec.leaf_total > quota
         never = w.reason.code is WaitCode.INSUFFICIENT_QUOTA and too_big  # the reason says so too
         return Phase.PENDING, counts, text, never

@@ -38,7 +38,7 @@ from extender.bounded import ByteLRU
 from extender.conventions.optin import gpu_opt_in
 from extender.gangs.identity import explicit_key, one_pod_key
 from topology.decisions import GangRequest, Member, UserError
-from topology.requests import check_contains, check_leaf_number, check_member, check_name, check_priority
+from topology.requests import check_name, check_ranges
 
 ENABLE_RESOURCES = ("topogang.io/pod-scheduling-enable", "hivedscheduler.microsoft.com/pod-scheduling-enable")
 SPEC_ANNOTATIONS = ("topogang.io/pod-scheduling-spec", "hivedscheduler.microsoft.com/pod-scheduling-spec")
@@ -125,6 +125,8 @@ def positive_quantity(value: object) -> bool:
         return value > 0
     if not isinstance(value, str):
         return False
+    if value.isascii() and value.isdigit():  # "1", as almost every opt-in limit is written
+        return int(value) > 0
     m = _QUANTITY.match(value)
     if m is None:
         return False
@@ -194,6 +196,8 @@ def _int(spec: Mapping[str, Any], key: str, path: str, default: int | None = Non
     value = spec.get(key)
     if value is None:
         return default
+    if type(value) is str and len(value) <= 10 and value.isascii() and value.isdigit():
+        return int(value)  # a number as a spec writes it (the reader keeps numbers as their text)
     text = str(value).strip() if not isinstance(value, dict | list) else None
     if text is None or not re.fullmatch(r"[+-]?\d{1,10}", text):
         shown = (
@@ -228,14 +232,6 @@ def _str(spec: Mapping[str, Any], key: str, path: str) -> str | None:
 _specs: ByteLRU[str, dict[str, Any] | UntrustedError] = ByteLRU(SPEC_CACHE_BYTES, 4096)
 
 
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
 def _read(text: str) -> dict[str, Any] | UntrustedError:
     """The spec document, read once per text (every member of a gang, and most single pods, carry the
     same spec; even libyaml costs ~0.2 ms a parse): what was read, or why it was refused. The cache is
@@ -259,23 +255,28 @@ def _not_a_mapping(doc: object) -> str:
     return "expected a mapping of fields (virtualCluster, leafCellNumber, ...)"
 
 
-def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> dict[str, Any]:
-    """The spec document as a mapping (scalars as text, legacy gpu* keys renamed), the caller's own
-    copy. `UserError` names the field inside the spec (or the annotation, for the whole text)."""
+def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> Mapping[str, Any]:
+    """The spec document as a mapping (legacy gpu* keys renamed), shared with every reader of the
+    same text: read it, never change it (a copy per read cost more than the rest of the parse).
+    `UserError` names the field inside the spec (or the annotation, for the whole text)."""
     got = _read(text)
     if isinstance(got, UntrustedError):
         raise UserError(got.path or annotation, got.message)
-    spec: dict[str, Any] = _copy(got)
+    spec: Mapping[str, Any] = got
     for old, new in (("gpuType", "leafCellType"), ("gpuNumber", "leafCellNumber")):
         if new not in spec and old in spec:
-            spec[new] = spec.pop(old)
+            renamed = {k: v for k, v in spec.items() if k != old}  # the shared document stays as read
+            renamed[new] = spec[old]
+            spec = renamed
     return spec
 
 
 def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
+    """The members as written (their ranges are `check_ranges`'s; a missing number is as good as
+    zero, and none at all is no members)."""
     raw = group.get("members")
     if raw is None:
-        raise UserError("affinityGroup.members", "is empty")
+        return [], []
     if not isinstance(raw, list) or not raw:
         raise UserError("affinityGroup.members", "expected a non-empty list of {podNumber, leafCellNumber}")
     members: list[Member] = []
@@ -288,9 +289,7 @@ def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
         leaves = _int(m, "leafCellNumber", f"{path}.leafCellNumber")
         if leaves is None and "gpuNumber" in m:
             leaves = _int(m, "gpuNumber", f"{path}.leafCellNumber")
-        check_member(i, pods or 0, leaves or 0)  # a missing number is as good as zero
-        assert pods is not None and leaves is not None
-        members.append(Member(pods, leaves))
+        members.append(Member(pods or 0, leaves or 0))
         roles.append(_str(m, "taskRole", f"{path}.taskRole"))
     return members, roles
 
@@ -364,9 +363,7 @@ def pod_request(
             )
     priority = _int(spec, "priority", "priority", 0)
     assert priority is not None
-    check_priority(priority)
     leaf_number = _int(spec, "leafCellNumber", "leafCellNumber") or 0
-    check_leaf_number(leaf_number)
     pinned = _str(spec, "pinnedCellId", "pinnedCellId")
     leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
     _check_framework_namespace(pod, namespace)
@@ -404,10 +401,23 @@ def pod_request(
             slot_keys = tuple(
                 f"{r}/{i}" for r, m in zip(named, members, strict=True) for i in range(m.pod_number)
             )
-        else:
-            members = merge_members(members)
         gang = task.gang if task is not None else explicit_key(namespace, group_name, "affinityGroup.name")
-    check_contains(members, leaf_number)
+    request = GangRequest(
+        name=gang,
+        vc=vc,
+        members=tuple(members),
+        priority=priority,
+        leaf_type=leaf_type,
+        pinned_cell_id=pinned,
+        lazy_preemption=_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
+        gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
+        ttl_seconds=ttl_seconds,
+        slot_keys=slot_keys,
+        promote_when_quota=_bool(spec, "promoteWhenQuota", "promoteWhenQuota", False),
+    )
+    check_ranges(request, leaf_number)  # as written: members merge only once each is known good
+    if slot_keys is None and len(members) > 1:
+        request = replace(request, members=tuple(merge_members(members)))
     if slot_keys is not None and task is not None:
         slot_key = task.slot_key
         if slot_key not in slot_keys:
@@ -422,26 +432,6 @@ def pod_request(
                 f"{leaf_number}, but the gang's member for task role {task.role} has "
                 f"leafCellNumber {role_leaves.get(task.role)}",
             )
-    promote = _bool(spec, "promoteWhenQuota", "promoteWhenQuota", False)
-    if promote and priority >= 0:
-        raise UserError(
-            "promoteWhenQuota",
-            "only an opportunistic gang (priority -1) can be promoted into its VC's quota; "
-            f"priority is {priority}",
-        )
-    request = GangRequest(
-        name=gang,
-        vc=vc,
-        members=tuple(members),
-        priority=priority,
-        leaf_type=leaf_type,
-        pinned_cell_id=pinned,
-        lazy_preemption=_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
-        gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
-        ttl_seconds=ttl_seconds,
-        slot_keys=slot_keys,
-        promote_when_quota=promote,
-    )
     return PodRequest(
         uid=uid,
         namespace=namespace,

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 from extender.bounded import ByteLRU
 from extender.gangs.podspec import PodRequest
-from topology.core import Core
-from topology.decisions import UserError
 
 POD_CACHE_SIZE = 200_000
 POD_CACHE_BYTES = 256 * 1024 * 1024
@@ -68,27 +66,6 @@ class PodCache:
     def others_in(self, gang: str, uid: str) -> bool:
         """Whether a pod of the gang other than `uid` is cached (known, and maybe still alive)."""
         return bool(self._gang_pods.get(gang, set()) - {uid})
-
-    def same_identity(self, core: Core, pr: PodRequest) -> PodRequest:
-        """A pod that holds a slot keeps the identity it was bound with: a request under its UID
-        that names another gang or slot (a reused UID, or a spec edited after binding) is refused,
-        and changes nothing, so the holder's cached request and ledger facts stay its own."""
-        gang = core.gang_of_pod(pr.uid)
-        if gang is None:
-            return pr
-        slot = gang.slot_of(pr.uid)
-        held = self.get(pr.uid)
-        if (
-            gang.name != pr.gang
-            or (slot is not None and slot.leaf_number != pr.leaf_number)
-            or (held is not None and held.slot_key != pr.slot_key)
-        ):
-            raise UserError(
-                "metadata.uid",
-                f"pod UID {pr.uid} is bound in gang {gang.name}; a bound pod's gang, slot and leaf "
-                "cells cannot change (a new spec needs a new pod)",
-            )
-        return pr
 
     def remember(self, pr: PodRequest, text: str | None) -> None:
         """Keep the request read from `text` (None: read from no spec text, never a hit for one)."""

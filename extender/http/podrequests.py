@@ -2,8 +2,10 @@
 
 From the pod's own spec (HiveD's or topogang's annotation; a FrameworkController pod's with its
 Framework), else from the conventions (PodGroups, YuniKorn, Spark, GPU pods: `extender.conventions`).
-A request is cached per pod UID and spec text (`PodCache`), and a pod that holds a slot keeps the
-identity it was bound with. The scheduler is seen here as a `Reader`: what reading takes of it.
+A request is cached per pod UID and spec text (`PodCache`) once the verb's question to the core has
+accepted it (a pod that holds a slot keeps the identity it was bound with: `topology.asks`, so a
+refused request never replaces the holder's): reading hands the verb what to keep (`Unkept`). The
+scheduler is seen here as a `Reader`: what reading takes of it; reading asks nothing of the core.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from extender.http import wire
 from extender.http.answers import user_error
 from extender.http.podcache import PodCache
 from extender.http.ports import FrameworkLookup, PodLookup
+from topology.asks import MemberAsk
 from topology.decisions import UserError
 
 
@@ -35,7 +38,36 @@ class Reader(Host, Protocol):
     def pod_lookup(self) -> PodLookup | None: ...
     @property
     def entitlement(self) -> Gate: ...
+    @property
+    def max_pods(self) -> int: ...
+    @property
+    def unkept(self) -> Unkept: ...
     async def request_of(self, pod: wire.WirePod) -> PodRequest: ...
+
+
+class Unkept:
+    """Requests read but not yet cached, by pod UID, with the spec text each was read from: the verb
+    keeps one (`keep`) once the core accepted it, or drops it. Bounded: a verb that ends early leaves
+    its entry, replaced by the pod's next read."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._held: dict[str, tuple[PodRequest, str | None]] = {}
+
+    def hold(self, pr: PodRequest, text: str | None) -> None:
+        if len(self._held) >= self.limit:
+            self._held.clear()
+        self._held[pr.uid] = (pr, text)
+
+    def keep(self, pods: PodCache, uid: str) -> None:
+        """Cache the request the pod's last read found (as read: the entitlement is granted on
+        every read), if it was not read from the cache."""
+        held = self._held.pop(uid, None)
+        if held is not None:
+            pods.remember(*held)
+
+    def drop(self, uid: str) -> None:
+        self._held.pop(uid, None)
 
 
 async def read(s: Reader, pod: wire.WirePod) -> PodRequest:
@@ -49,8 +81,8 @@ async def _read(s: Reader, pod: wire.WirePod) -> PodRequest:
     _, text = spec_text(pod.raw)
     if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
         got = await s.conventions.request_of(s, pod)
-        if got is not None:  # not cached: an elastic member or a Soft gang's may change
-            s.pods.remember(s.pods.same_identity(s.core, got), None)
+        if got is not None:  # not read from the cache: an elastic member or a Soft gang's may change
+            s.unkept.hold(got, None)
             return got
     cached = s.pods.read_from(pod.uid, text)
     if cached is not None:
@@ -59,10 +91,26 @@ async def _read(s: Reader, pod: wire.WirePod) -> PodRequest:
     if pr.task is not None and pr.request.name == one_pod_key(pod.namespace, pod.name) and s.framework_lookup:
         fw = await s.framework_lookup(pr.task.namespace, pr.task.framework)
         if fw is None:  # not cached: the Framework may be readable next time
-            return s.pods.same_identity(s.core, pr)
+            return pr
         pr = parse(s, pod, fw)
-    s.pods.remember(s.pods.same_identity(s.core, pr), text)
+    s.unkept.hold(pr, text)
     return pr
+
+
+def member_ask(pr: PodRequest, nodes: frozenset[str] | None) -> MemberAsk:
+    """The core's question about a member: the pod's request, `nodes` as its suggested nodes."""
+    rank = pr.task.index if pr.task is not None else None
+    return MemberAsk(pr.narrowed_to(nodes), pr.uid, pr.leaf_number, pr.slot_key, rank)
+
+
+def left_gang(pods: PodCache, before: PodRequest | None, pr: PodRequest) -> str | None:
+    """The gang a pod left, when its spec now names another (a pending pod's annotations can be
+    edited) and no other pod of it is known: a reservation that no pod is left to claim goes now,
+    as when its last pod is deleted, rather than holding its cells until its TTL. (A convention's
+    elastic extra changes gang by design, between the gang and its extras: that is no leaving.)"""
+    if before is None or before.gang == pr.gang or not (before.from_spec and pr.from_spec):
+        return None
+    return None if pods.others_in(before.gang, pr.uid) else before.gang
 
 
 def explained(s: Reader, pod: wire.WirePod) -> PodRequest:
@@ -81,7 +129,7 @@ def parse(s: Reader, pod: wire.WirePod, framework: Mapping[str, Any] | None = No
         namespace_vcs=s.namespace_vcs,
         ttl_seconds=s.ttl_seconds,
         framework=framework,
-        max_pods=s.core.gpu_count,
+        max_pods=s.max_pods,
     )
 
 

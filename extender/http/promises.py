@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from extender.gangs.podspec import PodRequest
 from extender.http.podcache import POD_CACHE_SIZE
-from topology.core import Core
+from topology.asks import Slots
 from topology.decisions import PodPlacement
 
 TENTATIVE_SECONDS = 10.0  # how long a slot stays promised to the pod prioritize pointed at it
@@ -26,11 +26,11 @@ class Promises:
     def __len__(self) -> int:
         return len(self._held)
 
-    def promise(
-        self, core: Core, pr: PodRequest, slots: list[PodPlacement], now: float
-    ) -> PodPlacement | None:
-        """The slot this pod should take (its rank's slot when free), promised to it for a while so
-        the next member is steered elsewhere while this one is being bound."""
+    def promise(self, pr: PodRequest, answer: Slots, now: float) -> PodPlacement | None:
+        """The slot this pod should take (its rank's slot when free, as the core's answer names
+        it), promised to it for a while so the next member is steered elsewhere while this one is
+        being bound."""
+        slots = answer.slots
         if not slots:
             return None
         gang = pr.gang
@@ -39,13 +39,10 @@ class Promises:
             if held is not None and held[0] == pr.uid:
                 self._held[(gang, p.slot)] = (pr.uid, now)
                 return p
-        rank = pr.task.index if pr.task is not None else None
         order = list(slots)
-        if rank is not None and pr.slot_key is None:
-            g = core.gang(gang)
-            same = [s.index for s in g.slots if s.leaf_number == pr.leaf_number] if g is not None else []
-            if rank < len(same):
-                order.sort(key=lambda p: (p.slot != same[rank], p.slot))
+        ranked = answer.rank_slot
+        if ranked is not None:
+            order.sort(key=lambda p: (p.slot != ranked, p.slot))
         choice = order[0]
         for p in order:
             held = self._held.get((gang, p.slot))

@@ -4,12 +4,15 @@
 single-threaded); time comes from an injected clock. I/O never happens under the lock: a bind claims its slot
 under the lock, writes the Binding outside it, and gives the slot back if the write fails.
 
-Filter places the whole gang when its first member arrives (`Core.reserve`, with kube-scheduler's node list
-as suggested nodes) and answers the nodes of the gang's unclaimed slots that fit this pod. Prioritize gives
-10 to the node of the pod's own slot in rank order (slot key, or FrameworkController task index) and packs
-the rest. Bind commits (`Core.claim`, then the Binding). Preempt returns whole gangs as victims
-(`Core.preempt`). Filter, prioritize and preempt carry the pod; bind carries only names (the request filter
-read, cached by UID, else the API server's pod).
+Each verb asks the core one question and replies with its one answer (`topology.asks`); the ledger and
+the promised slots read that answer rather than asking the core again. Filter places the whole gang when
+its first member arrives (`Core.filter`, with kube-scheduler's node list as suggested nodes) and answers
+the nodes of the gang's unclaimed slots that fit this pod. Prioritize gives 10 to the node of the pod's
+own slot in rank order (slot key, or FrameworkController task index) and packs the rest
+(`Core.prioritize`). Bind commits (`Core.bind`, then the Binding). Preempt returns whole gangs as victims
+(`Core.preempt_member`). Filter, prioritize and preempt carry the pod; bind carries only names (the
+request filter read, cached by UID, else the API server's pod). What the config fixes (the cluster's GPU
+count, its node names) is read once per core, when it is installed.
 """
 
 from __future__ import annotations
@@ -25,19 +28,22 @@ from extender.gangs.bindsig import signed_bind_annotations
 from extender.gangs.entitlement import Entitlements, Gate
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
+from extender.gangs.ledger_records import Known
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
 from extender.http import podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
+from extender.http.podrequests import member_ask
 from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
 from extender.http.promises import Promises
 from extender.http.promotions import PromotionWriter, known_names
 from extender.http.views import Waiting
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
+from topology.asks import FilterAsk, IdentityError, Slots, Waits
 from topology.core import Core
-from topology.decisions import GangPlacement, PodPlacement, Preemption, Released, UserError, Wait, WaitCode
+from topology.decisions import GangPlacement, Preemption, Released, UserError, Wait
 
 log = logging.getLogger("topogang.extender")
 
@@ -63,9 +69,10 @@ class Scheduler:
         preempt_on_filter: bool = False,
         conventions: Conventions | None = None,
     ) -> None:
-        self.core = core
+        self.core = core  # and what the config fixes, read once (`_install`)
         self.binder = binder
         self.metrics = metrics or Metrics()
+        self._counters: dict[tuple[str, str], Any] = {}
         self.clock = clock
         self.namespace_vcs = dict(namespace_vcs or {})
         self.ttl_seconds = ttl_seconds
@@ -82,6 +89,7 @@ class Scheduler:
         self.ready = False
         self.not_ready_reason = "starting"
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
+        self.unkept = podrequests.Unkept()  # read, not cached until the core accepts it
         self.waiting: dict[str, Waiting] = {}
         self.promises = Promises()  # slots held for a while for the pod sent to them
         # kube-scheduler's node lists, shared from request to request, within a budget for this cluster
@@ -94,24 +102,26 @@ class Scheduler:
             binder, known_names(self.pods, self.gang_ledger), metrics=self.metrics
         )
 
+    # ------------------------------------------------------------------------------ the core
+    @property
+    def core(self) -> Core:
+        return self._core
+
+    @core.setter
+    def core(self, core: Core) -> None:
+        """Install a core (a reload installs a new one) and read what its config fixes."""
+        self._core = core
+        self.max_pods = core.gpu_count  # no gang of more pods can run: refused as it is read
+        self.node_index = core.node_index()  # shared, read-only
+
     # ------------------------------------------------------------------------------ pod requests
     async def request_of(self, pod: wire.WirePod) -> PodRequest:
-        """The pod's gang request (cached per UID and spec text). Raises `UserError`."""
-        before = self.pods.get(pod.uid)
-        pr = await podrequests.read(self, pod)
-        if before is not None and before.gang != pr.gang and before.from_spec and pr.from_spec:
-            await self._left(before.gang, pod.uid)
-        return pr
+        """The pod's gang request (read from the cache per UID and spec text; a fresh read is
+        cached by `_keep` once the core accepted it). Raises `UserError`."""
+        return await podrequests.read(self, pod)
 
-    async def _left(self, gang: str, uid: str) -> None:
-        """A pod whose spec now names another gang has left its old one (a pending pod's annotations
-        can be edited): a reservation that no pod is left to claim goes now, as when its last pod is
-        deleted, rather than holding its cells until its TTL. (A convention's elastic extra changes
-        gang by design, between the gang and its extras: that is no leaving.)"""
-        async with self.lock:
-            self._released(self._abandoned(gang, uid))
-            if not self.pods.others_in(gang, uid):
-                self.waiting.pop(gang, None)
+    def _keep(self, uid: str) -> None:
+        self.unkept.keep(self.pods, uid)
 
     def forget_pod(self, uid: str) -> None:
         self.pods.forget(uid)
@@ -120,7 +130,10 @@ class Scheduler:
         return self.pods.get(uid)
 
     def _count(self, verb: str, outcome: str) -> None:
-        self.metrics.decisions.labels(verb, outcome).inc()
+        child = self._counters.get((verb, outcome))
+        if child is None:  # looking a labelled child up takes a lock and a hash: once per pair
+            child = self._counters[(verb, outcome)] = self.metrics.decisions.labels(verb, outcome)
+        child.inc()
 
     # ------------------------------------------------------------------------------ filter
     async def filter(self, args: wire.ExtenderArgs) -> dict[str, Any]:
@@ -131,6 +144,7 @@ class Scheduler:
         if not is_enabled(args.pod.raw):
             self._count("filter", "ignored")
             return replies.filter_result(args, names)
+        before = self.pods.get(args.pod.uid)
         try:
             pr = await self.request_of(args.pod)
         except UserError as err:
@@ -138,47 +152,66 @@ class Scheduler:
             msg = user_error(args.pod.key, annotation_of(args.pod.raw), err)
             self.gang_ledger.user_error(args.pod.raw, args.pod.namespace, None, msg)
             return replies.filter_error(msg)
-        seen = self.gang_ledger.seen(pr, args.pod.raw)
-        if seen.stale is not None:
+        attempt = self.gang_ledger.attempt(pr)
+        if attempt.stale is not None:
+            self._keep(pr.uid)
             self._count("filter", "rejected")
-            stale = f"topogang: pod {pr.key} is of a stale framework attempt: {seen.stale}"
+            stale = f"topogang: pod {pr.key} is of a stale framework attempt: {attempt.stale}"
             return replies.filter_result(args, (), {}, dict.fromkeys(names, stale))
-        if seen.superseded is not None:
-            await self._supersede(seen.superseded, pr.gang)
-        index = self.core.node_index()  # once per node list and core (read-only: shared)
+        index = self.node_index
         unknown = self.node_lists.per_node_list(
             names,
             self.core,
             lambda: {n: f"topogang: node {n} is not in the cluster config" for n in names if n not in index},
         )
-        if len(unknown) == len(names):  # nothing to place on: no reservation, no waiting record
-            self._count("filter", "rejected")
-            return replies.filter_result(args, (), {}, unknown)
+        left = podrequests.left_gang(self.pods, before, pr)
         async with self.lock:
             now = self.clock()
+            ask = FilterAsk(
+                member_ask(pr, self.node_lists.node_set(names)),
+                preempt=self._may_preempt(args.pod.raw),
+                supersede=attempt.superseded,
+                abandon=left,
+                place=len(unknown) < len(names),  # nothing to place on: no reservation, no wait
+            )
             try:
-                self._validate_member(pr)
-                got = self._reserve(pr, names, now)
-                if self._should_preempt(got, args.pod.raw):
-                    self._preempt_now(pr, names, now)
-                    got = self._reserve(pr, names, now)
-            except UserError as err:
+                answer = self.core.filter(ask, now)
+            except IdentityError as err:  # the pod's cached request and ledger facts stay its own
+                self.unkept.drop(pr.uid)
                 self._count("filter", "error")
-                msg = user_error(pr.key, pr.spec_annotation, err)
+                msg = user_error(args.pod.key, annotation_of(args.pod.raw), err)
+                self.gang_ledger.user_error(args.pod.raw, args.pod.namespace, None, msg)
+                return replies.filter_error(msg)
+            self._keep(pr.uid)
+            for r in answer.released:
+                self._released(r)
+            if left is not None:
+                self.waiting.pop(left, None)
+            self.gang_ledger.seen(pr, args.pod.raw)
+            if attempt.superseded is not None:
+                self.waiting.pop(attempt.superseded, None)
+                self._superseded(answer.released, attempt.superseded, pr.gang)
+            if answer.error is not None:
+                self._count("filter", "error")
+                msg = user_error(pr.key, pr.spec_annotation, answer.error)
                 self.gang_ledger.user_error(args.pod.raw, pr.namespace, pr.gang, msg)
                 return replies.filter_error(msg)
-            if isinstance(got, Wait):
+            out = answer.outcome
+            if out is None:
+                self._count("filter", "rejected")
+                return replies.filter_result(args, (), {}, unknown)
+            if isinstance(out, Waits):
+                if out.preempted is not None:
+                    self._preempted(out.preempted, pr.gang, "filter")
                 self._count("filter", "wait")
-                return self._wait_answer(args, pr, got, names, unknown, now)
+                return self._wait_answer(args, pr, out, names, unknown, now)
             self.waiting.pop(pr.gang, None)
-            self.gang_ledger.placed(self.core, pr.gang, self.waiting_of)
-            slots = self._slots(pr)
-            if not slots:
+            self.gang_ledger.placed(self.core, pr.gang, self.waiting_of, Known(out.gang))
+            if not out.slots:
                 self._count("filter", "wait")
-                holder = self.core.slot_holder(pr.gang, pr.slot_key) if pr.slot_key is not None else None
-                text = slots_taken(pr.gang, pr.slot_key, holder, pr.leaf_number)
+                text = slots_taken(pr.gang, pr.slot_key, out.holder, pr.leaf_number)
                 return replies.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
-            slot_nodes = {p.node for p in slots}
+            slot_nodes = {p.node for p in out.slots}
             at = self.node_lists.positions(names)  # the few slot nodes in kube-scheduler's order, no scan
             passed = (
                 sorted((n for n in slot_nodes if n in at), key=at.__getitem__)
@@ -186,7 +219,7 @@ class Scheduler:
                 else [n for n in names if n in slot_nodes]  # a name given twice: keep both
             )
             self._count("filter", "placed" if passed else "rejected")
-            self.promises.promise(self.core, pr, slots, now)
+            self.promises.promise(pr, out, now)
             if passed:
                 # kube-scheduler reads why nodes failed only when none passes, and counts a dropped,
                 # unlisted node as unresolvable (reference: extender protocol, point 5); naming the
@@ -196,54 +229,41 @@ class Scheduler:
             unresolvable.update(unknown)
             return replies.filter_result(args, (), {}, unresolvable)
 
-    def _validate_member(self, pr: PodRequest) -> None:
-        """Check the request once per verb. The core checks a new gang's request as it places it
-        (`Core.reserve`, `Core.preempt`), and the request's builder (`podspec`, the conventions)
-        has made sure the pod is one of its members; a member of a gang placed already is checked
-        here, with its own leaf cells, as the core goes straight to the placement."""
-        if self.core.gang(pr.gang) is not None:
-            self.core.validate(pr.request, pr.leaf_number)
-
-    def _should_preempt(self, got: GangPlacement | Wait, pod: Mapping[str, Any]) -> bool:
+    def _may_preempt(self, pod: Mapping[str, Any]) -> bool:
         """Filter-time preemption (Kubernetes mode): kube-scheduler's own dry run only reaches the
         preempt verb when its in-tree filters see the node full, which pods that request only the
         virtual opt-in resource never make it see. A pod may refuse (`preemptionPolicy: Never`)."""
-        if (
-            not self.preempt_on_filter
-            or not isinstance(got, Wait)
-            or got.reason.code is not WaitCode.PREEMPTIBLE
-        ):
+        if not self.preempt_on_filter:
             return False
         spec = pod.get("spec")
         return not (isinstance(spec, dict) and spec.get("preemptionPolicy") == "Never")
 
-    def _preempt_now(self, pr: PodRequest, names: Sequence[str], now: float) -> None:
-        got = self.core.preempt(pr.narrowed_to(self.node_lists.node_set(names)), now)
-        if isinstance(got, Preemption):
-            victims = [u for us in self._victims(got).values() for u in us]
+    def _preempted(self, p: Preemption, gang: str, verb: str) -> dict[str, tuple[str, ...]]:
+        """Evict the victims a preemption named (filter-time, or the preempt verb's)."""
+        victims = {node: uids for node, uids in p.victims_by_node().items() if uids}
+        if verb == "filter":
             self._count("filter", "preempting")
-            if victims and self.evictor is not None:
-                spawn(self.evictor(victims, f"preempted by gang {pr.gang}"))
-
-    def _reserve(self, pr: PodRequest, names: Sequence[str], now: float) -> GangPlacement | Wait:
-        return self.core.reserve(pr.narrowed_to(self.node_lists.node_set(names)), now)
+        uids = [u for us in victims.values() for u in us]
+        if uids and self.evictor is not None:
+            spawn(self.evictor(uids, f"preempted by gang {gang}"))
+        return victims
 
     def _wait_answer(
         self,
         args: wire.ExtenderArgs,
         pr: PodRequest,
-        w: Wait,
+        w: Waits,
         names: Sequence[str],
         unknown: Mapping[str, str],
         now: float,
     ) -> dict[str, Any]:
-        text = self._note_wait(pr, w, now)
+        text = self._note_wait(pr, w.wait, now, Known(w.gang, w.vc_quota))
         failed, unresolvable = waiting_nodes(
-            pr.gang, w, text, names, unknown, evicts_itself=self.preempt_on_filter
+            pr.gang, w.wait, text, names, unknown, evicts_itself=self.preempt_on_filter
         )
         return replies.filter_result(args, (), failed, unresolvable)
 
-    def _note_wait(self, pr: PodRequest, w: Wait, now: float) -> str:
+    def _note_wait(self, pr: PodRequest, w: Wait, now: float, known: Known) -> str:
         """Remember why the gang waits (for inspect and metrics) and tell the pod's watchers."""
         text = wait_text(pr.gang, w)  # the core's reason says when the gang can never run
         old = self.waiting.get(pr.gang)
@@ -252,20 +272,10 @@ class Scheduler:
             pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now
         )
         if old is None or old.reason.code is not w.reason.code:
-            self.gang_ledger.touch(self.core, pr.gang, self.waiting_of)
+            self.gang_ledger.touch(self.core, pr.gang, self.waiting_of, known)
         if self.on_wait is not None:
             self.on_wait(pr, text)
         return text
-
-    def _slots(self, pr: PodRequest) -> list[PodPlacement]:
-        """The pod's own claimed slot, else the gang's open slots of its shape (rank order)."""
-        gang = self.core.gang(pr.gang)
-        if gang is None:
-            return []
-        mine = gang.slot_of(pr.uid)
-        if mine is not None:
-            return [p for p in self.core.placement_of(gang).pods if p.slot == mine.index]
-        return self.core.open_slots(pr.gang, pr.leaf_number, pr.slot_key)
 
     # ------------------------------------------------------------------------------ prioritize
     async def prioritize(self, args: wire.ExtenderArgs) -> list[dict[str, Any]]:
@@ -281,18 +291,23 @@ class Scheduler:
             return replies.host_priorities(zero)
         async with self.lock:
             now = self.clock()
-            slots = self._slots(pr)
-            if not slots:
+            try:
+                got: Slots | None = self.core.prioritize(member_ask(pr, None))
+            except UserError:  # a pod holding a slot as another member: as its read refused
+                self.unkept.drop(pr.uid)
                 self._count("prioritize", "ignored")
                 return replies.host_priorities(zero)
-            mine = self.promises.promise(self.core, pr, slots, now)
-            slot_nodes = {p.node for p in slots}
+            self._keep(pr.uid)
+            if got is None or not got.slots:
+                self._count("prioritize", "ignored")
+                return replies.host_priorities(zero)
+            mine = self.promises.promise(pr, got, now)
             scores = []
             for n in names:
                 if mine is not None and n == mine.node:
                     score = MAX_SCORE
-                elif n in slot_nodes:
-                    free, total = views.node_fill(self.core, n)
+                elif n in got.fill:
+                    free, total = got.fill[n]
                     score = 1 + round(8 * (1 - free / total)) if total else 1
                 else:
                     score = 0
@@ -316,30 +331,30 @@ class Scheduler:
         async with self.lock:
             now = self.clock()
             try:
-                self._validate_member(pr)
-                got = self.core.preempt(
-                    pr.narrowed_to(frozenset(args.victims) if args.victims else None), now
+                answer = self.core.preempt_member(
+                    member_ask(pr, frozenset(args.victims) if args.victims else None), now
                 )
+            except IdentityError as err:
+                self.unkept.drop(pr.uid)
+                self._count("preempt", "error")
+                raise VerbError(400, user_error(args.pod.key, annotation_of(args.pod.raw), err)) from None
             except UserError as err:
+                self._keep(pr.uid)
                 self._count("preempt", "error")
                 raise VerbError(400, user_error(pr.key, pr.spec_annotation, err)) from None
+            self._keep(pr.uid)
+            got = answer.got
             if isinstance(got, Wait):
-                self._note_wait(pr, got, now)
+                self._note_wait(pr, got, now, Known(answer.gang, answer.vc_quota))
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
             if isinstance(got, GangPlacement):
                 self.waiting.pop(pr.gang, None)
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
-            victims = self._victims(got)
-        if victims and self.evictor is not None:
-            uids = [u for us in victims.values() for u in us]
-            spawn(self.evictor(uids, f"preempted by gang {pr.gang}"))
+            victims = self._preempted(got, pr.gang, "preempt")
         self._count("preempt", "victims" if victims else "none")
         return replies.preemption_result(victims)
-
-    def _victims(self, p: Preemption) -> dict[str, tuple[str, ...]]:
-        return {node: uids for node, uids in p.victims_by_node().items() if uids}
 
     # ------------------------------------------------------------------------------ bind
     async def bind(self, args: wire.BindingArgs) -> dict[str, Any]:
@@ -376,44 +391,36 @@ class Scheduler:
             )
         async with self.lock:
             now = self.clock()
-            gang = self.core.gang(pr.gang)
-            if gang is None:
+            try:
+                claimed = self.core.bind(member_ask(pr, None), args.node, now, pod_name=pr.name)
+            except UserError as err:
+                self.unkept.drop(pr.uid)
+                return f"topogang: Pod binding rejected for {args.key}: {err.field}: {err.message}"
+            self._keep(pr.uid)
+            if claimed is None:
                 return (
                     f"topogang: Pod cannot be bound without a scheduling placement: gang {pr.gang} of "
                     f"{args.key} has no reservation (expired or released); it is placed again at its "
                     "next filter"
                 )
-            fresh = gang.slot_of(pr.uid) is None
-            deadline = gang.deadline  # a claim completing the gang clears it; a failed one restores it
-            try:
-                decision = self.core.claim(
-                    pr.gang,
-                    pr.uid,
-                    pr.leaf_number,
-                    now,
-                    node=args.node,
-                    slot_key=pr.slot_key,
-                    pod_name=pr.name,
-                )
-            except UserError as err:
-                return f"topogang: Pod binding rejected for {args.key}: {err.field}: {err.message}"
+            decision, gang = claimed.bind, claimed.gang
             self.promises.claimed(pr.gang, decision.slot)
-            if fresh:
-                self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of)
+            if claimed.fresh:
+                self.gang_ledger.binding(self.core, pr.gang, pr.uid, self.waiting_of, Known(gang))
         # from the claim on, any failure gives the slot back: nothing may stay claimed for an unbound pod
         try:
             annotations = signed_bind_annotations(self.promotions.signer, decision, pr.slot_key)
             await self.binder.bind(
                 BindTarget(args.pod_namespace, args.pod_name, args.pod_uid), args.node, annotations
             )
-            self.gang_ledger.bound(self.core, pr.gang, pr.uid, self.waiting_of)
+            self.gang_ledger.bound(self.core, pr.gang, pr.uid, self.waiting_of, Known(gang))
         except BaseException as exc:
             self.gang_ledger.inflight.discard(pr.uid)
-            if fresh:  # a member that never came is no member leaving: the reservation stays as it was
+            if claimed.fresh:  # a member that never came is no member leaving: the reservation stays
                 async with self.lock:
-                    if self.core.gang(pr.gang) is gang:
-                        self.core.unclaim(pr.gang, pr.uid, self.clock(), deadline=deadline)
-                    self.gang_ledger.touch(self.core, pr.gang, self.waiting_of)
+                    if not gang.gone:  # the same reservation: give its slot back
+                        self.core.unclaim(pr.gang, pr.uid, self.clock(), deadline=claimed.deadline)
+                    self.gang_ledger.touch(self.core, pr.gang, self.waiting_of, Known(gang))
             if not isinstance(exc, Exception):
                 raise  # cancelled: the slot is back; let the cancellation go on
             log.warning("binding %s to %s failed: %s", args.key, args.node, exc)
@@ -447,17 +454,15 @@ class Scheduler:
         log.info("gang %s: every pod deleted before any was bound; reservation released", gang)
         return self.core.delete_gang(gang)
 
-    async def _supersede(self, old: str, new: str) -> None:
-        """A pod of a newer framework attempt arrived: the older attempt's gang goes, and any of its
-        pods still holding cells are evicted."""
-        async with self.lock:
-            released = self.core.evict_gang(old, self.clock())
-            self.waiting.pop(old, None)
-            self._released(released)
-        if released is not None:
+    def _superseded(self, released: Sequence[Released], old: str, new: str) -> None:
+        """A pod of a newer framework attempt arrived: the older attempt's gang went (the filter's
+        question let it go), and any of its pods still holding cells are evicted."""
+        for r in released:
+            if r.gang != old:
+                continue
             log.info("gang %s is superseded by %s; released", old, new)
-            if released.evict_pod_uids and self.evictor is not None:
-                spawn(self.evictor(released.evict_pod_uids, f"superseded by framework attempt {new}"))
+            if r.evict_pod_uids and self.evictor is not None:
+                spawn(self.evictor(r.evict_pod_uids, f"superseded by framework attempt {new}"))
 
     def waiting_of(self, gang: str) -> Waiting | None:
         return self.waiting.get(gang)

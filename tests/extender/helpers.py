@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from config.load import LoadedConfig, load_config
+from extender import kubesched
 from extender.http import wire
 from extender.http.ports import Binder
 from extender.http.verbs import Scheduler
@@ -123,3 +124,45 @@ def bind_args(p: Mapping[str, Any], node: str) -> wire.BindingArgs:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
+
+
+class InProcess:
+    """kube-scheduler's transport for `extender.kubesched`'s cycle, over a scheduler's verbs called
+    in-process; the last filter reply is kept for the test to read."""
+
+    def __init__(self, s: Scheduler) -> None:
+        self.s = s
+        self.last_filter: dict[str, Any] = {}
+
+    async def filter(self, p: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+        self.last_filter = await self.s.filter(args(p, list(names)))
+        return self.last_filter
+
+    async def prioritize(self, p: Mapping[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
+        return await self.s.prioritize(args(p, list(names)))
+
+    async def bind(self, p: Mapping[str, Any], node: str) -> dict[str, Any]:
+        return await self.s.bind(bind_args(p, node))
+
+    async def preempt(self, p: Mapping[str, Any], victims: Mapping[str, Any]) -> Any:
+        return await self.s.preempt(wire.parse_preemption_args({"Pod": p, "NodeNameToMetaVictims": victims}))
+
+
+class NoVictims:
+    """kube-scheduler's side of preemption where nothing is bound that it may preempt."""
+
+    def dry_run(self, nodes: Sequence[str], priority: int) -> dict[str, Any]:
+        return {}
+
+    def evict(self, chosen: Mapping[str, Any]) -> None:
+        raise AssertionError("no victims were offered")
+
+
+async def place(s: Scheduler, p: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """One pod through kube-scheduler's cycles (`extender.kubesched.schedule`: filter, prioritize
+    when more than one node passed, bind); the filter's reply and the node bound, or None when the
+    pod waits. A bind that fails fails the test."""
+    ext = InProcess(s)
+    got = await kubesched.drive_async(kubesched.schedule(p, nodes(), NoVictims()), ext)
+    assert got.node is not None or not got.text.startswith("bind failed"), got.text
+    return ext.last_filter, got.node

@@ -18,9 +18,8 @@ from extender.http.verbs import Scheduler
 from extender.kube.recovery import recover
 from extender.kube.reservations import ReservationStore
 from extender.standalone import MemoryBinder
-from tests.extender.helpers import args, bind_args, fc_annotations, pod, run, scheduler, spec
+from tests.extender.helpers import args, bind_args, fc_annotations, place, pod, run, scheduler, spec
 from tests.extender.test_kube_edge import bound_pods
-from tests.extender.test_verbs import place
 from tests.kubefake import FakeKube
 from topology.invariants import violations
 from topology.state import NO_OWNER

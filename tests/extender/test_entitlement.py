@@ -22,8 +22,7 @@ from extender.http.verbs import Scheduler
 from extender.ops.metrics import Metrics
 from extender.ops.reload import ConfigWatcher
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
-from tests.extender.helpers import Clock, args, pod, run, spec
-from tests.extender.test_verbs import place
+from tests.extender.helpers import Clock, args, place, pod, run, spec
 from topology.core import Core
 from topology.decisions import UserError
 

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 
 from extender.http import verbs
-from tests.extender.helpers import args, bind_args, fc_annotations, pod, run, scheduler, spec
-from tests.extender.test_verbs import place
+from tests.extender.helpers import args, bind_args, fc_annotations, place, pod, run, scheduler, spec
 from topology.invariants import violations
 
 FC_SPEC = json.dumps(

@@ -26,8 +26,18 @@ from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
 from extender.standalone import MemoryBinder
-from tests.extender.helpers import Clock, args, bind_args, example, fc_annotations, pod, run, scheduler, spec
-from tests.extender.test_verbs import place
+from tests.extender.helpers import (
+    Clock,
+    args,
+    bind_args,
+    example,
+    fc_annotations,
+    place,
+    pod,
+    run,
+    scheduler,
+    spec,
+)
 from tests.kubefake import FakeKube, Fault
 from topology.core import Core
 from topology.decisions import GangPlacement, PodPlacement

@@ -14,23 +14,19 @@ from extender.http import views, wire
 from extender.http.ports import BindError, BindTarget
 from extender.http.verbs import Scheduler
 from extender.standalone import MemoryBinder
-from tests.extender.helpers import Clock, args, bind_args, fc_annotations, nodes, pod, run, scheduler, spec
+from tests.extender.helpers import (
+    Clock,
+    args,
+    bind_args,
+    fc_annotations,
+    nodes,
+    place,
+    pod,
+    run,
+    scheduler,
+    spec,
+)
 from topology.invariants import snapshot, violations
-
-
-async def place(s: Scheduler, p: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """filter -> prioritize (if needed) -> bind, as kube-scheduler does; the node bound, or None."""
-    r = await s.filter(args(p))
-    names = r["NodeNames"] or []
-    if not names:
-        return r, None
-    node = names[0]
-    if len(names) > 1:
-        scores = await s.prioritize(args(p, names))
-        node = max(scores, key=lambda h: h["Score"])["Host"]
-    b = await s.bind(bind_args(p, node))
-    assert b == {"Error": ""}, b
-    return r, node
 
 
 async def nlp_full_of_low_gangs() -> tuple[Scheduler, list[str]]:

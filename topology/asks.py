@@ -1,0 +1,269 @@
+"""Each extender verb as one question to the core, and the one answer the edge replies with.
+
+The edge (`extender.http.verbs`) asks the core once per verb and gets back everything its reply, the
+gang ledger and the promised slots need: for filter, the member's request in, and out either its
+slots (with the reservation the ledger reads) or the wait with its reason and victims. Asking again
+for what the core already knew when it answered (the gang, its open slots, a slot's holder, a node's
+fill) would cross the boundary several times per verb and read state the first answer had in hand.
+
+A `MemberAsk`'s ranges are checked by whoever built it (`topology.requests.check_ranges`, run by the
+pod contract and the conventions as they read a pod), so the core checks here only what depends on
+the config (`requests.fits`, remembered per shape): each range rule runs once per request read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from topology import expiry, gangs, preemption, promotion, requests
+from topology.cluster import Cluster
+from topology.decisions import (
+    Bind,
+    GangPlacement,
+    GangRequest,
+    PodPlacement,
+    Preemption,
+    Released,
+    UserError,
+    Wait,
+    WaitCode,
+)
+from topology.reservations import Gang
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAsk:
+    """One member pod's request, its ranges checked: its gang's request (kube-scheduler's nodes as
+    suggested nodes), the pod, its leaf cells, its slot key, and its rank among the members of its
+    shape (a FrameworkController task index), which picks its own slot among equal ones."""
+
+    request: GangRequest
+    pod_uid: str
+    leaf_number: int
+    slot_key: str | None = None
+    rank: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FilterAsk:
+    """A filter's question. `preempt`: when the gang fits only by preemption, preempt now (filter-time
+    preemption). `supersede`: an older framework attempt's gang, let go first (its pods are evicted).
+    `abandon`: a gang the pod left (its spec now names another), let go first when no pod of it
+    holds a slot. `place`: False when none of kube-scheduler's nodes is in the config (nothing is
+    placed, and nobody waits)."""
+
+    member: MemberAsk
+    preempt: bool = False
+    supersede: str | None = None
+    abandon: str | None = None
+    place: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """A member of a placed gang: its own claimed slot, else the open slots of its shape in rank
+    order (empty when every one is claimed); `holder` is the pod holding its named slot then.
+    `rank_slot`: the slot its rank points at among slots of its shape. `fill`: (free, total) GPUs
+    of each slot node (prioritize's packing score). `gang` is the reservation the ledger reads."""
+
+    gang: Gang
+    slots: tuple[PodPlacement, ...]
+    own: bool = False
+    rank_slot: int | None = None
+    holder: str | None = None
+    fill: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Waits:
+    """A member whose gang waits: why (with the victims), the reservation it may already hold (one
+    waiting for its victims to go), its VC's quota (whether the wait can ever end), and the
+    victims of a preemption this call started."""
+
+    wait: Wait
+    gang: Gang | None
+    vc_quota: int
+    preempted: Preemption | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FilterAnswer:
+    """The filter's one answer (None: nothing was asked to be placed), or the request's error, and
+    what letting go of a superseded or abandoned gang released (whichever the answer is)."""
+
+    outcome: Slots | Waits | None
+    released: tuple[Released, ...] = ()
+    error: UserError | None = None
+
+
+class IdentityError(UserError):
+    """A pod that holds a slot asks as another member: refused before anything changes."""
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptAnswer:
+    """The preempt verb's answer, with the gang (if placed or preempting) and its VC's quota."""
+
+    got: GangPlacement | Preemption | Wait
+    gang: Gang | None
+    vc_quota: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A bind's claim: the decision, the reservation, whether the slot is newly claimed, and the
+    reservation's deadline before the claim (a failed Binding gives the slot back with it)."""
+
+    bind: Bind
+    gang: Gang
+    fresh: bool
+    deadline: float | None
+
+
+# ---------------------------------------------------------------------------------- the questions
+def reserve(cluster: Cluster, req: GangRequest, now: float, *, checked: bool = False) -> GangPlacement | Wait:
+    """Place the whole gang (or find it placed), lazily downgrading opted-in victims when that
+    alone makes room; Wait(PREEMPTIBLE) with the victims when it fits only by preemption.
+    `checked`: the request's ranges were checked where it was built."""
+    held = gangs.existing(cluster, req)
+    if held is not None:  # a member of a placed gang: no node-list work at all
+        if held.pending:  # waiting for its victims to go (`GangPhase.PREEMPTING`)
+            return preemption.wait_preempting(cluster, held)
+        return gangs.placement_of(cluster, held)
+    suggested = requests.suggested_ids(cluster, req)
+    if checked:
+        requests.fits(cluster, req)
+    else:
+        requests.validate(cluster, req)
+    cooling = expiry.cooling(cluster, req, now)  # it expired less than a TTL ago
+    if cooling is not None:
+        return cooling
+    got = gangs.place_new(cluster, req, now, suggested)
+    if not isinstance(got, Wait) or req.opportunistic:
+        return got
+    lazily = preemption.lazy_place(cluster, req, now, suggested)  # HiveD does this in filter too
+    if lazily is not None:
+        return lazily
+    return preemption.preemptible(cluster, req, got, suggested)
+
+
+def promoting(cluster: Cluster, released: Released | None) -> Released | None:
+    """After a release: opted-in opportunistic gangs whose VC now has room become guaranteed."""
+    if released:
+        promotion.promote_waiting(cluster)
+    return released
+
+
+def filter_member(cluster: Cluster, ask: FilterAsk, now: float) -> FilterAnswer:
+    """Filter: the member's slots, or why its gang waits. Raises `UserError`."""
+    m = ask.member
+    req = m.request
+    check_identity(cluster, m)
+    released: list[Released] = []
+    if ask.abandon is not None:
+        g = cluster.reservations.by_name.get(ask.abandon)
+        if g is not None and not any(s.pod_uid is not None or s.finished for s in g.slots):
+            got = promoting(cluster, gangs.delete_gang(cluster, ask.abandon))
+            released += [got] if got is not None else []
+    if ask.supersede is not None:
+        got = promoting(cluster, gangs.evict_gang(cluster, ask.supersede, now))
+        released += [got] if got is not None else []
+    if not ask.place:
+        return FilterAnswer(None, tuple(released))
+    try:
+        if cluster.reservations.by_name.get(req.name) is not None:
+            requests.fits(cluster, req)  # a member of a placed gang: the config may have changed
+        placed = reserve(cluster, req, now, checked=True)
+        preempted = None
+        if ask.preempt and isinstance(placed, Wait) and placed.reason.code is WaitCode.PREEMPTIBLE:
+            plan = preemption.preempt(cluster, req, now)
+            preempted = plan if isinstance(plan, Preemption) else None
+            placed = reserve(cluster, req, now, checked=True)
+    except UserError as err:
+        return FilterAnswer(None, tuple(released), err)
+    gang = cluster.reservations.by_name.get(req.name)
+    if isinstance(placed, Wait):
+        quota = cluster.vc_quota_leaves.get(req.vc, 0)
+        return FilterAnswer(Waits(placed, gang, quota, preempted), tuple(released))
+    assert gang is not None
+    return FilterAnswer(member_slots(cluster, gang, m), tuple(released))
+
+
+def prioritize_member(cluster: Cluster, m: MemberAsk) -> Slots | None:
+    """Prioritize: the member's slots (None when its gang has no reservation), with each slot
+    node's fill. Raises `UserError` when the pod holds a slot as another member."""
+    check_identity(cluster, m)
+    gang = cluster.reservations.by_name.get(m.request.name)
+    if gang is None:
+        return None
+    got = member_slots(cluster, gang, m)
+    topo, free = cluster.topo, cluster.state.free
+    fill = {}
+    for p in got.slots:
+        cells = [topo.node_cell[ni] for ni in topo.node_parts.get(p.node, ())]
+        fill[p.node] = (sum(free[c] for c in cells), sum(topo.leaf_count[c] for c in cells))
+    return Slots(got.gang, got.slots, got.own, got.rank_slot, got.holder, fill)
+
+
+def preempt_member(cluster: Cluster, m: MemberAsk, now: float) -> PreemptAnswer:
+    """Preempt: place the gang if it fits, else reserve over the cheapest victims. Raises `UserError`."""
+    check_identity(cluster, m)
+    req = m.request
+    if cluster.reservations.by_name.get(req.name) is not None:
+        requests.fits(cluster, req)
+    got = preemption.preempt(cluster, req, now)
+    gang = cluster.reservations.by_name.get(req.name)
+    return PreemptAnswer(got, gang, cluster.vc_quota_leaves.get(req.vc, 0))
+
+
+def bind_member(
+    cluster: Cluster, m: MemberAsk, node: str, now: float, *, pod_name: str | None = None
+) -> Claimed | None:
+    """Bind: claim the member's slot on `node` (None: its gang has no reservation). Raises
+    `UserError` when it has no slot to give."""
+    check_identity(cluster, m)
+    gang = cluster.reservations.by_name.get(m.request.name)
+    if gang is None:
+        return None
+    fresh = gang.slot_of(m.pod_uid) is None
+    deadline = gang.deadline
+    got = gangs.claim(
+        cluster, gang.name, m.pod_uid, m.leaf_number, now, node=node, slot_key=m.slot_key, pod_name=pod_name
+    )
+    return Claimed(got, gang, fresh, deadline)
+
+
+# ---------------------------------------------------------------------------------- the answers
+def check_identity(cluster: Cluster, m: MemberAsk) -> None:
+    """A pod that holds a slot keeps the identity it was bound with: a request under its UID that
+    names another gang or slot shape (a reused UID, or a spec edited after binding) is refused."""
+    res = cluster.reservations
+    gid = res.pod_gang.get(m.pod_uid)
+    if gid is None:
+        return
+    gang = res.by_id[gid]
+    slot = gang.slot_of(m.pod_uid)
+    if gang.name != m.request.name or (slot is not None and slot.leaf_number != m.leaf_number):
+        raise IdentityError(
+            "metadata.uid",
+            f"pod UID {m.pod_uid} is bound in gang {gang.name}; a bound pod's gang, slot and leaf "
+            "cells cannot change (a new spec needs a new pod)",
+        )
+
+
+def member_slots(cluster: Cluster, gang: Gang, m: MemberAsk) -> Slots:
+    """The pod's own claimed slot, else the gang's open slots of its shape (rank order)."""
+    mine = gang.slot_of(m.pod_uid)
+    if mine is not None:
+        own = tuple(p for p in gangs.placement_of(cluster, gang).pods if p.slot == mine.index)
+        return Slots(gang, own, own=True)
+    slots = tuple(gangs.open_slots(cluster, gang.name, m.leaf_number, m.slot_key))
+    rank_slot = None
+    if m.rank is not None and m.slot_key is None:
+        same = [s.index for s in gang.slots if s.leaf_number == m.leaf_number]
+        rank_slot = same[m.rank] if m.rank < len(same) else None
+    holder = None
+    if not slots and m.slot_key is not None:
+        holder = next((s.pod_uid for s in gang.slots if s.key == m.slot_key and not s.finished), None)
+    return Slots(gang, slots, rank_slot=rank_slot, holder=holder)
