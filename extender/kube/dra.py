@@ -18,6 +18,7 @@ claims of topogang's pods; the GPUs the container gets are the ones topogang cho
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -78,6 +79,7 @@ class DraCatalog:
         self.on_change: Callable[[str], Awaitable[None]] | None = None  # node health again
         self.on_mismatch: Callable[[Mismatch], None] = lambda m: None
         self._specs: dict[tuple[str, str, str], tuple[float, Mapping[str, Any] | None]] = {}
+        self.listed = asyncio.Event()  # the slices were listed once: devices can be told from GPUs
 
     # ------------------------------------------------------------------------------ devices
     def device_map(self, node: str) -> DeviceMap | Mismatch:
@@ -128,6 +130,7 @@ class DraCatalog:
     async def relist_slices(self, items: list[dict[str, Any]]) -> None:
         self.slices = {s.name: s for s in (parse_slice(o) for o in items) if s is not None}
         await self._changed(set(self.nodes))
+        self.listed.set()
 
     async def on_rule(self, kind: str, obj: dict[str, Any]) -> None:
         name = kpods.meta(obj).get("name")

@@ -76,7 +76,8 @@ def attach(
         await sync.watch(TAINT_RULES, "", catalog.on_rule, catalog.relist_rules)
 
     async def watch_claims() -> None:
-        await sync.synced_event.wait()
+        await sync.synced_event.wait()  # pods recovered: claims of pods holding slots are theirs
+        await catalog.listed.wait()  # devices mapped: a claim's devices can be told as GPUs
         await sync.watch(CLAIMS, "", foreign.on_claim, foreign.relist)
 
     log.info(
