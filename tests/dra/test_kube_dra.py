@@ -15,7 +15,9 @@ from extender.dra.devices import DeviceMap, DraSettings
 from extender.http.ports import BindError, BindTarget
 from extender.kube.client import pod_path
 from extender.kube.dra import SLICES, DraBinder, DraCatalog, release
+from extender.kube.dra_mode import ForeignClaims
 from tests.dra.test_devices import gpu_slice
+from tests.extender.helpers import scheduler
 from tests.kubefake import FakeKube, Fault
 from topology.decisions import UserError
 from topology.model import Topology
@@ -197,5 +199,35 @@ def test_gpu_count_from_claims_and_templates_and_what_is_refused() -> None:
             await catalog.claim_gpus(pod("w1", ["nic"]), NS)
         with pytest.raises(UserError, match="does not exist"):
             await catalog.claim_gpus(pod("w2", ["nope"]), NS)
+
+    asyncio.run(go())
+
+
+def test_devices_other_schedulers_allocated_are_held_until_released() -> None:
+    """A claim allocated on topogang's node for a pod topogang does not hold (another profile's
+    DynamicResources plugin): its GPUs are held as an `unverified:` gang, and free again once the
+    claim lets go. Node health follows taints and slices through `extra_bad`."""
+    async def go() -> None:
+        kube, catalog, _ = await setup()
+        s = scheduler()
+        foreign = ForeignClaims(s, catalog)
+        dm = catalog.device_map(NODE)
+        assert isinstance(dm, DeviceMap)
+        c = make(kube, claim("theirs", 2))
+        c["status"] = {
+            "allocation": dc.allocation(
+                [dc.Result("gpus", "gpu.nvidia.com", NODE, dm.by_gpu[g].name) for g in (2, 3)], NODE
+            ),
+            "reservedFor": [dc.reserved_for("elsewhere", "uid-elsewhere")],
+        }
+        await foreign.on_claim("MODIFIED", c)
+        assert s.core.node_fill(NODE) == (6, 8)
+        (g,) = [g for g in s.core.gangs() if g.name.startswith("unverified:")]
+        assert s.core.placement_of(g).pods[0].gpu_indices == (2, 3)
+        await foreign.on_claim("MODIFIED", c)  # seen again: held once
+        assert s.core.node_fill(NODE) == (6, 8)
+        c["status"] = {}
+        await foreign.on_claim("MODIFIED", c)  # deallocated
+        assert s.core.node_fill(NODE) == (8, 8)
 
     asyncio.run(go())
