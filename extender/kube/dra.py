@@ -345,12 +345,7 @@ class DraBinder(KubeBinder):
         """KEP-5004: the claim kube-scheduler would make for `nvidia.com/gpu`, made and allocated here."""
         wants = _container_requests(pod)
         if not wants or not await self.catalog.extended_class():
-            if dc.has_claims(pod) or wants:
-                raise BindError(
-                    f"the pod asks no GPUs of device class {self.catalog.settings.device_class} through "
-                    f"its claims, and that class maps no {GPU_RESOURCE} (extendedResourceName)"
-                )
-            return []
+            return []  # GPUs by bind info (the env path) or a device plugin: no claim to write
         reqs = [(r, n) for _, r, n in wants]
         if sum(n for _, n in reqs) != len(devices):
             raise BindError(

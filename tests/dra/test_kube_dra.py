@@ -207,6 +207,7 @@ def test_devices_other_schedulers_allocated_are_held_until_released() -> None:
     """A claim allocated on topogang's node for a pod topogang does not hold (another profile's
     DynamicResources plugin): its GPUs are held as an `unverified:` gang, and free again once the
     claim lets go. Node health follows taints and slices through `extra_bad`."""
+
     async def go() -> None:
         kube, catalog, _ = await setup()
         s = scheduler()
@@ -229,5 +230,20 @@ def test_devices_other_schedulers_allocated_are_held_until_released() -> None:
         c["status"] = {}
         await foreign.on_claim("MODIFIED", c)  # deallocated
         assert s.core.node_fill(NODE) == (8, 8)
+
+    asyncio.run(go())
+
+
+def test_pods_without_claims_bind_as_before_in_dra_mode() -> None:
+    """A pod asking `nvidia.com/gpu` with no DeviceClass mapping it (a device plugin serves it), or
+    asking through the opt-in limit alone (bind info and the env): the Binding, no claim."""
+
+    async def go() -> None:
+        kube, _, binder = await setup()
+        for name, gpus in (("plugin", 2), ("env", 0)):
+            p = make(kube, pod(name, gpus=gpus))
+            await binder.bind(target(p), NODE, {ISO: "0,1"})
+            assert kube.server.at(pod_path(NS, name))["spec"]["nodeName"] == NODE
+        assert kube.server.items("resource.k8s.io/v1", "resourceclaims") == []
 
     asyncio.run(go())
