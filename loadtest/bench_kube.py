@@ -281,7 +281,7 @@ def _extender_side(extender: tuple[int, int] | None) -> dict[str, float]:
 
 def delete_all(env: dict[str, str], run: str, namespaces: Sequence[str], timeout: float = 120.0) -> None:
     ctx = tls_context(env)
-    with contextlib.closing(KubeHttp(int(env["API_PORT"]), ctx)) as api:
+    with contextlib.closing(KubeHttp(int(env["API_PORT"]), ctx, timeout)) as api:
         for ns in namespaces:
             api.ok(
                 "DELETE",

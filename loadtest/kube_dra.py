@@ -54,7 +54,8 @@ def publish(env: dict[str, str], nodes: dict[str, int]) -> None:
         "metadata": {"name": DRIVER},
         "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRIVER}'"}}]},
     }
-    with contextlib.closing(KubeHttp(int(env["API_PORT"]), tls_context(env))) as api:
+    # a slow API server on a loaded machine: a patient client (a slice is one small object)
+    with contextlib.closing(KubeHttp(int(env["API_PORT"]), tls_context(env), 120.0)) as api:
         api.ok("POST", f"{API}/deviceclasses", cls)
         for node, gpus in nodes.items():
             api.ok("POST", f"{API}/resourceslices", resource_slice(node, gpus))
