@@ -141,7 +141,7 @@ def format_kube(meta: Mapping[str, Any], phases: Sequence[PhaseResult], goals: S
         f"machine: {meta.get('cpus', '?')} CPUs ({meta.get('cpu_model', '?')}); load average "
         f"{meta.get('load_before', '?')} before, {meta.get('load_end', '?')} at the end; reservation TTL "
         f"{meta.get('ttl_seconds', 0):.0f} s",
-        f"{'run':<9} {'bound':>10} {'seconds':>8} {'pods/s':>7} {'submit s':>9} "
+        f"{'run':<12} {'bound':>10} {'seconds':>8} {'pods/s':>7} {'submit s':>9} "
         f"{'gang all-bound p50/p99 s':>25} {'attempts (kube-scheduler)':<40}",
     ]
     for p in phases:
@@ -149,7 +149,7 @@ def format_kube(meta: Mapping[str, Any], phases: Sequence[PhaseResult], goals: S
             f"{k.split(' ', 1)[1]} {v:.0f}" for k, v in sorted(p.metrics.items()) if k.startswith("attempts ")
         )
         lines.append(
-            f"{p.name:<9} {f'{p.bound}/{p.pods}':>10} {p.seconds:>8.1f} {p.pods_per_second:>7.1f} "
+            f"{p.name:<12} {f'{p.bound}/{p.pods}':>10} {p.seconds:>8.1f} {p.pods_per_second:>7.1f} "
             f"{p.submit_seconds:>9.1f} {f'{p.gang_p(0.5):.2f}/{p.gang_p(0.99):.2f}':>25} "
             f"{attempts or '-':<40}"
         )
