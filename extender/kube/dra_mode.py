@@ -54,7 +54,9 @@ def attach(
     def on_mismatch(m: Mismatch) -> None:
         metrics.dra_mismatch.set(sum(isinstance(v, Mismatch) for v in catalog.maps.values()))
         text = f"topogang DRA: the ResourceSlices of {m.node} contradict the config: {m.reason}"
-        recorder.record(ObjectRef("Node", "", m.node), "DeviceMismatch", text, warning=True)
+        recorder.record(
+            ObjectRef("Node", "default", m.node), "DeviceMismatch", text, warning=True
+        )  # Node Events live in default
 
     catalog.on_mismatch = on_mismatch
 

@@ -13,9 +13,13 @@ from config.load import load_config
 from extender.dra import claims as dc
 from extender.dra.devices import DeviceMap, DraSettings
 from extender.http.ports import BindError, BindTarget
+from extender.kube import dra_mode
 from extender.kube.client import pod_path
 from extender.kube.dra import SLICES, DraBinder, DraCatalog, release
 from extender.kube.dra_mode import ForeignClaims
+from extender.kube.events import EventRecorder
+from extender.kube.sync import ClusterSync
+from extender.ops.metrics import Metrics
 from tests.dra.test_devices import gpu_slice
 from tests.extender.helpers import scheduler
 from tests.kubefake import FakeKube, Fault
@@ -245,5 +249,43 @@ def test_pods_without_claims_bind_as_before_in_dra_mode() -> None:
             await binder.bind(target(p), NODE, {ISO: "0,1"})
             assert kube.server.at(pod_path(NS, name))["spec"]["nodeName"] == NODE
         assert kube.server.items("resource.k8s.io/v1", "resourceclaims") == []
+
+    asyncio.run(go())
+
+
+def test_dra_mode_reports_a_contradicting_node_and_keeps_its_gpus_out() -> None:
+    """`dra_mode.attach`: a node whose slice has too few devices gets a Warning Event (in `default`,
+    where Node Events live), `topogang_dra_node_mismatch` counts it, node health marks its GPUs bad;
+    a matching slice brings them back."""
+
+    async def go() -> None:
+        kube = FakeKube()
+        s = scheduler()
+        sync = ClusterSync(s, kube)
+        metrics = Metrics()
+        recorder = EventRecorder(kube, metrics, clock=lambda: 0.0, instance="t")
+        loaded = load_config("config/examples/example-cluster.yaml")
+        dra_mode.attach(s, sync, kube, loaded, DraSettings(), recorder, metrics)
+        assert isinstance(s.binder, DraBinder)
+        node = {
+            "metadata": {"name": NODE},
+            "spec": {},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        await sync.apply_nodes([node], full=False)
+        catalog = s.binder.catalog
+        await catalog.relist_slices([gpu_slice(n=6)])
+        await asyncio.sleep(0.05)
+        assert s.core.node_fill(NODE) == (0, 8)
+        events = [
+            e
+            for e in kube.server.events
+            if e.get("reason") == "DeviceMismatch" and e["involvedObject"]["name"] == NODE
+        ]
+        assert [(e["metadata"]["namespace"], e["type"]) for e in events] == [("default", "Warning")]
+        assert "6 gpu.nvidia.com devices published, the config has 8 GPUs" in events[0]["message"]
+        assert metrics.dra_mismatch._value.get() >= 1
+        await catalog.relist_slices([gpu_slice()])
+        assert s.core.node_fill(NODE) == (8, 8)
 
     asyncio.run(go())
