@@ -122,6 +122,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run as one of several replicas: only the holder of the Lease serves (with --kube)",
     )
+    ap.add_argument(
+        "--dra",
+        action="store_true",
+        help="with --kube: topogang allocates its pods' ResourceClaims (its kube-scheduler profile has "
+        "the DynamicResources plugin off; README 'GPUs in the container')",
+    )
+    ap.add_argument("--dra-driver", default="gpu.nvidia.com", help="with --dra: the GPUs' DRA driver")
+    ap.add_argument("--dra-device-class", default="gpu.nvidia.com", help="with --dra: the GPUs' DeviceClass")
+    ap.add_argument(
+        "--dra-order-by",
+        default="resource.kubernetes.io/pciBusID",
+        help="with --dra: the device attribute whose order numbers the GPUs as the config does",
+    )
     ap.add_argument("--lease-name", default="topogang-extender", help="name of the leader-election Lease")
     ap.add_argument("--lease-seconds", type=float, default=15.0, help="Lease duration (default 15)")
     ap.add_argument("--renew-deadline", type=float, default=10.0, help="leader gives up after (default 10)")
@@ -259,6 +272,13 @@ def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> S
             namespace, args.lease_name, args.lease_seconds, args.renew_deadline, args.retry_seconds
         )
     key = load_key(args.bind_signing_key_file) if args.bind_signing_key_file else None
+    dra = None
+    if args.dra:
+        from extender.dra.devices import DraSettings
+
+        dra = DraSettings(
+            driver=args.dra_driver, device_class=args.dra_device_class, order_by=args.dra_order_by
+        )
     return build_kube_service(
         loaded,
         kubeconfig=args.kubeconfig,
@@ -268,6 +288,7 @@ def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> S
         signing_key=key,
         adopt_unsigned_bind_info=args.adopt_unsigned_bind_info,
         audience=args.token_audience,
+        dra=dra,
     )
 
 

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from loadtest import kube_dra
 from loadtest.fleet import Cluster, Job, JobMix, pod_for
 from loadtest.kube_plane import ControlPlane
 from loadtest.kube_report import (
@@ -62,9 +63,13 @@ def say(msg: str) -> None:
     print(f"bench-kube: {msg}", flush=True)
 
 
-def job_pods(job: Job, run: str, phase: str, topogang: bool) -> list[tuple[str, dict[str, Any]]]:
-    """(namespace, Pod) for each member: the load tests' pod (`fleet.pod_for`), with requests a KWOK
-    node can hold; the topogang profile's pods opt in, the stock ones request GPUs only."""
+def job_pods(
+    job: Job, run: str, phase: str, profile: str, dra: bool = False
+) -> list[tuple[str, dict[str, Any], dict[str, Any] | None]]:
+    """(namespace, Pod, its ResourceClaim) for each member: the load tests' pod (`fleet.pod_for`),
+    with requests a KWOK node can hold; the topogang profile's pods opt in, the stock ones request
+    GPUs only; with `dra`, the GPUs through a claim (`loadtest.kube_dra`)."""
+    topogang = profile.startswith("topogang")
     out = []
     gang = f"{phase}-{job.name}"
     for i in range(len(job.pods)):
@@ -83,7 +88,7 @@ def job_pods(job: Job, run: str, phase: str, topogang: bool) -> list[tuple[str, 
             }
         spec = pod["spec"]
         spec.pop("priority", None)
-        spec["schedulerName"] = "topogang" if topogang else "stock"
+        spec["schedulerName"] = profile
         spec["terminationGracePeriodSeconds"] = 0
         spec["containers"] = [
             {
@@ -93,7 +98,7 @@ def job_pods(job: Job, run: str, phase: str, topogang: bool) -> list[tuple[str, 
             }
         ]
         pod.pop("status", None)
-        out.append((ns, pod))
+        out.append((ns, pod, kube_dra.through_claim(pod, job.pods[i]) if dra else None))
     return out
 
 
@@ -142,13 +147,14 @@ class Tracker:
             return [(g, t - self.first_bound[g]) for g, n in self.gang_bound.items() if n < self.size[g]]
 
 
-def submit(
-    api_port: int, env: dict[str, str], pods: list[tuple[str, str, dict[str, Any]]], threads: int
-) -> dict[str, float]:
-    """Create the pods (gang by gang, in order) from `threads` threads; each gang's submit time
-    (before its first member's creation)."""
+Work = tuple[str, str, dict[str, Any], dict[str, Any] | None]  # gang, namespace, pod, its claim
+
+
+def submit(api_port: int, env: dict[str, str], pods: list[Work], threads: int) -> dict[str, float]:
+    """Create the pods (gang by gang, in order; a pod's claim just before it) from `threads`
+    threads; each gang's submit time (before its first member's creation)."""
     ctx = tls_context(env)
-    work: queue.Queue[tuple[str, str, dict[str, Any]]] = queue.Queue()
+    work: queue.Queue[Work] = queue.Queue()
     for item in pods:
         work.put(item)
     submitted: dict[str, float] = {}
@@ -159,11 +165,15 @@ def submit(
         with contextlib.closing(KubeHttp(api_port, ctx)) as api:
             while True:
                 try:
-                    gang, ns, pod = work.get_nowait()
+                    gang, ns, pod, claim = work.get_nowait()
                 except queue.Empty:
                     return
                 with lock:
                     submitted.setdefault(gang, time.monotonic())
+                if claim is not None:
+                    status, doc = api.call("POST", f"{kube_dra.API}/namespaces/{ns}/resourceclaims", claim)
+                    if status >= 300:
+                        errors.append(f"claim HTTP {status}: {str(doc)[:200]}")
                 status, doc = api.call("POST", f"/api/v1/namespaces/{ns}/pods", pod)
                 if status >= 300:
                     errors.append(f"HTTP {status}: {str(doc)[:200]}")
@@ -190,13 +200,17 @@ def run_phase(
     threads: int,
     metrics_out: Path | None = None,
     extender: tuple[int, int] | None = None,
+    dra: bool = False,
 ) -> PhaseResult:
     """One run: submit every job's pods, watch them bind, read the schedulers' metrics around it;
-    `extender` is the extender's (pid, port) when it takes part."""
-    topogang = profile == "topogang"
+    `extender` is the extender's (pid, port) when it takes part; `dra`: GPUs through claims."""
     api_port = int(env["API_PORT"])
     ctx = tls_context(env)
-    pods = [(f"{name}-{job.name}", ns, pod) for job in jobs for ns, pod in job_pods(job, run, name, topogang)]
+    pods = [
+        (f"{name}-{job.name}", ns, pod, claim)
+        for job in jobs
+        for ns, pod, claim in job_pods(job, run, name, profile, dra)
+    ]
     tracker = Tracker(ttl)
     tracker.expected = len(pods)
     watch = PodWatch(api_port, ctx, f"{RUN_LABEL}={run}", tracker.on_pod)
@@ -267,7 +281,7 @@ def _extender_side(extender: tuple[int, int] | None) -> dict[str, float]:
 
 def delete_all(env: dict[str, str], run: str, namespaces: Sequence[str], timeout: float = 120.0) -> None:
     ctx = tls_context(env)
-    with contextlib.closing(KubeHttp(int(env["API_PORT"]), ctx)) as api:
+    with contextlib.closing(KubeHttp(int(env["API_PORT"]), ctx, timeout)) as api:
         for ns in namespaces:
             api.ok(
                 "DELETE",
@@ -279,9 +293,57 @@ def delete_all(env: dict[str, str], run: str, namespaces: Sequence[str], timeout
         while time.monotonic() < deadline:
             left = api.ok("GET", "/api/v1/pods", query={"labelSelector": f"{RUN_LABEL}={run}", "limit": "1"})
             if not left.get("items"):
+                # the DRA runs' claims (those kube-scheduler allocated keep its finalizer: no
+                # controller-manager runs here to release them, so they go last, with the cluster)
+                for ns in namespaces:
+                    query = {"labelSelector": f"{RUN_LABEL}={run}"}
+                    api.call("DELETE", f"{kube_dra.API}/namespaces/{ns}/resourceclaims", None, query)
                 return
             time.sleep(0.5)
     raise RuntimeError(f"pods of run {run} still there {timeout:.0f} s after their deletion")
+
+
+def dra_runs(
+    plane: ControlPlane,
+    core: Any,
+    topology: Path,
+    jobs: list[Job],
+    run: str,
+    ttl: float,
+    args: argparse.Namespace,
+    stock_port: int,
+    out: Path,
+) -> list[PhaseResult]:
+    """The same jobs with GPUs through ResourceClaims: the stock profile's DynamicResources plugin
+    allocating them, then topogang's DRA mode (`loadtest.kube_dra`)."""
+    phases = []
+    namespaces = ["stock", *core.vc_names()]
+    kube_dra.publish(plane.env, dict(zip(core.node_names(), core.node_gpu_counts(), strict=True)))
+    ext = plane.extender(topology, "--dra")
+    cfg = kube_dra.scheduler_config(
+        plane.workdir / "scheduler.yaml", plane.workdir / "scheduler-dra.yaml", "topogang-dra", extender=True
+    )
+    _, port = plane.scheduler(cfg, "topogang-dra")
+    say(f"topogang-dra run: claims allocated by topogang (load {load_average()})")
+    phases.append(
+        run_phase(
+            "topogang-dra", jobs, run, plane.env, port, "topogang-dra", ttl, args.timeout, args.threads,
+            out / "metrics-topogang-dra.txt", (ext.pid, plane.read_port), dra=True,
+        )
+    )  # fmt: skip
+    say(f"  {phases[-1].summary()}")
+    delete_all(plane.env, run, namespaces)
+    plane.kids.stop(ext)
+    say(f"stock-dra run: claims allocated by kube-scheduler's DynamicResources (load {load_average()})")
+    phases.append(
+        run_phase(
+            "stock-dra", jobs, run, plane.env, stock_port, "stock", ttl, args.timeout, args.threads,
+            out / "metrics-stock-dra.txt", dra=True,
+        )
+    )  # fmt: skip
+    say(f"  {phases[-1].summary()}")
+    delete_all(plane.env, run, namespaces)
+    return phases
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -296,6 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=8, help="threads creating pods")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take to bind everything")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-dra", action="store_true", help="skip the DRA runs (GPUs through ResourceClaims)")
     ap.add_argument("--out", default=str(ROOT / "results" / "bench-kube"))
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -374,6 +437,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         say(f"  {phases[-1].summary()}")
         delete_all(plane.env, run, ["stock", *core.vc_names()])
+        if not args.no_dra:
+            phases += dra_runs(plane, core, topology, jobs, run, ttl, args, stock_port, out)
     except KeyboardInterrupt:
         print("bench-kube: interrupted", file=sys.stderr)
         return 130

@@ -66,15 +66,15 @@ class ControlPlane:
                 time.sleep(0.3)
         raise RuntimeError("the GangReservation CRD was not established within 60 s")
 
-    def extender(self, config: Path) -> subprocess.Popen[bytes]:
+    def extender(self, config: Path, *extra: str) -> subprocess.Popen[bytes]:
         """The extender, its verbs where kube-scheduler calls them (EXTENDER_PORT) and its reads on
         `read_port`."""
         verbs = int(self.env["EXTENDER_PORT"])
         self.read_port = free_port()
         argv = [sys.executable, "-m", "topogang_cli", "serve", "--kubeconfig", self.env["KUBECONFIG"]]
         argv += ["--config", str(config), "--listen", f"127.0.0.1:{self.read_port}"]
-        argv += ["--verbs-listen", f"127.0.0.1:{verbs}", "--log-level", "warning"]
-        p = self.kids.start(argv, self.logs / "extender.log")
+        argv += ["--verbs-listen", f"127.0.0.1:{verbs}", "--log-level", "warning", *extra]
+        p = self.kids.start(argv, self.logs / f"extender{'-dra' if extra else ''}.log")
         wait_ready(self.read_port, p, 120.0)
         return p
 
@@ -87,16 +87,21 @@ class ControlPlane:
             profile["schedulerName"] = "stock"
         path = self.workdir / "scheduler-stock.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        return self.scheduler(path, "stock")
+
+    def scheduler(self, config: Path, name: str) -> tuple[subprocess.Popen[bytes], int]:
+        """One more kube-scheduler on `config`, ready; it and its port."""
         port = free_port()
         binary = str(Path(self.env["E2E_BIN"]) / "kube-scheduler")
         kubeconfig = self.env["KUBECONFIG"]
-        argv = [binary, f"--config={path}", "--bind-address=127.0.0.1", f"--secure-port={port}"]
+        argv = [binary, f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={port}"]
         argv += [
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
             "--v=1",
         ]
-        p = self.kids.start(argv, self.logs / "kube-scheduler-stock.log")
+        log = self.logs / f"kube-scheduler-{name}.log"
+        p = self.kids.start(argv, log)
         ctx = scheduler_context(self.env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -109,9 +114,7 @@ class ControlPlane:
             if p.poll() is not None:
                 break
             time.sleep(0.3)
-        raise RuntimeError(
-            f"the stock kube-scheduler did not get ready: see {self.logs / 'kube-scheduler-stock.log'}"
-        )
+        raise RuntimeError(f"the {name} kube-scheduler did not get ready: see {log}")
 
     def close(self) -> None:
         if (self.workdir / "run").is_dir():

@@ -106,22 +106,29 @@ class PhaseResult:
 def kube_goals(phases: Sequence[PhaseResult]) -> list[Goal]:
     by = {p.name: p for p in phases}
     out = []
-    tg, stock = by.get("topogang"), by.get("stock")
-    if tg is not None and stock is not None and stock.pods_per_second:
-        detail = f"{tg.pods_per_second:.1f} vs {stock.pods_per_second:.1f} pods/s"
-        if tg.bound < tg.pods or stock.bound < stock.pods:
-            detail += f"; bound {tg.bound}/{tg.pods} and {stock.bound}/{stock.pods}"
-        ratio = tg.pods_per_second / stock.pods_per_second if tg.bound == tg.pods else 0.0
-        out.append(
-            Goal("topogang pods bound/s vs the stock scheduler", ratio, KUBE_RATIO_GOAL, True, "x", detail)
-        )
-    if tg is not None:
-        detail = f"longest partial {tg.longest_partial:.2f} s; " + (
-            "; ".join(tg.violations[:3]) if tg.violations else "none seen"
-        )
-        out.append(
-            Goal("gangs partially bound past their TTL", len(tg.violations), 0, False, "gangs", detail)
-        )
+    for tg_name, stock_name, what in (
+        ("topogang", "stock", "topogang pods bound/s vs the stock scheduler"),
+        (
+            "topogang-dra",
+            "stock-dra",
+            "DRA: topogang allocating claims, pods bound/s vs stock DynamicResources",
+        ),
+    ):
+        tg, stock = by.get(tg_name), by.get(stock_name)
+        if tg is not None and stock is not None and stock.pods_per_second:
+            detail = f"{tg.pods_per_second:.1f} vs {stock.pods_per_second:.1f} pods/s"
+            if tg.bound < tg.pods or stock.bound < stock.pods:
+                detail += f"; bound {tg.bound}/{tg.pods} and {stock.bound}/{stock.pods}"
+            ratio = tg.pods_per_second / stock.pods_per_second if tg.bound == tg.pods else 0.0
+            out.append(Goal(what, ratio, KUBE_RATIO_GOAL, True, "x", detail))
+    for tg_name in ("topogang", "topogang-dra"):
+        tg = by.get(tg_name)
+        if tg is not None:
+            detail = f"longest partial {tg.longest_partial:.2f} s; " + (
+                "; ".join(tg.violations[:3]) if tg.violations else "none seen"
+            )
+            label = "gangs partially bound past their TTL" + ("" if tg_name == "topogang" else " (DRA)")
+            out.append(Goal(label, len(tg.violations), 0, False, "gangs", detail))
     return out
 
 
@@ -134,7 +141,7 @@ def format_kube(meta: Mapping[str, Any], phases: Sequence[PhaseResult], goals: S
         f"machine: {meta.get('cpus', '?')} CPUs ({meta.get('cpu_model', '?')}); load average "
         f"{meta.get('load_before', '?')} before, {meta.get('load_end', '?')} at the end; reservation TTL "
         f"{meta.get('ttl_seconds', 0):.0f} s",
-        f"{'run':<9} {'bound':>10} {'seconds':>8} {'pods/s':>7} {'submit s':>9} "
+        f"{'run':<12} {'bound':>10} {'seconds':>8} {'pods/s':>7} {'submit s':>9} "
         f"{'gang all-bound p50/p99 s':>25} {'attempts (kube-scheduler)':<40}",
     ]
     for p in phases:
@@ -142,13 +149,13 @@ def format_kube(meta: Mapping[str, Any], phases: Sequence[PhaseResult], goals: S
             f"{k.split(' ', 1)[1]} {v:.0f}" for k, v in sorted(p.metrics.items()) if k.startswith("attempts ")
         )
         lines.append(
-            f"{p.name:<9} {f'{p.bound}/{p.pods}':>10} {p.seconds:>8.1f} {p.pods_per_second:>7.1f} "
+            f"{p.name:<12} {f'{p.bound}/{p.pods}':>10} {p.seconds:>8.1f} {p.pods_per_second:>7.1f} "
             f"{p.submit_seconds:>9.1f} {f'{p.gang_p(0.5):.2f}/{p.gang_p(0.99):.2f}':>25} "
             f"{attempts or '-':<40}"
         )
     for p in phases:
         line = f"  {p.name}: kube-scheduler's scheduling algorithm {p.mean_ms('algorithm'):.1f} ms a pod"
-        if p.profile == "topogang":
+        if p.profile.startswith("topogang"):
             verbs = [
                 v for v in ("filter", "prioritize", "bind", "preempt") if p.metrics.get(f"extender {v} count")
             ]
@@ -170,7 +177,7 @@ def format_kube(meta: Mapping[str, Any], phases: Sequence[PhaseResult], goals: S
         if ext:
             lines.append(f"  {p.name}: kube-scheduler's extender metrics over the run:")
             lines.extend(f"    {k} {v:.0f}" for k, v in sorted(ext.items()))
-        elif p.profile == "topogang":
+        elif p.profile.startswith("topogang"):
             lines.append(f"  {p.name}: kube-scheduler's extender metrics over the run: none non-zero")
     lines.append("goals:")
     lines.extend(g.line() for g in goals)

@@ -90,6 +90,8 @@ class Conventions:
     def __init__(self, fetch: Fetch | None = None, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.fetch = fetch
         self.clock = clock
+        # DRA mode: the GPUs a pod's ResourceClaims ask for (`extender.kube.dra.DraCatalog.claim_gpus`)
+        self.claim_gpus: Callable[[Mapping[str, Any], str], Awaitable[int]] | None = None
         self._objects: dict[ObjRef, tuple[float, Mapping[str, Any] | None]] = {}
         self.soft: OrderedDict[str, float] = OrderedDict()  # gang -> timeout
         self.hard: OrderedDict[str, float] = OrderedDict()
@@ -125,6 +127,7 @@ class Conventions:
         if not applies(raw):
             return None
         objs = await self.objects(references(raw, pod.namespace))
+        claimed = await self.claim_gpus(raw, pod.namespace) if self.claim_gpus is not None else 0
         r = resolve(
             raw,
             pod.uid,
@@ -134,6 +137,7 @@ class Conventions:
             ttl_seconds=s.ttl_seconds,
             objects=objs,
             existing=lambda name: _request(s.core.gang(name)),
+            claim_gpus=claimed,
         )
         if r is None:
             return None

@@ -117,12 +117,14 @@ def resolve(
     ttl_seconds: float = 300.0,
     objects: Objects | None = None,
     existing: Existing | None = None,
+    claim_gpus: int = 0,
 ) -> Resolved | None:
     """The pod's gang from the conventions it follows; None when none applies and it asks for no GPUs
-    (then `extender.gangs.podspec` answers). Raises `UserError` naming the label, annotation or field."""
+    (then `extender.gangs.podspec` answers). Raises `UserError` naming the label, annotation or field.
+    `claim_gpus`: what the pod's ResourceClaims ask for (DRA mode), on top of its `nvidia.com/gpu`."""
     if not applies(pod):
         return None
-    gpus = pod_gpus(pod)
+    gpus = pod_gpus(pod) + claim_gpus
     found = claims(pod, namespace, gpus, objects or {})
     if not found:
         if gpus <= 0:

@@ -191,7 +191,7 @@ def _unverified(pod: Mapping[str, Any], node: str, key: str, why: str, report: R
     report.unverified.append(u)
 
 
-def _hold(core: Core, u: Unverified, now: float) -> None:
+def hold_unverified(core: Core, u: Unverified, now: float) -> None:
     """Hold an unverified pod's GPUs until it is gone: a one-pod gang, opportunistic (no quota,
     no priority), being evicted (it never expires, is no preemption victim, frees as the pod goes).
     Nothing evicts it: the admin decides (the Warning Event and /v1/inspect name it)."""
@@ -303,7 +303,7 @@ def recover(
     report = RecoveryReport()
     groups = collect(pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report, verify=verify)
     for u in report.unverified:
-        _hold(core, u, now)
+        hold_unverified(core, u, now)
     held = {(f.node, gpu): gang for gang, fs in groups.items() for f in fs for gpu in f.gpus}
     for gang, everyone in groups.items():
         found, *earlier = _by_placement(everyone)

@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from config.load import LoadedConfig
 from extender.conventions import edge as conventions
+from extender.dra.devices import DraSettings
 from extender.gangs.bindsig import BindSigner
 from extender.gangs.entitlement import EntitlementError
 from extender.gangs.ledger_records import Record, TransitionHook
@@ -32,6 +33,7 @@ from extender.http.answers import user_error
 from extender.http.app import Service
 from extender.http.ledger_api import gang_of_pod, ledger_routes
 from extender.http.verbs import Scheduler
+from extender.kube import dra_mode
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
@@ -72,6 +74,7 @@ def kube_service(
     signing_key: bytes | None = None,
     adopt_unsigned_bind_info: bool = False,
     audience: str = DEFAULT_AUDIENCE,
+    dra: DraSettings | None = None,
 ) -> Service:
     """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one). `namespace` holds the
     extender's own objects (GangReservations, the Lease); `lease` turns on leader election, and
@@ -80,7 +83,8 @@ def kube_service(
     (`extender.gangs.bindsig`); `adopt_unsigned_bind_info` is the admin's opt-in to adopt
     HiveD's at the first start of a switch-over.
     `audience`: the audience of the tokens its readers present (TokenReview; "" for the API
-    server's own), `extender.http.doors` says who may read what."""
+    server's own), `extender.http.doors` says who may read what.
+    `dra`: DRA mode, topogang allocating its pods' ResourceClaims (`extender.kube.dra_mode`)."""
     extras = loaded.extras
     ttl = float(extras.reservation_ttl_seconds)
     frameworks: dict[tuple[str, str], tuple[float, Mapping[str, Any] | None]] = {}
@@ -152,6 +156,9 @@ def kube_service(
         recorder.record(ref, "BindInfoUnverified", text, warning=True)
 
     sync.on_unverified = on_unverified
+    dra_tasks = (
+        dra_mode.attach(scheduler, sync, kube, loaded, dra, recorder, metrics) if dra is not None else []
+    )
     scheduler.evictor = sync.evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)
     gangs = scheduler.conventions
@@ -244,7 +251,7 @@ def kube_service(
     )
     return Service(
         scheduler=scheduler,
-        background=[sync.run, lead, forget_old_events, watcher.run],
+        background=[sync.run, lead, forget_old_events, watcher.run, *dra_tasks],
         on_stop=[step_down],
         routes=[
             watcher.route(),
@@ -297,6 +304,7 @@ def build_kube_service(
     signing_key: bytes | None = None,
     adopt_unsigned_bind_info: bool = False,
     audience: str = DEFAULT_AUDIENCE,
+    dra: DraSettings | None = None,
 ) -> Service:
     return kube_service(
         loaded,
@@ -307,4 +315,5 @@ def build_kube_service(
         signing_key=signing_key,
         adopt_unsigned_bind_info=adopt_unsigned_bind_info,
         audience=audience,
+        dra=dra,
     )

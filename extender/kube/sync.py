@@ -58,6 +58,11 @@ class ClusterSync:
         self.synced = False
         self.synced_event = asyncio.Event()
         self.hold_reason: Callable[[], str] = lambda: ""  # why not to serve although synced
+        # DRA mode: GPUs its device map keeps out (tainted, or slices contradicting the config)
+        self.extra_bad: Callable[[str], frozenset[int]] = lambda node: frozenset()
+        self.health: dict[str, tuple[bool, int | None]] = {}  # node -> (healthy, healthy GPUs)
+        # DRA mode: a finished or deleted pod's claims go back
+        self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -163,15 +168,28 @@ class ClusterSync:
                     continue
                 seen.add(h.name)
                 _, configured = views.node_fill(core, h.name)
-                core.set_node_health(h.name, h.healthy, healthy_gpus=h.healthy_gpus(configured))
+                self.health[h.name] = (h.healthy, h.healthy_gpus(configured))
+                self._set_health(h.name)
             if full:
                 for name in core.node_names():
                     if name not in seen:
+                        self.health[name] = (False, None)
                         core.set_node_health(name, False)
+
+    def _set_health(self, node: str) -> None:
+        healthy, gpus = self.health.get(node, (False, None))
+        self.s.core.set_node_health(node, healthy, bad_gpus=self.extra_bad(node), healthy_gpus=gpus)
+
+    async def refresh_node(self, node: str) -> None:
+        """Node health again, after what `extra_bad` says of it changed."""
+        async with self.s.lock:
+            if node in self.health:
+                self._set_health(node)
 
     async def on_node(self, kind: str, node: dict[str, Any]) -> None:
         if kind == "DELETED":
             async with self.s.lock:
+                self.health[node_name(node)] = (False, None)
                 self.s.core.set_node_health(node_name(node), False)
         else:
             await self.apply_nodes([node], full=False)
@@ -235,6 +253,8 @@ class ClusterSync:
             # even when released as finished already: a late filter may have remembered it since
             await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
             self.done.discard(uid)
+            if self.on_gone is not None:
+                await self.on_gone(pod)
             return
         self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
         self.pods[uid] = kpods.kept(pod)
@@ -243,6 +263,8 @@ class ClusterSync:
             if uid not in self.done:
                 self.done.add(uid)
                 await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
+                if self.on_gone is not None:
+                    await self.on_gone(pod)
             return
         self.check(pod)
         if kpods.node_name(pod) is not None and uid not in self.foreign and not self._held(uid):

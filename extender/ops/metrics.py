@@ -110,6 +110,11 @@ class Metrics:
             "opt-in): their GPUs are held, with no quota or priority, until they are gone.",
             registry=self.registry,
         )
+        self.dra_mismatch = Gauge(
+            "topogang_dra_node_mismatch",
+            "Nodes whose ResourceSlices contradict the config (DRA mode): their GPUs are not given out.",
+            registry=self.registry,
+        )
         self.promotion_writes = Counter(
             "topogang_promotion_writes",
             "Bind info of a promoted gang's pods re-written (so a restart keeps it guaranteed), by result.",

@@ -34,6 +34,11 @@ profiles:
       - name: GangScheduling
       - name: TopologyPlacementGenerator
       - name: PodGroupPodsCount
+      {{- if .Values.extender.dra.enabled }}
+      # DRA mode: topogang allocates this profile's ResourceClaims (the devices of the slot it chose);
+      # the plugin would allocate them first, in PreBind, on devices of its own choosing
+      - name: DynamicResources
+      {{- end }}
 extenders:
 - urlPrefix: {{ include "topogang.extenderUrl" . | quote }}
   filterVerb: filter

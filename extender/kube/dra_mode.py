@@ -1,0 +1,175 @@
+"""Turning DRA mode on for a Kubernetes-mode service: the catalog's watches, the binder, the hooks.
+
+Everything DRA mode changes in the service is here, so `extender.kube.service` only calls `attach`:
+the binder allocates claims before each Binding, the conventions count a pod's claimed GPUs, node
+health keeps tainted or unmappable GPUs out, a gone pod's claims are released, and devices that
+claims of other schedulers hold on topogang's nodes are held as `unverified:` gangs (recovery's
+way of holding GPUs topogang did not give out) until those claims let go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
+
+from config.load import LoadedConfig
+from extender.dra import claims as dc
+from extender.dra.devices import DeviceMap, DraSettings, Mismatch
+from extender.http.verbs import Scheduler
+from extender.kube import pods as kpods
+from extender.kube.client import AsyncKube
+from extender.kube.dra import SLICES, TAINT_RULES, DraBinder, DraCatalog, release
+from extender.kube.events import EventRecorder, ObjectRef
+from extender.kube.recovery import Unverified, hold_unverified
+from extender.kube.sync import ClusterSync
+from extender.ops.metrics import Metrics
+from topology.model import Topology
+from topology.node_layout import node_halves
+
+log = logging.getLogger("topogang.dra")
+
+CLAIMS = f"{dc.API}/resourceclaims"
+
+
+def attach(
+    scheduler: Scheduler,
+    sync: ClusterSync,
+    kube: AsyncKube,
+    loaded: LoadedConfig,
+    settings: DraSettings,
+    recorder: EventRecorder,
+    metrics: Metrics,
+) -> list[Callable[[], Coroutine[Any, Any, None]]]:
+    """Wire DRA mode in; the background tasks to run (the watches)."""
+    topo = Topology(loaded.spec)
+    nodes = list(topo.machines)
+    catalog = DraCatalog(kube, settings, lambda node: node_halves(topo, node), nodes)
+    scheduler.binder = DraBinder(kube, catalog)
+    scheduler.conventions.claim_gpus = catalog.claim_gpus
+    sync.extra_bad = catalog.bad_gpus
+    catalog.on_change = sync.refresh_node
+
+    def on_mismatch(m: Mismatch) -> None:
+        metrics.dra_mismatch.set(sum(isinstance(v, Mismatch) for v in catalog.maps.values()))
+        text = f"topogang DRA: the ResourceSlices of {m.node} contradict the config: {m.reason}"
+        recorder.record(
+            ObjectRef("Node", "default", m.node), "DeviceMismatch", text, warning=True
+        )  # Node Events live in default
+
+    catalog.on_mismatch = on_mismatch
+
+    async def on_gone(pod: Mapping[str, Any]) -> None:
+        try:
+            await release(kube, pod)
+        except Exception:
+            log.exception(
+                "DRA: releasing the claims of pod %s/%s failed", kpods.namespace(pod), kpods.name(pod)
+            )
+
+    sync.on_gone = on_gone
+    foreign = ForeignClaims(scheduler, catalog)
+
+    async def watch_slices() -> None:
+        await sync.watch(SLICES, "", catalog.on_slice, catalog.relist_slices)
+
+    async def watch_rules() -> None:
+        await sync.watch(TAINT_RULES, "", catalog.on_rule, catalog.relist_rules)
+
+    async def watch_claims() -> None:
+        await sync.synced_event.wait()  # pods recovered: claims of pods holding slots are theirs
+        await catalog.listed.wait()  # devices mapped: a claim's devices can be told as GPUs
+        await sync.watch(CLAIMS, "", foreign.on_claim, foreign.relist)
+
+    log.info(
+        "DRA mode: driver %s, device class %s, GPUs in %s order",
+        settings.driver,
+        settings.device_class,
+        settings.order_by,
+    )
+    return [watch_slices, watch_rules, watch_claims]
+
+
+class ForeignClaims:
+    """Claims allocated on topogang's nodes for pods topogang did not bind (another profile's
+    DynamicResources plugin, a claim allocated before topogang ran): their devices are held."""
+
+    def __init__(self, scheduler: Scheduler, catalog: DraCatalog) -> None:
+        self.s = scheduler
+        self.catalog = catalog
+        self.held: dict[str, Unverified] = {}  # claim uid -> what is held for it
+
+    def _gpus(self, claim: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | None:
+        results = [r for r in dc.allocated(claim) if r.driver == self.catalog.settings.driver]
+        if not results:
+            return None
+        node = None
+        gpus = []
+        for r in results:
+            for name, dm in self.catalog.maps.items():
+                if isinstance(dm, DeviceMap):
+                    g = dm.gpu_of(r.pool, r.device)
+                    if g is not None:
+                        node = name
+                        gpus.append(g)
+        return (node, tuple(sorted(gpus))) if node is not None and gpus else None
+
+    def _ours(self, claim: Mapping[str, Any], node: str, gpus: tuple[int, ...]) -> bool:
+        """Reserved for a pod whose slot in the core holds exactly these GPUs (a pod topogang
+        binds claims its slot before its claims are written). Claims that give a pod other GPUs
+        than its slot (bind info edited, a claim allocated by hand) are held on their own."""
+        core = self.s.core
+        for uid in dc.reserved_uids(claim):
+            g = core.gang_of_pod(uid)
+            slot = g.slot_of(uid) if g is not None else None
+            if slot is None:
+                continue
+            where, have = core.slot_place(slot)
+            if where == node and set(gpus) <= set(have):
+                return True
+            log.warning(
+                "DRA: ResourceClaim %s/%s gives pod %s GPUs %s of %s; its slot holds %s of %s",
+                kpods.namespace(claim),
+                kpods.name(claim),
+                uid,
+                list(gpus),
+                node,
+                list(have),
+                where,
+            )
+        return False
+
+    async def on_claim(self, kind: str, claim: dict[str, Any]) -> None:
+        uid = kpods.uid(claim)
+        if not uid:
+            return
+        got = None if kind == "DELETED" else self._gpus(claim)
+        if got is None or self._ours(claim, *got):
+            if uid in self.held:
+                del self.held[uid]
+                await self.s.pod_gone(uid)
+            return
+        if uid in self.held:
+            return
+        node, gpus = got
+        u = Unverified(uid, kpods.namespace(claim), f"claim-{kpods.name(claim)}", node, gpus, "ResourceClaim")
+        async with self.s.lock:
+            hold_unverified(self.s.core, u, self.s.clock())
+        self.held[uid] = u
+        log.info(
+            "DRA: GPUs %s of %s held for ResourceClaim %s/%s",
+            list(gpus),
+            node,
+            u.namespace,
+            kpods.name(claim),
+        )
+
+    async def relist(self, items: list[dict[str, Any]]) -> None:
+        present = {kpods.uid(c) for c in items}
+        for uid in [u for u in self.held if u not in present]:
+            del self.held[uid]
+            await self.s.pod_gone(uid)
+        for c in items:
+            await self.on_claim("MODIFIED", c)
+        await asyncio.sleep(0)
