@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from topology.buddy import apply_binds, bind_plan, binding_order
+from topology.linkpick import prefer_linked
 from topology.model import Topology
 from topology.nodeorder import whole_node_order
 from topology.state import NO_OWNER, CellState
@@ -329,6 +330,8 @@ class Placer:
         leaves = self._pick(owner, cell, size)
         if len(leaves) < size:
             return None
+        if self.topo.has_links and size > 1:  # the graph decides what the tree rates the same
+            leaves = prefer_linked(self.state, owner, leaves)
         got = tuple(sorted(leaves))
         self.state.allocate_leaves(got, gang, priority)
         return got

@@ -1,0 +1,169 @@
+"""The physical topology as a networkx graph: the model every other view of the cluster is read from.
+
+Vertices are the physical cells (integer ids, depth-first, as `topology.layout.expand` numbers
+them) with their type, level, address, chain, Kubernetes node, GPU index and pinned-cell id.
+Edges are of two kinds:
+
+- `contains`: parent cell to child cell, carrying the parent's level. These form the cell tree
+  HiveD describes: a forest whose roots are the top-level cells and whose leaves are the GPUs.
+- `link`: a direct GPU-to-GPU link (both directions), carrying the level of the cell it was
+  declared on. They say what the tree cannot: the DGX-1's hybrid cube-mesh NVLink joins GPU 0 to
+  GPU 4 though they sit in different quads, and not GPU 0 to GPU 5.
+
+`Topology` (topology.model) compiles the flat arrays the hot path reads from this graph once per
+config; the read side (explain, inspect, the UI) asks the graph for distances and spans through
+the functions below. `check` is where structure is verified at load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import networkx as nx
+
+from topology.layout import ExpandedCell, Problem
+
+CONTAINS = "contains"
+LINK = "link"
+
+
+def build(cells: Sequence[ExpandedCell], links: dict[str, tuple[tuple[int, int], ...]]) -> nx.DiGraph:
+    """The graph of `cells` (as expanded from the spec) and the links each cell type declares
+    (`links[type]`: pairs of GPU indexes inside one cell of that type)."""
+    g = nx.DiGraph()
+    for c in cells:
+        g.add_node(
+            c.index,
+            type=c.cell_type,
+            level=c.level,
+            address=c.address,
+            chain=c.chain,
+            node=c.node,
+            gpu=c.gpu_index,
+            pinned=c.pinned_cell_id,
+            path=c.config_path,
+        )
+    for c in cells:
+        if c.parent is not None:
+            g.add_edge(c.parent, c.index, kind=CONTAINS, level=cells[c.parent].level)
+    if links:
+        for c in cells:
+            pairs = links.get(c.cell_type)
+            if not pairs:
+                continue
+            by_gpu = {g.nodes[x]["gpu"]: x for x in gpus_under(g, c.index)}
+            for a, b in pairs:
+                if a in by_gpu and b in by_gpu and a != b:
+                    g.add_edge(by_gpu[a], by_gpu[b], kind=LINK, level=c.level)
+                    g.add_edge(by_gpu[b], by_gpu[a], kind=LINK, level=c.level)
+    return g
+
+
+def tree(g: nx.DiGraph) -> nx.DiGraph:
+    """The cell tree alone (a view: the `contains` edges)."""
+    return nx.subgraph_view(g, filter_edge=lambda u, v: g.edges[u, v]["kind"] == CONTAINS)
+
+
+def children(g: nx.DiGraph, c: int) -> list[int]:
+    return sorted(v for v, e in g.succ[c].items() if e["kind"] == CONTAINS)
+
+
+def parent(g: nx.DiGraph, c: int) -> int | None:
+    for u, e in g.pred[c].items():
+        if e["kind"] == CONTAINS:
+            return int(u)
+    return None
+
+
+def gpus_under(g: nx.DiGraph, c: int) -> list[int]:
+    """The GPUs (level-1 cells) inside `c`, in id order."""
+    out: list[int] = []
+    stack = [c]
+    while stack:
+        x = stack.pop()
+        kids = [v for v, e in g.succ[x].items() if e["kind"] == CONTAINS]
+        if kids:
+            stack.extend(kids)
+        elif g.nodes[x]["level"] == 1:
+            out.append(x)
+    return sorted(out)
+
+
+def check(g: nx.DiGraph) -> list[Problem]:
+    """Structure the rest of the core relies on: the cell tree is a forest (one parent at most,
+    no cycle), every child is exactly one level below its parent, every leaf is a GPU (level 1)
+    reached from a top-level cell, and links join two GPUs of the same node."""
+    problems: list[Problem] = []
+    t = tree(g)
+
+    def at(c: int) -> str:
+        return str(g.nodes[c]["path"])
+
+    if not nx.is_branching(t):
+        cycle = next(iter(nx.simple_cycles(t)), None)
+        where = at(cycle[0]) if cycle else "physicalCluster.physicalCells"
+        problems.append(Problem(where, "the cells do not form a tree (a cell has two parents or a cycle)"))
+        return problems
+    for u, v in t.edges:
+        lu, lv = g.nodes[u]["level"], g.nodes[v]["level"]
+        if lv != lu - 1:
+            problems.append(
+                Problem(at(v), f"cell at level {lv} inside a cell at level {lu}: levels must step by one")
+            )
+    roots = [c for c in t.nodes if t.in_degree(c) == 0]
+    reached: set[int] = set(roots)
+    for r in roots:
+        reached.update(nx.descendants(t, r))
+    for c in t.nodes:
+        if t.out_degree(c) == 0 and g.nodes[c]["level"] != 1:
+            problems.append(Problem(at(c), f"cell of type {g.nodes[c]['type']} has no GPUs below it"))
+        if c not in reached:
+            problems.append(Problem(at(c), "cell is not reachable from a top-level cell"))
+    for u, v, e in g.edges(data=True):
+        if e["kind"] == LINK and (g.nodes[u]["node"] is None or g.nodes[u]["node"] != g.nodes[v]["node"]):
+            problems.append(Problem(at(u), "a link must join two GPUs of one node"))
+    return problems
+
+
+# ------------------------------------------------------------------ the read side's questions
+def lowest_common_cell(g: nx.DiGraph, cells: Iterable[int]) -> int | None:
+    """The lowest cell containing all of `cells` (None when they lie under different top cells)."""
+    common: set[int] | None = None
+    for c in cells:
+        up = {c, *nx.ancestors(tree(g), c)}
+        common = up if common is None else common & up
+        if not common:
+            return None
+    if not common:
+        return None
+    return min(common, key=lambda x: (g.nodes[x]["level"], x))
+
+
+def span_level(g: nx.DiGraph, cells: Sequence[int]) -> int:
+    """The level of the lowest common cell of `cells` (a gang's GPUs, all of one chain); one
+    above the chain's top when no cell holds them all (a gang spread over several top cells)."""
+    a = lowest_common_cell(g, cells)
+    if a is not None:
+        return int(g.nodes[a]["level"])
+    t = tree(g)
+    top = max([cells[0], *nx.ancestors(t, cells[0])], key=lambda x: g.nodes[x]["level"])
+    return int(g.nodes[top]["level"]) + 1
+
+
+def distance(g: nx.DiGraph, a: int, b: int) -> int:
+    """Hops between two cells over the cell tree (up to their lowest common cell and down)."""
+    return int(nx.shortest_path_length(tree(g).to_undirected(as_view=True), a, b))
+
+
+def linked(g: nx.DiGraph, a: int, b: int) -> bool:
+    """Are two GPUs joined by a declared direct link?"""
+    e = g.get_edge_data(a, b)
+    return e is not None and e["kind"] == LINK
+
+
+def link_connected(g: nx.DiGraph, gpus: Sequence[int]) -> bool:
+    """Do `gpus` reach each other over direct links among themselves (a pair: linked)?"""
+    if len(gpus) < 2:
+        return True
+    sub = nx.Graph((u, v) for u in gpus for v in gpus if u < v and linked(g, u, v))
+    return sub.number_of_nodes() == len(gpus) and bool(nx.is_connected(sub))
