@@ -71,7 +71,7 @@ class Topology:
         """The flat arrays placement reads on every call, from the graph's vertices and edges."""
         n = g.number_of_nodes()
         self.n_cells = n
-        attrs = [g.nodes[c] for c in range(n)]
+        attrs = [a for _, a in g.nodes(data=True)]  # added in id order, so listed in it
         self.address: list[str] = [a["address"] for a in attrs]
         self.cell_type: list[str] = [a["type"] for a in attrs]
         self.level: list[int] = [a["level"] for a in attrs]
@@ -79,7 +79,7 @@ class Topology:
         kids: list[list[int]] = [[] for _ in range(n)]
         self.links: list[frozenset[int]] = []
         link_sets: dict[int, set[int]] = {}
-        for u, v, kind in g.edges(data="kind"):
+        for u, v, kind in g.edges(data="kind", default=topograph.CONTAINS):
             if kind == topograph.CONTAINS:
                 self.parent[v] = u
                 kids[u].append(v)
