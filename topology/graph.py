@@ -19,6 +19,7 @@ the functions below. `check` is where structure is verified at load.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 import networkx as nx
 
@@ -173,3 +174,31 @@ def link_connected(g: nx.DiGraph, gpus: Sequence[int]) -> bool:
         return True
     sub = nx.Graph((u, v) for u in gpus for v in gpus if u < v and linked(g, u, v))
     return sub.number_of_nodes() == len(gpus) and bool(nx.is_connected(sub))
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """How spread a set of GPUs is, as the read side shows it: the lowest cell holding them all
+    (its level and type; level one above the chain's top and type None when none does), the
+    largest number of hops between two of them over the cell tree, and whether they reach each
+    other over declared direct links (None when their node declares none)."""
+
+    level: int
+    cell_type: str | None
+    hops: int
+    linked: bool | None
+
+
+def span(g: nx.DiGraph, gpus: Sequence[int]) -> Span:
+    """The `Span` of `gpus` (GPU cells of one chain)."""
+    a = lowest_common_cell(g, gpus)
+    level = span_level(g, gpus)
+    # all GPUs sit at level 1: the farthest two go up to the common cell and down again
+    hops = 2 * (level - 1) if len(set(gpus)) > 1 else 0
+    has_links = any(e.get("kind") == LINK for x in gpus for e in g.succ[x].values())
+    return Span(
+        level=level,
+        cell_type=None if a is None else str(g.nodes[a]["type"]),
+        hops=hops,
+        linked=link_connected(g, gpus) if has_links else None,
+    )

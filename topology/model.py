@@ -277,6 +277,11 @@ class Topology:
         """Hops between two cells over the cell tree (the graph's answer)."""
         return topograph.distance(self.graph, a, b)
 
+    def span(self, leaves: list[int]) -> topograph.Span:
+        """How spread `leaves` are (common cell, hops, direct links): the graph's answer, for the
+        read side (explain, inspect, the UI)."""
+        return topograph.span(self.graph, leaves)
+
     def leaf_of(self, node: str, gpu: int) -> int | None:
         for leaf in self.machine_leaves(node):
             if self.gpu_index[leaf] == gpu:

@@ -12,6 +12,9 @@ from hypothesis import strategies as st
 from config.load import ConfigError, load_config, load_config_text
 from topology import graph as topograph
 from topology.cluster import Cluster
+from topology.core import Core
+from topology.decisions import GangRequest, Member
+from topology.explain import explain
 from topology.layout import ExpandedCell
 from topology.model import Topology
 from topology.spec import CellTypeSpec, ClusterSpec, PhysicalCellSpec, VirtualCellSpec, VirtualClusterSpec
@@ -190,3 +193,13 @@ def test_links_decide_what_the_tree_rates_the_same(
     assert isinstance(got, list)
     assert sorted(topo.gpu_index[x] for x in got[0]) == want
     assert topograph.link_connected(Topology(_one_node(CUBE_MESH)).graph, list(got[0])) == bool(links)
+
+
+def test_explain_reports_the_graphs_span_and_links() -> None:
+    core = Core(load_config(DGX1).spec)
+    req = GangRequest("g", "cv", (Member(2, 4),))  # 2 pods of 4 GPUs
+    doc = explain(core, req, 0.0)
+    assert doc["fitsNow"] is True
+    placement = doc["placement"]
+    assert placement["lcaCellType"] == "DGX1-NODE" and placement["gpuHops"] == 4  # 2 pods, one node
+    assert [p["nvlinked"] for p in placement["pods"]] == [True, True]  # each pod one quad
