@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     shown = Path(args.config).resolve()
     root = Path(__file__).resolve().parent.parent
-    name = shown.relative_to(root) if shown.is_relative_to(root) else shown
-    print(f"{name}, fill {args.fill:.0%}, {args.decisions} decisions a seed, seeds {args.seeds}")
+    label = shown.relative_to(root) if shown.is_relative_to(root) else shown
+    print(f"{label}, fill {args.fill:.0%}, {args.decisions} decisions a seed, seeds {args.seeds}")
     print(f"{'pod GPUs':>8} {'tree alone: linked / placed':>30} {'with links: linked / placed':>30}")
     totals = {name: {s: [0, 0] for s in SIZES} for name in ("before", "after")}
     for seed in (int(x) for x in args.seeds.split(",")):
