@@ -68,6 +68,32 @@ def check_cell_types(spec: ClusterSpec) -> TypeCheck:
         if t.name not in out.cyclic:
             usable.setdefault(t.name, t)
     out.types = type_infos(replace(spec, cell_types=tuple(usable.values())))
+    for t in spec.cell_types:
+        out.problems += check_links(t, out.types.get(t.name))
+    return out
+
+
+def check_links(t: CellTypeSpec, info: TypeInfo | None) -> list[Problem]:
+    """`nvlinks` of a cell type: on a node-level type only, each a pair of two different GPU
+    indexes of that node, each pair once."""
+    if not t.links:
+        return []
+    path = f"{TYPES}.{t.name}.nvlinks"
+    if not t.is_node_level:
+        return [Problem(path, f"nvlinks join GPUs of one node: {t.name!r} is not node-level")]
+    out: list[Problem] = []
+    gpus = info.leaf_count if info is not None else 0
+    seen: set[frozenset[int]] = set()
+    for i, (a, b) in enumerate(t.links):
+        if a == b:
+            out.append(Problem(f"{path}[{i}]", f"links GPU {a} to itself"))
+        elif not (0 <= a < gpus and 0 <= b < gpus):
+            out.append(
+                Problem(f"{path}[{i}]", f"GPU indexes must be 0..{gpus - 1} (a {t.name} has {gpus} GPUs)")
+            )
+        elif frozenset((a, b)) in seen:
+            out.append(Problem(f"{path}[{i}]", f"the link {a}-{b} is listed twice"))
+        seen.add(frozenset((a, b)))
     return out
 
 

@@ -310,7 +310,13 @@ def to_spec(model: HivedConfigModel) -> ClusterSpec:
     pc = model.physical_cluster
     return ClusterSpec(
         cell_types=tuple(
-            CellTypeSpec(name, t.child_cell_type, t.child_cell_number, t.is_node_level)
+            CellTypeSpec(
+                name,
+                t.child_cell_type,
+                t.child_cell_number,
+                t.is_node_level,
+                tuple((a, b) for a, b in t.nvlinks),
+            )
             for name, t in pc.cell_types.items()
         ),
         physical_cells=tuple(_physical(c) for c in pc.physical_cells),

@@ -93,6 +93,14 @@ class CellTypeModel(_Model):
     is_node_level: bool = Field(
         default=False, description="True if one cell of this type is exactly one Kubernetes node."
     )
+    nvlinks: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description=(
+            "Optional, node-level types only: direct GPU-to-GPU links inside one node, as pairs of "
+            "GPU indexes (e.g. the DGX-1's hybrid cube-mesh NVLink). Where the cell tree rates two "
+            "choices of GPUs the same, placement prefers the one whose GPUs are directly linked."
+        ),
+    )
 
 
 class PhysicalCellModel(_Model):

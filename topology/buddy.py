@@ -10,6 +10,9 @@ Cells no guaranteed gang uses or has reserved are given back at once (`unbind_un
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
+
 from topology.state import NO_GANG, NO_OWNER, CellState
 
 
@@ -61,19 +64,29 @@ def can_bind(st: CellState, owner: int, target: int) -> bool:
 
 
 # ------------------------------------------------------------------ binding for a placement
-def binding_order(st: CellState, lvl: int, pool: set[int]) -> list[int]:
-    """The free-pool cells of level `lvl` in the order a new quota cell should be bound from them.
+def binding_order(st: CellState, lvl: int, pool: set[int], room: int = 0) -> Iterator[int]:
+    """The free-pool cells of level `lvl` with at least `room` free leaves, in the order a new
+    quota cell should be bound from them.
 
     Binding a cell hands the opportunistic gangs running in it to the VC, which displaces them as
     soon as it needs their GPUs (HiveD prefers the cell with the fewest opportunistic leaves for the
     same reason). So at node level the least used pool node comes first. Above node level a pool
     cell must be split to bind a node inside it: the most used one comes first, so that wholly free
     racks stay whole for the gangs that need one (buddy allocation's rule), and the caller takes its
-    freest node. Ties: the cell id."""
+    freest node. Ties: the cell id.
+
+    Produced lazily from a heap: the caller mostly takes the first cell, and sorting a whole level
+    of the pool (thousands of nodes at 12,500) for that was most of a decision's time at scale."""
+    if not pool:
+        return
     topo = st.topo
-    node_level = topo.chains[topo.cell_chain[next(iter(pool))]].node_level if pool else lvl
+    node_level = topo.chains[topo.cell_chain[next(iter(pool))]].node_level
     sign = 1 if lvl == node_level else -1
-    return sorted(pool, key=lambda c: (sign * (topo.leaf_count[c] - st.free[c]), c))
+    free, count = st.free, topo.leaf_count
+    heap = [(sign * (count[c] - free[c]), c) for c in pool if free[c] >= room]
+    heapq.heapify(heap)
+    while heap:
+        yield heapq.heappop(heap)[1]
 
 
 def bind_plan(st: CellState, q: list[int], chain: int, cell: int, need: int) -> list[int] | None:

@@ -27,14 +27,14 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
     if existing is not None:
         out["existing"] = {
             "phase": existing.phase.value,
-            "placement": _placement(core.placement_of(existing)),
+            "placement": _placement(core, core.placement_of(existing)),
         }
     st.begin()
     try:
         got = place_new(core, req, now, suggested_ids(core, req))
         if isinstance(got, GangPlacement):
             out["fitsNow"] = True
-            out["placement"] = _placement(got)
+            out["placement"] = _placement(core, got)
             gang = core.gang(req.name)
             if gang is not None and gang is not existing:  # the what-if's gang: the rollback keeps it
                 core.reservations.remove(gang)
@@ -69,12 +69,28 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
     return out
 
 
-def _placement(p: GangPlacement) -> dict[str, Any]:
+def _placement(core: Core, p: GangPlacement) -> dict[str, Any]:
+    """The placement, with its spread as the model's graph tells it: the lowest common cell of
+    all its GPUs (and the hops across it), and per pod whether its GPUs are directly linked."""
+    topo = core.topo
+    pods = []
+    every: list[int] = []
+    for x in p.pods:
+        gpus = [leaf for i in x.gpu_indices if (leaf := topo.leaf_of(x.node, i)) is not None]
+        every += gpus
+        pod: dict[str, Any] = {"slot": x.slot, "node": x.node, "gpus": list(x.gpu_indices)}
+        linked = topo.span(gpus).linked if len(gpus) > 1 else None
+        if linked is not None:
+            pod["nvlinked"] = linked
+        pods.append(pod)
+    whole = topo.span(every) if every else None
     return {
         "chain": p.chain,
         "lcaLevel": p.lca_level,
+        "lcaCellType": None if whole is None else whole.cell_type,
+        "gpuHops": None if whole is None else whole.hops,
         "nodes": list(p.nodes),
-        "pods": [{"slot": x.slot, "node": x.node, "gpus": list(x.gpu_indices)} for x in p.pods],
+        "pods": pods,
     }
 
 

@@ -8,14 +8,24 @@ config and never mutated: everything that changes lives in `topology.state`.
 
 from __future__ import annotations
 
-import functools
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import networkx as nx
 
+from topology import graph as topograph
 from topology.layout import TypeInfo, expand, type_infos
 from topology.spec import ClusterSpec
+
+
+class _Vertex(NamedTuple):
+    """What the compile steps below read of one graph vertex."""
+
+    cell: int
+    chain: str
+    node: str | None
+    parent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,25 +59,44 @@ class Topology:
         if layout.problems:
             first = layout.problems[0]
             raise ValueError(f"{first.path}: {first.message}")
-        cells = layout.cells
-        n = len(cells)
+        links = {t.name: t.links for t in spec.cell_types if t.links}
+        # the model: every answer below is compiled from this graph, once per config
+        self.graph: nx.DiGraph = topograph.build(layout.cells, links)
+        problems = topograph.check(self.graph)
+        if problems:
+            raise ValueError(f"{problems[0].path}: {problems[0].message}")
+        self._compile(self.graph)
+
+    def _compile(self, g: nx.DiGraph) -> None:
+        """The flat arrays placement reads on every call, from the graph's vertices and edges."""
+        n = g.number_of_nodes()
         self.n_cells = n
-        self.address: list[str] = [c.address for c in cells]
-        self.cell_type: list[str] = [c.cell_type for c in cells]
-        self.level: list[int] = [c.level for c in cells]
-        self.parent: list[int] = [-1 if c.parent is None else c.parent for c in cells]
+        attrs = [a for _, a in g.nodes(data=True)]  # added in id order, so listed in it
+        self.address: list[str] = [a["address"] for a in attrs]
+        self.cell_type: list[str] = [a["type"] for a in attrs]
+        self.level: list[int] = [a["level"] for a in attrs]
+        self.parent: list[int] = [-1] * n
+        kids: list[list[int]] = [[] for _ in range(n)]
+        self.links: list[frozenset[int]] = []
+        link_sets: dict[int, set[int]] = {}
+        for u, v, kind in g.edges(data="kind", default=topograph.CONTAINS):
+            if kind == topograph.CONTAINS:
+                self.parent[v] = u
+                kids[u].append(v)
+            else:
+                link_sets.setdefault(u, set()).add(v)
+        self.children: list[tuple[int, ...]] = [tuple(sorted(k)) for k in kids]
+        # direct links per GPU (empty unless the config declares some): the tie-break's input
+        self.has_links: bool = bool(link_sets)
+        self.links = [frozenset(link_sets.get(c, ())) for c in range(n)] if link_sets else []
         # each cell and its ancestors, lowest first: every leaf change walks this path, and a loop
         # over a tuple is several times cheaper than chasing parent links (ids are depth-first, so
         # a parent's path exists before its children's)
         self.up: list[tuple[int, ...]] = []
         for cid, above in enumerate(self.parent):
             self.up.append((cid,) if above < 0 else (cid, *self.up[above]))
-        self.pinned_id: list[str | None] = [c.pinned_cell_id for c in cells]
-        kids: list[list[int]] = [[] for _ in range(n)]
-        for c in cells:
-            if c.parent is not None:
-                kids[c.parent].append(c.index)
-        self.children: list[tuple[int, ...]] = [tuple(k) for k in kids]
+        self.pinned_id: list[str | None] = [a["pinned"] for a in attrs]
+        cells = [_Vertex(c, attrs[c]["chain"], attrs[c]["node"], self.parent[c]) for c in range(n)]
 
         chain_names = sorted({c.chain for c in cells})
         self.chain_index: dict[str, int] = {name: i for i, name in enumerate(chain_names)}
@@ -89,23 +118,23 @@ class Topology:
         self.node_index: dict[str, int] = {}
         parts: dict[str, list[int]] = {}
         for c in cells:
-            ti = self.types[c.cell_type]
+            ti = self.types[self.cell_type[c.cell]]
             if ti.is_node_level:
                 assert c.node is not None
                 ni = len(self.node_names)
                 self.node_index.setdefault(c.node, ni)
                 parts.setdefault(c.node, []).append(ni)
                 self.node_names.append(c.node)
-                self.node_cell.append(c.index)
-                self.cell_node[c.index] = ni
+                self.node_cell.append(c.cell)
+                self.cell_node[c.cell] = ni
         for c in cells:
-            if c.node is not None and c.parent is not None and self.cell_node[c.index] < 0:
-                self.cell_node[c.index] = self.cell_node[c.parent]  # preorder: the parent is set
+            if c.node is not None and c.parent >= 0 and self.cell_node[c.cell] < 0:
+                self.cell_node[c.cell] = self.cell_node[c.parent]  # preorder: the parent is set
         self.node_parts: dict[str, tuple[int, ...]] = {name: tuple(ids) for name, ids in parts.items()}
         self.machines: list[str] = list(parts)
         self.machine_index: dict[str, int] = {name: i for i, name in enumerate(self.machines)}
         self.shared_nodes: bool = len(self.machines) != len(self.node_names)
-        self.gpu_index: list[int] = [-1 if c.gpu_index is None else c.gpu_index for c in cells]
+        self.gpu_index: list[int] = [-1 if a["gpu"] is None else a["gpu"] for a in attrs]
         self.node_leaves: list[tuple[int, ...]] = [
             tuple(self.leaves[self.leaf_lo[nc] : self.leaf_hi[nc]]) for nc in self.node_cell
         ]
@@ -113,7 +142,7 @@ class Topology:
         self.node_leaf_max = max((len(x) for x in self.node_leaves), default=0)
         self.leaf_pos: dict[int, int] = {leaf: i for i, leaf in enumerate(self.leaves)}
 
-        self.chains: list[Chain] = [self._build_chain(name, i, cells) for i, name in enumerate(chain_names)]
+        self.chains: list[Chain] = [self._build_chain(name, i) for i, name in enumerate(chain_names)]
         self.chain_nodes: list[tuple[int, ...]] = [
             tuple(n for n, nc in enumerate(self.node_cell) if self.cell_chain[nc] == ch.index)
             for ch in self.chains
@@ -146,7 +175,7 @@ class Topology:
             self.leaf_lo[c] = prefix[c]
             self.leaf_hi[c] = prefix[end[c]]
 
-    def _build_chain(self, name: str, index: int, cells: tuple[object, ...]) -> Chain:
+    def _build_chain(self, name: str, index: int) -> Chain:
         top_ti = self.types[name]
         level_types: list[str] = [""] * (top_ti.level + 1)
         child_number = [0] * (top_ti.level + 1)
@@ -185,29 +214,6 @@ class Topology:
             tops=tuple(tops),
             cells_by_level=tuple(tuple(x) for x in by_level),
         )
-
-    @functools.cached_property
-    def graph(self) -> nx.DiGraph:
-        """The cells as a networkx graph (containment edges; type, level, address, health-free
-        attributes), built when first asked for: the hot path reads the arrays above, and at
-        12,500 nodes the graph alone took ~2 s to build and ~100 MB to hold."""
-        return self._build_graph()
-
-    def _build_graph(self) -> nx.DiGraph:
-        g = nx.DiGraph()
-        for c in range(self.n_cells):
-            g.add_node(
-                c,
-                address=self.address[c],
-                type=self.cell_type[c],
-                level=self.level[c],
-                chain=self.chains[self.cell_chain[c]].name,
-                node=self.node_names[self.cell_node[c]] if self.cell_node[c] >= 0 else None,
-                gpu=self.gpu_index[c] if self.gpu_index[c] >= 0 else None,
-            )
-            if self.parent[c] >= 0:
-                g.add_edge(self.parent[c], c)
-        return g
 
     # ------------------------------------------------------------------ queries (hot path)
     def cells_within(self, c: int, level: int) -> list[int]:
@@ -268,9 +274,13 @@ class Topology:
         return self.chains[self.cell_chain[cells[0]]].top_level + 1
 
     def distance(self, a: int, b: int) -> int:
-        """Hops between two cells through their lowest common ancestor (graph distance)."""
-        und = self.graph.to_undirected(as_view=True)
-        return int(nx.shortest_path_length(und, a, b))
+        """Hops between two cells over the cell tree (the graph's answer)."""
+        return topograph.distance(self.graph, a, b)
+
+    def span(self, leaves: list[int]) -> topograph.Span:
+        """How spread `leaves` are (common cell, hops, direct links): the graph's answer, for the
+        read side (explain, inspect, the UI)."""
+        return topograph.span(self.graph, leaves)
 
     def leaf_of(self, node: str, gpu: int) -> int | None:
         for leaf in self.machine_leaves(node):

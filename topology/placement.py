@@ -19,11 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from topology.buddy import apply_binds, bind_plan, binding_order
+from topology.linkpick import prefer_linked
 from topology.model import Topology
+from topology.nodeorder import whole_node_order
 from topology.state import NO_OWNER, CellState
 
 # how many multi-node domains to try before settling for the best seen (bounds worst-case latency)
 MAX_DOMAIN_TRIALS = 16
+# domains of more nodes than this are searched in bound order rather than walked (`topology.nodeorder`)
+ORDERED_FROM = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +252,7 @@ class Placer:
             pool = st.pool[chain][lvl]
             if not pool:
                 continue
-            for p in binding_order(st, lvl, pool):
+            for p in binding_order(st, lvl, pool, size):
                 fits = [
                     n
                     for n in topo.nodes_within(p)
@@ -326,6 +330,8 @@ class Placer:
         leaves = self._pick(owner, cell, size)
         if len(leaves) < size:
             return None
+        if self.topo.has_links and size > 1:  # the graph decides what the tree rates the same
+            leaves = prefer_linked(self.state, owner, leaves)
         got = tuple(sorted(leaves))
         self.state.allocate_leaves(got, gang, priority)
         return got
@@ -416,9 +422,15 @@ class Placer:
             # a node's usable leaves (`usable`), from the counters kept per node: the owner's free
             # leaves (`owned_free`, what `owned_free_in` counts for a node cell), or all free ones
             owned = self.state.owned_free[owner] if owner != NO_OWNER else None
-            free = self.state.free
+            st, free = self.state, self.state.free
             whole = start == ch.node_level  # the pod fills a node: the node is the only cell to choose
-            for n in nodes:
+            # a pod that fills a node visits the nodes in order of the bound below, from the
+            # best-fit index, and stops at the first it cannot beat (`topology.nodeorder`)
+            ordered = whole and (domain < 0 or len(nodes) > ORDERED_FROM)
+            candidates: Iterable[int] = nodes
+            if ordered:
+                candidates = whole_node_order(st, owner, chain, domain, size, used, not no_quota)
+            for n in candidates:
                 if suggested is not None and n not in suggested:
                     continue
                 nc = topo.node_cell[n]
@@ -435,6 +447,8 @@ class Placer:
                     unused, new = n not in used, size - own if own < size else 0
                     bound = (unused, start, new, own, nc) if whole else (unused, start, new)
                     if best.key < bound:
+                        if ordered and unused:
+                            break  # every node still to come has a bound at least this one's
                         continue
                 choice = self._choose_in(owner, chain, nc, size)
                 if choice is None:

@@ -20,6 +20,9 @@ class CellTypeSpec:
     child_type: str
     child_number: int
     is_node_level: bool = False
+    # direct GPU-to-GPU links inside one cell of this type (node level only), as pairs of GPU
+    # indexes: what the cell tree cannot say, such as the DGX-1's hybrid cube-mesh NVLink
+    links: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
