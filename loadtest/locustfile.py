@@ -77,7 +77,9 @@ def _options(parser: Any) -> None:
     parser.add_argument(
         "--verbs-ca", default="", help="CA file the https:// host's certificate is checked with"
     )
-    parser.add_argument("--verbs-cert", default="", help="client certificate for mutual TLS (with --verbs-key)")
+    parser.add_argument(
+        "--verbs-cert", default="", help="client certificate for mutual TLS (with --verbs-key)"
+    )
     parser.add_argument("--verbs-key", default="", help="the client certificate's key")
 
 
