@@ -30,6 +30,7 @@ certificate presented. Each user keeps its connection alive, so the handshake is
 from __future__ import annotations
 
 import random
+import socket
 import ssl
 import time
 import urllib.error
@@ -83,13 +84,28 @@ def _options(parser: Any) -> None:
     parser.add_argument("--verbs-key", default="", help="the client certificate's key")
 
 
+class _NoDelayContext(ssl.SSLContext):
+    """A client TLS context whose sockets send at once (TCP_NODELAY), as Go's, and so kube-scheduler's,
+    always do. Without it a filter body of more than one TLS record (16 KiB: 1,000 node names) leaves
+    its last record to Nagle's algorithm, which waits for the server's delayed ACK: ~40 ms a call that
+    measure the client, not the extender."""
+
+    def wrap_socket(self, sock: socket.socket, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
 def _tls_context(opts: Any) -> ssl.SSLContext | None:
     """The client side of mutual TLS from the options, or None when none is given."""
     ca = str(getattr(opts, "verbs_ca", "") or "")
     cert = str(getattr(opts, "verbs_cert", "") or "")
     if not ca and not cert:
         return None
-    ctx = ssl.create_default_context(cafile=ca or None)
+    ctx = _NoDelayContext(ssl.PROTOCOL_TLS_CLIENT)
+    if ca:
+        ctx.load_verify_locations(cafile=ca)
+    else:
+        ctx.load_default_certs()
     if cert:
         ctx.load_cert_chain(cert, str(getattr(opts, "verbs_key", "") or "") or None)
     return ctx
