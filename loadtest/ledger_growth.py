@@ -64,8 +64,11 @@ def member(gang: str, vc: str, index: int) -> dict[str, Any]:
 class Client:
     """One keep-alive client placing gangs; what it saw, by outcome."""
 
-    def __init__(self, port: int, verbs: int, names: Sequence[str], vcs: Sequence[str]) -> None:
+    def __init__(
+        self, port: int, verbs: int, names: Sequence[str], vcs: Sequence[str], kinds: Sequence[str] = KINDS
+    ) -> None:
         self.c = Http(port, verbs_port=verbs)
+        self.kinds = list(kinds)
         self.names = orjson.dumps(list(names))
         self.vcs = list(vcs)
         self.seen: Counter[str] = Counter()
@@ -86,7 +89,7 @@ class Client:
         self.c.call("DELETE", f"/v1/standalone/pods/{pod['metadata']['uid']}?finished=true")
 
     def gang(self, n: int, tag: str) -> None:
-        kind = KINDS[n % len(KINDS)]
+        kind = self.kinds[n % len(self.kinds)]
         name = f"lg-{tag}-{n}"
         pods = [member(name, self.vcs[n % len(self.vcs)], i) for i in range(2)]
         node = self.filter(pods[0])
@@ -164,6 +167,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ttl", type=int, default=2, help="reservation TTL in seconds (default %(default)s)")
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help="the gangs' outcomes in turn (done, expired, deleted; default %(default)s): "
+        "`--kinds done` alone leaves no tombstone, so any growth is a leak",
+    )
     args = ap.parse_args(argv)
     kids = Children()
     with tempfile.TemporaryDirectory(prefix="ledger-growth-") as tmp:
@@ -194,7 +203,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{args.clients} clients"
                 )
                 report("start", proc.pid, port)
-                clients = [Client(port, verbs, names, vcs) for _ in range(args.clients)]
+                kinds = [k for k in args.kinds.split(",") if k]
+                if not kinds or set(kinds) - set(KINDS):
+                    ap.error(f"--kinds: expected a list of {', '.join(sorted(set(KINDS)))}")
+                clients = [Client(port, verbs, names, vcs, kinds) for _ in range(args.clients)]
                 counter: Counter[str] = Counter()
                 started = time.monotonic()
                 quarter = max(1, args.gangs // 4)
