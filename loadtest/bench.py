@@ -1,7 +1,7 @@
 """The extender against a no-op extender on the same stack, same payloads, same run (goals G1, G2).
 
-    python -m loadtest.bench [--seconds 15] [--reps 3] [--out results/bench] [--no-scaling]
-    (or: make bench)
+    python -m loadtest.bench [--seconds 15] [--reps 3] [--out results/bench] [--no-scaling] [--tls]
+    (or: make bench, make bench TLS=1)
 
 1. Generates the 1,000-node x 8-GPU cluster (`config.generate`), starts `topogang serve` on it and
    pre-fills it to 30% over HTTP (Philly-mix jobs, each pod filtered and bound like kube-scheduler).
@@ -14,6 +14,12 @@
    result, and hits both servers alike.
 4. Scaling: in-process gang decisions/s (`loadtest.bench_core`) and HTTP filter p99 at 100, 1,000
    and 5,000 nodes, and the extender's RSS at 5,000 nodes.
+
+With `--tls` a third server joins the rotation: the same extender with its verbs over mutual TLS,
+as the chart serves them to kube-scheduler (a throw-away CA, a serving certificate, a client
+certificate whose name is on `--verbs-allowed-names`; `loadtest.servers.make_certificates`), each
+locust user on one keep-alive connection. A second table compares it with the plain-HTTP extender of
+the same run, verb by verb, with the 1-user p99 ratio against its goal (<= 1.2x).
 
 Prints one table (p50/p99/max per verb, requests/s, each server's CPU share, ratios vs the goals,
 PASS/FAIL), then the scaling table, and writes `bench.json` plus locust's CSVs under `--out`. Only
@@ -35,13 +41,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from loadtest.goals import format_table, goals
+from loadtest.goals import format_table, format_tls, goals, tls_goals
 from loadtest.measure import Run, load_average, machine, median_run, rss_mib
 from loadtest.scaling import format_scaling, rack_size_for, scaling_rows
 from loadtest.servers import (
     ROOT,
     alternate,
     bench_setup,
+    make_certificates,
     prefill,
     serve_extender,
     serve_noop,
@@ -67,6 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--out", default=str(ROOT / "results" / "bench"))
     ap.add_argument("--no-scaling", action="store_true", help="skip the 100/1,000/5,000-node table")
+    ap.add_argument("--tls", action="store_true", help="also the extender's verbs over mutual TLS, vs plain")
     args = ap.parse_args(argv)
     out = Path(args.out)
     s, pin_text = bench_setup(out, args.seconds, args.fill)
@@ -89,12 +97,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"extender and no-op on {args.nodes} nodes, pre-fill to {args.fill:.0%} (load {load_before})")
         ext = serve_extender(s, cfg, "topogang")
         reached = prefill(ext, args.fill)
+        mtls = None
+        if args.tls:
+            say("the same extender with its verbs over mutual TLS, pre-filled alike")
+            mtls = serve_extender(s, cfg, "mtls", tls=make_certificates(out / "pki"))
+            prefill(mtls, args.fill)
         noop = serve_noop(s, cfg)
         say(f"locust at {' and '.join(map(str, USERS))} users, {args.seconds} s a run, {args.reps} reps")
-        alternate(s, [noop, ext], USERS, args.reps, say)
+        alternate(s, [noop, ext, *([mtls] if mtls else [])], USERS, args.reps, say)
         fill_after = used_share(ext)
         rss = rss_mib(ext.proc.pid)
         kids.stop(noop.proc)
+        if mtls:
+            kids.stop(mtls.proc)
         kids.stop(ext.proc)
         meta: dict[str, Any] = {
             "nodes": args.nodes,
@@ -117,6 +132,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         meta["load_end"] = load_average()
         print()
         print(table)
+        if mtls:
+            print()
+            print(format_tls(mtls.runs, ext.runs))
         if scaling:
             print()
             print(format_scaling(scaling))
@@ -132,6 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             ],
             "scaling": scaling,
         }
+        if mtls:
+            doc["mtls"] = _runs_json(mtls.runs)
+            doc["tls_goals"] = [
+                {"goal": g.name, "value": g.value, "target": g.target, "range": [g.low, g.high], "pass": g.ok}
+                for g in tls_goals(mtls.runs, ext.runs)
+            ]
         (out / "bench.json").write_text(json.dumps(doc, indent=2))
         return 0
     except KeyboardInterrupt:

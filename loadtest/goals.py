@@ -99,3 +99,54 @@ def format_table(
             f"{'PASS' if g.ok else 'FAIL'}"
         )
     return "\n".join(lines)
+
+
+def _cell(s: VerbStats) -> str:
+    return f"{s.p50:.2f}/{s.p99:.2f}/{s.max:.1f}"
+
+
+TLS_1 = 1.2  # the verbs' 1-user p99 over mutual TLS <= 1.2x plain HTTP
+
+
+def tls_goals(tls: Mapping[int, Sequence[Run]], plain: Mapping[int, Sequence[Run]]) -> list[Goal]:
+    """Per verb, the 1-user p99 over mutual TLS against the same extender over plain HTTP, as the
+    ratio of medians over the repetitions (range: rep i against rep i)."""
+    out = []
+    for verb in ("filter", "prioritize", "bind"):
+        pairs = [
+            (a.verbs[verb].p99, b.verbs[verb].p99)
+            for a, b in zip(tls.get(1, ()), plain.get(1, ()), strict=False)
+            if verb in a.verbs and verb in b.verbs and b.verbs[verb].p99
+        ]
+        if pairs:
+            value = _ratio(statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs))
+            each = [_ratio(*p) for p in pairs]
+            out.append(Goal(f"T {verb} p99 @1 user, mTLS / plain", value, TLS_1, min(each), max(each)))
+    return out
+
+
+def format_tls(tls: Mapping[int, Sequence[Run]], plain: Mapping[int, Sequence[Run]]) -> str:
+    """The verbs over mutual TLS beside the same extender over plain HTTP (medians), then the
+    1-user ratios against their goal."""
+    lines = [
+        "the verbs over mutual TLS (client certificate, allowed names) vs plain HTTP, same run, keep-alive:",
+        f"{'users':>5} {'verb':<11} {'mTLS p50/p99/max ms':>23} {'req/s':>7}   "
+        f"{'plain p50/p99/max ms':>23} {'req/s':>7}   {'p99 ratio':>9}",
+    ]
+    for users in sorted(set(tls) & set(plain)):
+        t_run, p_run = median_run(tls[users]), median_run(plain[users])
+        for verb in VERBS:
+            t, p = t_run.verbs.get(verb), p_run.verbs.get(verb)
+            if t is None or p is None:
+                continue
+            ratio = f"{t.p99 / p.p99:.2f}x" if p.p99 else "-"
+            lines.append(
+                f"{users:>5} {verb:<11} {_cell(t):>23} {t.rps:>7.0f}   "
+                f"{_cell(p):>23} {p.rps:>7.0f}   {ratio:>9}"
+            )
+    for g in tls_goals(tls, plain):
+        lines.append(
+            f"  {g.name:<40} {g.value:5.2f}x  [{g.low:.2f}-{g.high:.2f}]  (goal <= {g.target}x)  "
+            f"{'PASS' if g.ok else 'FAIL'}"
+        )
+    return "\n".join(lines)

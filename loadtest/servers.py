@@ -221,10 +221,14 @@ class Server:
     port: int  # reads
     runs: dict[int, list[Run]] = field(default_factory=dict)
     verbs_port: int = 0  # the verbs (0: on `port`, as the no-op serves them)
-    tls: ssl.SSLContext | None = None  # a client context for the verbs' mutual TLS
+    pki: MutualTls | None = None  # the verbs over mutual TLS with these certificates
+
+    @property
+    def verbs_url(self) -> str:
+        return f"{'https' if self.pki else 'http'}://{HOST}:{self.verbs_port or self.port}"
 
     def http(self, timeout: float = 30.0) -> Http:
-        return Http(self.port, timeout, self.verbs_port or None, self.tls)
+        return Http(self.port, timeout, self.verbs_port or None, self.pki.client() if self.pki else None)
 
 
 @dataclass(frozen=True)
@@ -244,6 +248,18 @@ class MutualTls:
         ctx = ssl.create_default_context(cafile=str(self.dir / "ca.crt"))
         ctx.load_cert_chain(str(self.dir / "client.crt"), str(self.dir / "client.key"))
         return ctx
+
+    def locust_args(self) -> list[str]:
+        """The locustfile's options for the same client certificate."""
+        d = self.dir
+        return [
+            "--verbs-ca",
+            str(d / "ca.crt"),
+            "--verbs-cert",
+            str(d / "client.crt"),
+            "--verbs-key",
+            str(d / "client.key"),
+        ]
 
 
 def make_certificates(d: Path) -> MutualTls:
@@ -290,9 +306,10 @@ def locust(s: Setup, server: Server, users: int, prefix: Path) -> Run:
     lat = prefix.with_suffix(".latency.json")
     argv = [
         *s.load_pin,
-        *locust_argv(f"http://{HOST}:{server.verbs_port or server.port}", users, s.seconds, prefix),
+        *locust_argv(server.verbs_url, users, s.seconds, prefix),
         *("--read-host", f"http://{HOST}:{server.port}"),
         *("--mix", "gang4x8", "--fill", str(s.fill), "--urgent-every", "0"),
+        *(server.pki.locust_args() if server.pki else []),
     ]
     lat.unlink(missing_ok=True)
     p = s.kids.start(argv, prefix.with_suffix(".log"))
@@ -326,7 +343,7 @@ def serve_extender(s: Setup, config: Path, tag: str, tls: MutualTls | None = Non
     argv += ["--listen", f"{HOST}:{port}", "--verbs-listen", f"{HOST}:{verbs}", "--log-level", "warning"]
     p = s.kids.start([*argv, *(tls.server_args() if tls else [])], s.out / f"{tag}.server.log")
     wait_ready(port, p)
-    return Server(tag, p, port, verbs_port=verbs, tls=tls.client() if tls else None)
+    return Server(tag, p, port, verbs_port=verbs, pki=tls)
 
 
 def serve_noop(s: Setup, config: Path, tag: str = "noop") -> Server:

@@ -29,12 +29,15 @@ REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "deploy" / "helm" / "topogang"
 DEPLOY = REPO / "deploy"
 RELEASE = "topogang"
-# no generated certificates in files meant for git: the verbs' two Secrets are made by the admin
+# no generated certificates in files meant for git: the verbs' two Secrets and the read listener's are
+# made by the admin
 RAW_VALUES = (
     "--set",
     "existingConfigMap=topogang-config",
     "--set",
     "extender.verbs.mtls.certificates=secrets",
+    "--set",
+    "extender.tls.secretName=topogang-read-tls",
 )
 SCHEDULER_CONFIG_KEY = "kube-scheduler-config.yaml"
 # deploy file <- the chart files whose documents it holds, in helm's install order

@@ -10,6 +10,8 @@ a ledger outage degrades to stock behaviour instead of failing jobs.
 It authenticates with its pod's ServiceAccount token (`TOPOGANG_TOKEN_FILE`, default the pod's
 mounted token; the chart's docs project one with the audience `topogang`): the extender lets a pod
 read only its own gang. The file is read again for every request (kubelet rotates projected tokens).
+The chart serves the ledger over HTTPS: `TOPOGANG_CA_FILE` names the CA its certificate is checked
+with (the chart's ConfigMap `<release>-ca`), else the system's trust store is used.
 
 Extra outputs: `gang.json` (the ledger's view) and `topogang.sh` exporting TG_RANK, TG_WORLD_SIZE,
 TG_GPUS, TG_NODE and TG_{ROLE}_NODES; `injector.sh` stays byte-identical to FrameworkBarrier's.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import sys
 import time
 import urllib.error
@@ -57,6 +60,7 @@ class Settings:
     out_dir: Path
     apiserver: str | None
     token_file: Path | None = None
+    ca_file: Path | None = None  # the CA the ledger's HTTPS certificate is checked with (else the system's)
 
 
 def settings_from_env(env: Mapping[str, str]) -> Settings:
@@ -96,6 +100,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         out_dir=Path(env.get("TOPOGANG_BARRIER_DIR", "/mnt/frameworkbarrier")),
         apiserver=env.get("KUBE_APISERVER_ADDRESS") or None,
         token_file=Path(env.get("TOPOGANG_TOKEN_FILE") or DEFAULT_TOKEN_FILE),
+        ca_file=Path(env["TOPOGANG_CA_FILE"]) if env.get("TOPOGANG_CA_FILE") else None,
     )
 
 
@@ -141,8 +146,12 @@ def ask_ledger(s: Settings, wait: float) -> dict[str, Any] | None:
     url = f"{s.ledger_url}{path}?{urllib.parse.urlencode(query)}"
     token = pod_token(s)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    tls = (
+        ssl.create_default_context(cafile=str(s.ca_file)) if s.ca_file and url.startswith("https:") else None
+    )
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=wait + 10) as resp:
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=wait + 10, context=tls) as resp:
             body: dict[str, Any] = json.loads(resp.read())
     except urllib.error.HTTPError as err:
         if err.code == 409:

@@ -280,6 +280,7 @@ class GangLedger:
                 resourceVersion=str(rec.version),
             )
             rec.tombstone = doc
+            rec.last_gang = None  # the tombstone says all it will say: keep no core gang for it
             self._tell(rec, rec.reason)
         else:
             del self.records[r.gang]

@@ -114,7 +114,14 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
     args = serve_parser().parse_args(container(ext)["args"])
     assert ext["spec"]["replicas"] == 2 and args.leader_elect and args.lease_name == "topogang-extender"
     assert mounted(ext, args.config)["configMap"]["name"] == "topogang-config"
-    assert args.kube and args.tls_cert is None and args.listen == ":9096"
+    assert args.kube and args.listen == ":9096"
+    # the read port is HTTPS with the chart's certificate (the stock FrameworkBarrier sends its token
+    # only over TLS), its probes too; the CA is published for job namespaces
+    for path in (args.tls_cert, args.tls_key):
+        assert mounted(ext, path)["secret"]["secretName"] == "topogang-read-tls"
+    probes = (container(ext)["readinessProbe"], container(ext)["livenessProbe"])
+    assert all(p["httpGet"]["scheme"] == "HTTPS" for p in probes)
+    assert "BEGIN CERTIFICATE" in one(docs, "ConfigMap", "topogang-ca")["data"]["ca.crt"]
     # bind info is signed with a key of the chart's own Secret, random, kept past an uninstall
     signing = one(docs, "Secret", "topogang-bind-signing-key")
     assert len(base64.b64decode(signing["data"]["key"])) >= 32
@@ -171,10 +178,11 @@ def test_the_one_line_install_renders_a_working_default(helm: Path) -> None:
 
 def test_the_chart_makes_a_ca_and_both_certificates(helm: Path, tmp_path: Path) -> None:
     docs = render(helm, "--set-file", f"config={EXAMPLE}")
+    made = ("topogang-verbs-server", "topogang-verbs-client", "topogang-read-tls")
     secrets = {
-        d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret" and "-verbs-" in d["metadata"]["name"]
+        d["metadata"]["name"]: d for d in docs if d["kind"] == "Secret" and d["metadata"]["name"] in made
     }
-    assert set(secrets) == {"topogang-verbs-server", "topogang-verbs-client"}
+    assert set(secrets) == set(made)
     for name, doc in secrets.items():
         assert doc["type"] == "kubernetes.io/tls"
         for key, value in doc["data"].items():
@@ -195,6 +203,12 @@ def test_the_chart_makes_a_ca_and_both_certificates(helm: Path, tmp_path: Path) 
 
     assert "CN = topogang-scheduler" in names("topogang-verbs-client")
     assert "DNS:topogang-extender.topogang-system.svc" in names("topogang-verbs-server")
+    read = names("topogang-read-tls")  # the Service's names, and localhost for a port-forward
+    assert "DNS:topogang-extender.topogang-system.svc" in read and "DNS:localhost" in read
+    assert "IP Address:127.0.0.1" in read
+    assert base64.b64decode(secrets["topogang-read-tls"]["data"]["ca.crt"]).decode().strip() == (
+        one(docs, "ConfigMap", "topogang-ca")["data"]["ca.crt"].strip()
+    )
 
 
 def test_non_default_values_tls_three_replicas_existing_configmap(helm: Path) -> None:
@@ -274,7 +288,7 @@ def with_config(*values: str) -> tuple[str, ...]:
     [
         ((), "--set-file config=my-cluster.yaml"),
         (with_config("--set", "extender.leaderElection.enabled=false"), "leaderElection"),
-        (with_config("--set", "extender.tls.enabled=true"), "extender.tls.secretName"),
+        (with_config("--set", "extender.verbs.mtls.certificates=secrets"), "extender.tls.secretName"),
         (with_config("--set", "extender.verbs.mtls.certificates=cert-manager"), "issuerRef.name"),
         (with_config("--set", "extender.verbs.mtls.certificates=vault"), "extender.verbs.mtls.certificates"),
         (with_config("--set", "extender.verbs.port=9096"), "extender.verbs.port"),
@@ -286,3 +300,23 @@ def test_values_that_would_install_something_broken_are_refused(
     with pytest.raises(manifests.HelmError, match="topogang: ") as err:
         manifests.template(helm, *values)
     assert names in str(err.value)
+
+
+def test_cert_manager_issues_the_read_listeners_certificate_too(helm: Path) -> None:
+    docs = render(
+        helm,
+        *with_config("--set", "extender.verbs.mtls.certificates=cert-manager"),
+        *("--set", "extender.verbs.mtls.certManager.issuerRef.name=cluster-ca"),
+    )
+    certs = {d["metadata"]["name"]: d["spec"] for d in docs if d["kind"] == "Certificate"}
+    assert set(certs) == {"topogang-verbs-server", "topogang-verbs-client", "topogang-read-tls"}
+    read = certs["topogang-read-tls"]
+    assert "topogang-extender.topogang-system.svc" in read["dnsNames"] and "localhost" in read["dnsNames"]
+    assert read["ipAddresses"] == ["127.0.0.1"] and "server auth" in read["usages"]
+    args = serve_parser().parse_args(container(one(docs, "Deployment", "topogang-extender"))["args"])
+    assert mounted(one(docs, "Deployment", "topogang-extender"), args.tls_cert)["secret"]["secretName"] == (
+        "topogang-read-tls"
+    )
+    assert not [
+        d for d in docs if d["kind"] in ("Secret", "ConfigMap") and d["metadata"]["name"] == "topogang-ca"
+    ]

@@ -18,6 +18,9 @@ run is run as local processes from the same chart, rendered by `helm template` w
 - kube-scheduler starts once the chart is installed (scripts/e2e/scheduler-up.sh), calling the verbs over
   mutual TLS with the client certificate of the Secret the chart made (`scheduler_tls_dir`), as the
   scheduler's Deployment mounts it;
+- the read listener serves HTTPS with the chart's certificate (`extender.tls`, on by default; it names
+  127.0.0.1 for a port-forward, so the harness checks it with the chart's published CA, ConfigMap
+  `topogang-ca`, host name included);
 - `--admin-listen` a free local port (the admin listener `kubectl port-forward` would reach: the
   harness reads the cluster-wide views there).
 """
@@ -174,6 +177,17 @@ def mounted_file(
         assert secret.data and key in secret.data, f"Secret {volume['secret']['secretName']} has no key {key}"
         out.write_bytes(base64.b64decode(secret.data[key]))
         out.chmod(0o600)
+    return out
+
+
+def read_ca(chart: ChartRender, core: client.CoreV1Api, workdir: Path) -> Path:
+    """The CA of the read listener's certificate, from the ConfigMap the chart publishes for job
+    namespaces (`<release>-ca`), as a tenant copies it."""
+    name = f"{RELEASE}-ca"
+    cm = core.read_namespaced_config_map(name, chart.namespace)
+    assert cm.data and "ca.crt" in cm.data, f"ConfigMap {name} has no ca.crt"
+    out = workdir / "read-ca.crt"
+    out.write_text(cm.data["ca.crt"], encoding="utf-8")
     return out
 
 

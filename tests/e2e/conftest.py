@@ -405,6 +405,13 @@ class Extender:
             admin_port=self.admin_port,
         )
         self.door = chart.door_args(args)  # the verbs' listener and mutual TLS, as the chart sets them
+        # the read listener over HTTPS with the chart's certificate (its default), checked with the CA
+        # job pods get (the ConfigMap <release>-ca; the same as the read Secret's ca.crt)
+        self.ca: Path | None = None
+        if "--tls-cert" in args:
+            self.ca = chart.read_ca(cluster.chart, cluster.core, cluster.workdir)
+            self.url = f"https://127.0.0.1:{self.port}"
+            helpers.trust(self.ca)
         self.argv = [*extender_command(), "serve", *args]
         self.starts = 0
         self.process: Process | None = None

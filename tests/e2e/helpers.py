@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -342,19 +343,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_TRUST: list[ssl.SSLContext] = []  # the chart's CA, once an extender with HTTPS reads started
+
+
+def trust(ca: Path) -> ssl.SSLContext:
+    """Check https:// URLs against `ca` from now on (the chart's CA: the read listener's certificate
+    names 127.0.0.1, so the host name is checked too); the context, for callers of their own."""
+    ctx = ssl.create_default_context(cafile=str(ca))
+    _TRUST[:] = [ctx]
+    return ctx
+
+
+def tls_for(url: str) -> ssl.SSLContext | None:
+    """The context an https:// URL is opened with (None: plain HTTP, or the system's trust)."""
+    return _TRUST[0] if url.startswith("https:") and _TRUST else None
+
+
 def http_json(url: str, timeout: float = 10.0) -> Any:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+    with urllib.request.urlopen(url, timeout=timeout, context=tls_for(url)) as resp:
         return json.loads(resp.read())
 
 
 def http_text(url: str, timeout: float = 10.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as resp:
+    with urllib.request.urlopen(url, timeout=timeout, context=tls_for(url)) as resp:
         return str(resp.read().decode("utf-8", errors="replace"))
 
 
 def http_status(url: str, timeout: float = 5.0) -> int | None:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(url, timeout=timeout, context=tls_for(url)) as resp:
             return int(resp.status)
     except urllib.error.HTTPError as err:
         return int(err.code)

@@ -3,8 +3,8 @@ the extender places them as one gang, and three barriers run as processes on thi
 init container would in each task pod:
 
 - the STOCK `frameworkbarrier` with KUBE_APISERVER_ADDRESS pointed at the extender's Framework proxy
-  over HTTPS (the zero-image-change integration: pod IPs stay blank until the gang ledger calls the gang
-  Ready);
+  over the HTTPS the chart serves by default (the zero-image-change integration: pod IPs stay blank
+  until the gang ledger calls the gang Ready);
 - the stock `frameworkbarrier` against the API server (FrameworkBarrier as it ships, the reference);
 - `topogang barrier` (the drop-in, asking the gang ledger).
 
@@ -14,21 +14,17 @@ same injector.sh with every pod's IP.
 The two that ask the extender prove which pod they are as a job pod would: a ServiceAccount token bound
 to a task pod, of the audience `topogang` (TokenRequest on the real API server; the extender asks it
 back with a TokenReview), in a file (`TOPOGANG_TOKEN_FILE`; the stock barrier through a kubeconfig's
-`tokenFile`, which client-go sends only over TLS: a TLS front stands for the chart's `extender.tls`).
+`tokenFile`, which client-go sends only over TLS), checking the extender's certificate with the CA the
+chart publishes (ConfigMap `topogang-ca`): the chart's defaults, with no stand-in in between.
 The same token reads its own gang and is refused another namespace's and
 another gang's; a viewer's token (the chart's ClusterRole) reads /v1/inspect, a plain one is refused.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import re
-import ssl
-import subprocess
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -53,6 +49,7 @@ from tests.e2e.helpers import (
     pods_of,
     racks,
     submit_gang,
+    tls_for,
     wait_gone,
     wait_running,
     wait_until,
@@ -175,65 +172,17 @@ def read_as(url: str, token: str | None) -> tuple[int, Any]:
     """(status, JSON body) of a GET with a bearer token (None: anonymous)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as resp:
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=10, context=tls_for(url)) as resp:
             return int(resp.status), json.loads(resp.read())
     except urllib.error.HTTPError as err:
         return int(err.code), json.loads(err.read() or b"null")
 
 
-class TlsFront:
-    """HTTPS in front of the extender, as the chart's `extender.tls` serves it: client-go sends a
-    kubeconfig's credentials only over TLS, so the stock barrier reaches the extender this way."""
-
-    def __init__(self, workdir: Path, backend_port: int) -> None:
-        self.cert, key = workdir / "front.crt", workdir / "front.key"
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-             str(self.cert), "-days", "1", "-subj", "/CN=127.0.0.1",
-             "-addext", "subjectAltName=IP:127.0.0.1"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(self.cert, key)
-        self.loop = asyncio.new_event_loop()
-        self.port = 0
-        started = threading.Event()
-
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(OSError, ConnectionError):
-                while data := await r.read(65536):
-                    w.write(data)
-                    await w.drain()
-            w.close()
-
-        async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                br, bw = await asyncio.open_connection("127.0.0.1", backend_port)
-            except OSError:
-                w.close()
-                return
-            await asyncio.gather(pipe(r, bw), pipe(br, w))
-
-        async def main() -> None:
-            self.server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
-            self.port = self.server.sockets[0].getsockname()[1]
-            started.set()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.server.serve_forever()
-
-        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(main(),), daemon=True)
-        self.thread.start()
-        assert started.wait(10), "the TLS front did not start"
-        self.url = f"https://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
-        self.thread.join(10)
-
-
 def pod_kubeconfig(path: Path, server: str, token_file: Path, ca: Path) -> Path:
-    """The kubeconfig a stock FrameworkBarrier gets (docs/security.md): the extender (over TLS) as its
-    server, the pod's projected token as its user's tokenFile."""
+    """The kubeconfig a stock FrameworkBarrier gets (docs/security.md, "Job pods"): the extender over
+    the chart's HTTPS as its server, checked with the chart's CA, and the pod's projected token as its
+    user's tokenFile."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -290,8 +239,8 @@ def test_framework_gang_and_barriers(
     token = token_for(core, ns, RUNNER, f"{name}-worker-0")
     token_file = tmp_path / "token"
     token_file.write_text(token, encoding="utf-8")
+    assert extender.ca is not None and extender.url.startswith("https://"), "the chart serves reads over TLS"
     doors(extender, ns, name, token, core)
-    front = TlsFront(tmp_path, extender.port)
     barriers = {
         # The stock barrier with the extender as its API server and the pod's token (a kubeconfig).
         "proxy": Process(
@@ -303,9 +252,9 @@ def test_framework_gang_and_barriers(
                 **base,
                 **BARRIER_ENV,
                 "HOME": str(dirs["proxy"]),
-                "KUBE_APISERVER_ADDRESS": front.url,
+                "KUBE_APISERVER_ADDRESS": extender.url,
                 "KUBECONFIG": str(
-                    pod_kubeconfig(tmp_path / "pod.kubeconfig", front.url, token_file, front.cert)
+                    pod_kubeconfig(tmp_path / "pod.kubeconfig", extender.url, token_file, extender.ca)
                 ),
             },
         ),
@@ -333,6 +282,7 @@ def test_framework_gang_and_barriers(
                 "KUBECONFIG": str(e2e_cluster.kubeconfig),
                 "TOPOGANG_LEDGER_URL": extender.url,
                 "TOPOGANG_TOKEN_FILE": str(token_file),
+                "TOPOGANG_CA_FILE": str(extender.ca),
                 "TOPOGANG_BARRIER_DIR": str(dirs["topogang"]),
                 "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": attempt,
                 "FC_TASKROLE_NAME": "worker",
@@ -362,7 +312,6 @@ def test_framework_gang_and_barriers(
     finally:
         for b in barriers.values():
             b.stop()
-        front.close()
         framework_controller.stop()
         try:
             custom.delete_namespaced_custom_object(FC_GROUP, FC_VERSION, ns, FC_PLURAL, name)

@@ -18,7 +18,7 @@ from kubernetes.dynamic import DynamicClient
 from scripts import manifests
 from tests.e2e import chart
 from tests.e2e.conftest import E2ECluster, Extender
-from tests.e2e.helpers import ENABLE
+from tests.e2e.helpers import ENABLE, tls_for
 
 pytestmark = pytest.mark.e2e
 
@@ -46,7 +46,8 @@ def test_the_extender_runs_the_charts_args_leader_election_and_config(
     lease_name = args[args.index("--lease-name") + 1]
     lease: Any = client.CoordinationV1Api(e2e_cluster.api).read_namespaced_lease(lease_name, chart.namespace)
     assert lease.spec.holder_identity == extender.env["POD_NAME"]
-    with urllib.request.urlopen(f"{extender.url}/metrics", timeout=10) as r:
+    assert extender.url.startswith("https://")  # the chart's default: reads over TLS
+    with urllib.request.urlopen(f"{extender.url}/metrics", timeout=10, context=tls_for(extender.url)) as r:
         assert "topogang_leader 1.0" in r.read().decode()
     config = extender.argv[extender.argv.index("--config") + 1]
     cm = chart.one("ConfigMap", "topogang-config")
@@ -96,22 +97,22 @@ def test_only_kube_schedulers_certificate_reaches_the_verbs(
     assert status == 403 and "topogang-extender.topogang-system.svc" in got["Error"]
     with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
         _post(f"{url}/filter", body, ca, None)
-    # and the read port (plain HTTP here) has no verbs
+    # and the read port (HTTPS, the chart's read certificate) has no verbs
     req = urllib.request.Request(
         f"{extender.url}/v1/extender/filter",
         data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},  # as kube-scheduler sends it (else a 415 first)
     )
     with pytest.raises(urllib.error.HTTPError) as err:
-        urllib.request.urlopen(req, timeout=10)
+        urllib.request.urlopen(req, timeout=10, context=tls_for(extender.url))
     assert err.value.code == 404
 
 
-def test_helm_upgrade_keeps_the_verbs_certificates(e2e_cluster: E2ECluster) -> None:
+def test_helm_upgrade_keeps_the_charts_certificates(e2e_cluster: E2ECluster) -> None:
     """The chart's certificates are made once: an upgrade reads them back (`lookup`), so kube-scheduler
     and the extender keep trusting each other, and neither Deployment rolls."""
     core, ns = e2e_cluster.core, e2e_cluster.chart.namespace
-    names = ("topogang-verbs-server", "topogang-verbs-client")
+    names = ("topogang-verbs-server", "topogang-verbs-client", "topogang-read-tls")
 
     def state() -> tuple[Any, ...]:
         apps = client.AppsV1Api(e2e_cluster.api)

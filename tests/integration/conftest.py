@@ -76,13 +76,17 @@ class Server:
 
 @contextmanager
 def running_server(
-    config: Path = CONFIG, env: dict[str, str] | None = None, args: tuple[str, ...] = ()
+    config: Path = CONFIG,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+    program: tuple[str, ...] = (str(ROOT / "topogang_cli.py"),),
 ) -> Iterator[Server]:
     """`topogang serve` on `config` in a subprocess, ready; always terminated afterwards. An https
-    server is only awaited until it prints its address (probing it needs the test's CA)."""
+    server is only awaited until it prints its address (probing it needs the test's CA). `program`
+    is what Python runs (a test may run the command through a module that lowers a bound first)."""
     cmd = [
         sys.executable,
-        str(ROOT / "topogang_cli.py"),
+        *program,
         "serve",
         "--config",
         str(config),

@@ -125,3 +125,23 @@ def test_bad_tls_flags_are_refused() -> None:
     )  # fmt: skip
     assert r.returncode == 2
     assert "--tls-cert and --tls-key go together" in r.stderr and "--verbs-allowed-names" in r.stderr
+
+
+def test_topogang_barrier_checks_the_ledgers_certificate_with_its_ca_file(certs: Path) -> None:
+    """The chart serves the ledger over HTTPS: `TOPOGANG_CA_FILE` is what the barrier checks it with;
+    without it (the system's trust store) the same server is refused at the handshake."""
+    from extender.gangs import barrier
+
+    args = ("--tls-cert", str(certs / "server.crt"), "--tls-key", str(certs / "server.key"))
+    with running_server(args=args) as server:
+        assert server.url.startswith("https://")
+        env = {
+            "FC_FRAMEWORK_NAMESPACE": "default",
+            "FC_FRAMEWORK_NAME": "nobody",
+            "TOPOGANG_LEDGER_URL": server.url,
+        }
+        trusted = barrier.settings_from_env({**env, "TOPOGANG_CA_FILE": str(certs / "ca.crt")})
+        assert trusted.ca_file == certs / "ca.crt"
+        assert barrier.ask_ledger(trusted, 0) is None  # answered: an unknown gang is "not yet"
+        with pytest.raises(OSError):
+            barrier.ask_ledger(barrier.settings_from_env(env), 0)

@@ -195,6 +195,7 @@ def test_an_expired_reservation_leaves_a_tombstone() -> None:
     doc = w.doc(pr)
     assert ph(rec) is Phase.EXPIRED and doc["phase"] == "Expired" and not doc["ready"]
     assert len(doc["members"]) == 3 and doc["members"][0]["podUID"] == pr.uid
+    assert rec.last_gang is None  # the tombstone keeps its document, not the core's gang (memory)
     assert w.ledger.resolve(w.core, "ml", "tf", None) is rec
     w.clock.t += 5000  # past the tombstone's time
     w.ledger.prune()

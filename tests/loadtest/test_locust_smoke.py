@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 
-from loadtest.servers import locust_argv
+from loadtest.servers import locust_argv, make_certificates
 from tests.integration.conftest import ROOT, Server, running_server
 
 VERBS = ("filter", "prioritize", "bind", "preempt", "finish")
@@ -67,3 +67,23 @@ def test_locust_session_exercises_every_verb_without_failures(tmp_path: Path) ->
             if all(seen.values()):
                 break
     assert all(seen.values()), f"verbs never exercised in {SESSIONS} sessions: {seen}"
+
+
+def test_locust_speaks_mutual_tls_to_the_verbs_listener(tmp_path: Path) -> None:
+    """`make bench TLS=1`'s users: the client certificate the server's allowlist names, the CA that
+    signed the server's; every filter, prioritize and bind answered without a failure, and the pods
+    it bound deleted over the same door when it stops."""
+    pki = make_certificates(tmp_path / "pki")
+    with running_server(args=tuple(pki.server_args())) as server:
+        assert server.verbs_url.startswith("https://")
+        prefix = tmp_path / "tls"
+        argv = [*locust_argv(server.verbs_url, 2, 3, prefix), "--read-host", server.url, *MIXES[1]]
+        done = subprocess.run(
+            [*argv, *pki.locust_args()], cwd=ROOT, capture_output=True, text=True, timeout=90
+        )
+        assert done.returncode == 0, f"locust failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+        with open(f"{prefix}_stats.csv", newline="") as f:
+            stats = {r["Name"]: (int(r["Request Count"]), int(r["Failure Count"])) for r in csv.DictReader(f)}
+        assert all(stats.get(v, (0, 0))[0] > 0 for v in ("filter", "prioritize", "bind")), stats
+        assert stats["Aggregated"][1] == 0, Path(f"{prefix}_failures.csv").read_text()
+        assert httpx.get(f"{server.url}/v1/standalone/bindings", timeout=10).json() == {}

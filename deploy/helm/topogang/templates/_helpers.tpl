@@ -57,23 +57,45 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 {{- define "topogang.verbsClientSecret" -}}
 {{- .Values.extender.verbs.mtls.clientSecretName | default (printf "%s-verbs-client" (include "topogang.fullname" .)) -}}
 {{- end -}}
+{{- define "topogang.readTlsSecret" -}}
+{{- .Values.extender.tls.secretName | default (printf "%s-read-tls" (include "topogang.fullname" .)) -}}
+{{- end -}}
+{{/* Whether the chart makes the read listener's certificate with helm (else cert-manager or the admin). */}}
+{{- define "topogang.readTlsByHelm" -}}
+{{- $m := .Values.extender.verbs.mtls -}}
+{{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) (not (and $m.enabled (eq $m.certificates "cert-manager"))) -}}true{{- end -}}
+{{- end -}}
+{{/* The names the read listener's certificate carries: the Service's, and localhost for a port-forward. */}}
+{{- define "topogang.readTlsNames" -}}
+{{- $ext := include "topogang.extender" . -}}
+{{- $host := include "topogang.extenderHost" . -}}
+{{- list $host $ext (printf "%s.%s" $ext (include "topogang.namespace" .)) (printf "%s.cluster.local" $host) "localhost" | toJson -}}
+{{- end -}}
 {{- define "topogang.verbsAllowedNames" -}}
 {{- .Values.extender.verbs.mtls.allowedNames | default (list (include "topogang.scheduler" .)) | join "," -}}
 {{- end -}}
 {{/*
 The helm-made certificates, computed once per render and shared by every template (the Secrets and the
 pods' checksum annotations): the Secrets already in the cluster when both exist (`lookup`: an upgrade
-keeps them), else a new CA with the extender's serving certificate (its Service's DNS names) and
-kube-scheduler's client certificate (CN <fullname>-scheduler). Sets .Values._verbsCerts {server, client}.
+keeps them), else a new CA with the extender's serving certificate (its Service's DNS names),
+kube-scheduler's client certificate (CN <fullname>-scheduler) and the read listener's serving certificate
+(`topogang.readTlsNames`, 127.0.0.1). Sets .Values._verbsCerts {server, client, read}. An install from
+before the read certificate existed gets all three anew on its next upgrade (helm keeps no CA key).
 */}}
 {{- define "topogang.verbsCerts" -}}
 {{- if not (hasKey .Values "_verbsCerts") -}}
 {{- $ns := include "topogang.namespace" . -}}
 {{- $server := lookup "v1" "Secret" $ns (include "topogang.verbsServerSecret" .) -}}
 {{- $client := lookup "v1" "Secret" $ns (include "topogang.verbsClientSecret" .) -}}
+{{- $read := lookup "v1" "Secret" $ns (include "topogang.readTlsSecret" .) -}}
+{{- $m := .Values.extender.verbs.mtls -}}
+{{- $needVerbs := and $m.enabled (eq $m.certificates "helm") -}}
+{{- $needRead := include "topogang.readTlsByHelm" . -}}
+{{- $haveVerbs := and $server $client (get ($server.data | default dict) "tls.crt") (get ($client.data | default dict) "tls.crt") -}}
+{{- $haveRead := and $read (get ($read.data | default dict) "tls.crt") -}}
 {{- $certs := dict -}}
-{{- if and $server $client (get ($server.data | default dict) "tls.crt") (get ($client.data | default dict) "tls.crt") -}}
-{{- $certs = dict "server" $server.data "client" $client.data -}}
+{{- if and (or (not $needVerbs) $haveVerbs) (or (not $needRead) $haveRead) -}}
+{{- $certs = dict "server" (ternary $server.data dict $needVerbs) "client" (ternary $client.data dict $needVerbs) "read" (ternary $read.data dict (not (empty $needRead))) -}}
 {{- else -}}
 {{- $days := int .Values.extender.verbs.mtls.validityDays -}}
 {{- $ext := include "topogang.extender" . -}}
@@ -81,17 +103,18 @@ kube-scheduler's client certificate (CN <fullname>-scheduler). Sets .Values._ver
 {{- $ca := genCA (printf "%s-verbs-ca" (include "topogang.fullname" .)) $days -}}
 {{- $srv := genSignedCert $host nil (list $host $ext (printf "%s.%s" $ext $ns) (printf "%s.cluster.local" $host)) $days $ca -}}
 {{- $cli := genSignedCert (include "topogang.scheduler" .) nil nil $days $ca -}}
+{{- $rd := genSignedCert $host (list "127.0.0.1") (include "topogang.readTlsNames" . | fromJsonArray) $days $ca -}}
 {{- $caCrt := $ca.Cert | b64enc -}}
-{{- $certs = dict "server" (dict "tls.crt" ($srv.Cert | b64enc) "tls.key" ($srv.Key | b64enc) "ca.crt" $caCrt) "client" (dict "tls.crt" ($cli.Cert | b64enc) "tls.key" ($cli.Key | b64enc) "ca.crt" $caCrt) -}}
+{{- $certs = dict "server" (dict "tls.crt" ($srv.Cert | b64enc) "tls.key" ($srv.Key | b64enc) "ca.crt" $caCrt) "client" (dict "tls.crt" ($cli.Cert | b64enc) "tls.key" ($cli.Key | b64enc) "ca.crt" $caCrt) "read" (dict "tls.crt" ($rd.Cert | b64enc) "tls.key" ($rd.Key | b64enc) "ca.crt" $caCrt) -}}
 {{- end -}}
 {{- $_ := set .Values "_verbsCerts" $certs -}}
 {{- end -}}
 {{- end -}}
 {{/* A pod annotation that changes when the helm-made certificates do, so both Deployments roll. */}}
 {{- define "topogang.verbsChecksum" -}}
-{{- if and .Values.extender.verbs.mtls.enabled (eq .Values.extender.verbs.mtls.certificates "helm") -}}
+{{- if or (and .Values.extender.verbs.mtls.enabled (eq .Values.extender.verbs.mtls.certificates "helm")) (include "topogang.readTlsByHelm" .) -}}
 {{- include "topogang.verbsCerts" . -}}
-checksum/verbs-tls: {{ get .Values._verbsCerts.server "ca.crt" | sha256sum | trunc 16 | quote }}
+checksum/verbs-tls: {{ get .Values._verbsCerts.server "ca.crt" | default (get .Values._verbsCerts.read "ca.crt") | sha256sum | trunc 16 | quote }}
 {{- end -}}
 {{- end -}}
 
@@ -103,10 +126,10 @@ checksum/verbs-tls: {{ get .Values._verbsCerts.server "ca.crt" | sha256sum | tru
 {{- if and (gt (int .Values.extender.replicas) 1) (not .Values.extender.leaderElection.enabled) -}}
 {{- fail "topogang: extender.replicas > 1 needs extender.leaderElection.enabled=true (unsynchronised replicas would both bind GPUs)" -}}
 {{- end -}}
-{{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) -}}
-{{- fail "topogang: extender.tls.enabled needs extender.tls.secretName (a kubernetes.io/tls Secret)" -}}
-{{- end -}}
 {{- $m := .Values.extender.verbs.mtls -}}
+{{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) $m.enabled (eq $m.certificates "secrets") -}}
+{{- fail "topogang: extender.tls.enabled with extender.verbs.mtls.certificates=secrets needs extender.tls.secretName (a kubernetes.io/tls Secret for the read listener)" -}}
+{{- end -}}
 {{- if not (has $m.certificates (list "helm" "cert-manager" "secrets")) -}}
 {{- fail (printf "topogang: extender.verbs.mtls.certificates is %q: expected helm, cert-manager or secrets" $m.certificates) -}}
 {{- end -}}
