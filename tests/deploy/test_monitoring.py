@@ -100,11 +100,15 @@ def test_the_service_monitor_scrapes_the_extender_service(helm: Path) -> None:
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [service["metadata"]["namespace"]]
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
-    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")
-    tls = render(
-        helm, *CONFIG, *ON, "--set", "extender.tls.enabled=true", "--set", "extender.tls.secretName=s"
-    )
-    assert one(tls, "ServiceMonitor")["spec"]["endpoints"][0]["scheme"] == "https"
+    # the read port is HTTPS by default, checked with the CA the chart publishes, under the Service's name
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "https")
+    ca = one(docs, "ConfigMap", "topogang-ca")
+    assert endpoint["tlsConfig"]["ca"]["configMap"] == {"name": ca["metadata"]["name"], "key": "ca.crt"}
+    assert endpoint["tlsConfig"]["serverName"].startswith(service["metadata"]["name"] + ".")
+    own = render(helm, *CONFIG, *ON, "--set", "extender.tls.secretName=s")
+    assert "tlsConfig" not in one(own, "ServiceMonitor")["spec"]["endpoints"][0]  # the admin's CA: theirs to say
+    plain = render(helm, *CONFIG, *ON, "--set", "extender.tls.enabled=false")
+    assert one(plain, "ServiceMonitor")["spec"]["endpoints"][0]["scheme"] == "http"
 
 
 def test_every_alert_uses_only_registered_families_and_their_labels(helm: Path) -> None:
