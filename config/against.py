@@ -4,7 +4,7 @@
 (`GET /v1/inspect/affinitygroups`) from the extender; everything here is pure: the running config's
 core is rebuilt by adopting each gang where its pods run (as a restart does), and the edit is applied
 to it with `topology.reconfigure.reconfigure`, the very call a hot reload makes. Its report's
-`impacts` is the one judgement both this diff and the reload's refusal print (`extender/ops/reload.py`).
+`impacts` is the one judgement both this diff and the reload's refusal print (`extender/http/reload.py`).
 
 `config_digest` names a config by its content (the parsed model, so comments, key order and the
 trailing newline Helm's template may change do not count): a capacity-losing reload is applied only

@@ -18,7 +18,7 @@ from typing import Any
 from config.against import diff_against, format_running
 from config.check_tenants import entitlement_data
 from config.diff import config_diff, format_diff
-from config.fetch import admin_get
+from config.fetch import admin_get, list_nodes
 from config.from_nodes import (
     DEFAULT_PRODUCT,
     DEFAULT_RACK_LABELS,
@@ -160,9 +160,7 @@ def _from_cluster(args: argparse.Namespace) -> int:
     racks = [x for x in args.rack_label or DEFAULT_RACK_LABELS if x]
     zones = [x for x in args.zone_label or DEFAULT_ZONE_LABELS if x]
     try:
-        from extender.kube.client import KubeApi, load_api_client  # only this path needs a cluster
-
-        nodes, _ = KubeApi(load_api_client(args.kubeconfig)).list("/api/v1/nodes")
+        nodes = list_nodes(args.kubeconfig)
     except Exception as exc:  # no kubeconfig, unreachable API server, no right to list nodes, ...
         print(f"topogang generate: error: cannot list the cluster's nodes: {exc}", file=sys.stderr)
         return 1

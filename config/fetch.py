@@ -1,4 +1,6 @@
-"""Reading the running extender's admin routes for `topogang diff --against`.
+"""What the admin's commands read from a running system: the extender's admin routes for `topogang diff
+--against`, and the API server's nodes for `topogang generate --from-cluster` (through the client the
+extender itself uses, `load_api_client`).
 
 The reads an admin makes (`/v1/config`, `/v1/inspect/affinitygroups`) are behind the admin door
 (`extender/http/doors.py`): reached through the admin listener (`kubectl port-forward`, no token
@@ -37,3 +39,28 @@ def admin_get(base: str, path: str, token: str | None = None, cacert: str | None
         return json.loads(body)
     except json.JSONDecodeError as exc:
         raise ValueError(f"GET {path}: not JSON ({exc})") from None
+
+
+def load_api_client(kubeconfig: str | None) -> Any:
+    """A `kubernetes.client.ApiClient` from a kubeconfig file, $KUBECONFIG, or the in-cluster config."""
+    from kubernetes import client, config
+
+    cfg = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    else:
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    return client.ApiClient(cfg)
+
+
+def list_nodes(kubeconfig: str | None) -> list[dict[str, Any]]:
+    """Every Node object as the API server serves it (JSON), through `load_api_client`."""
+    from kubernetes import client
+
+    api = client.CoreV1Api(load_api_client(kubeconfig))
+    resp: Any = api.list_node(_preload_content=False)  # the raw response: JSON, not the typed model
+    items: list[dict[str, Any]] = json.loads(resp.data)["items"]
+    return items

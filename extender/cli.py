@@ -36,7 +36,7 @@ from extender.gangs.entitlement import OPEN_WARNING
 from extender.http.app import Service, build_apps
 from extender.http.httpproto import JSONErrorsHttpTools
 from extender.http.limits import ProtectedHttpTools, ServerLimits, parse_hosts, raise_open_files
-from extender.ops.tls import CertifiedHttpTools, TlsSettings, VerbsDoor
+from extender.http.tls import CertifiedHttpTools, TlsSettings, VerbsDoor
 from extender.standalone import EXAMPLE_CONFIG, build_standalone
 
 

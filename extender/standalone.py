@@ -35,10 +35,10 @@ from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
 from extender.http.app import JSON, Service
 from extender.http.ledger_api import ledger_routes
 from extender.http.ports import BindError, BindTarget
+from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
-from extender.ops.background import every
+from extender.ops.background import every, expiry_interval
 from extender.ops.metrics import Metrics
-from extender.ops.reload import ConfigWatcher
 from topology.core import Core
 
 log = logging.getLogger("topogang.extender")
@@ -95,10 +95,6 @@ class MemoryBinder:
 
     def unbind(self, uid: str) -> BoundPod | None:
         return self.bound.pop(uid, None)
-
-
-def expiry_interval(ttl_seconds: float) -> float:
-    return max(0.05, min(5.0, ttl_seconds / 4))
 
 
 def build_standalone(

@@ -5,7 +5,7 @@ already runs `--fill` of its GPUs in bound pods.
 
 The scene is set the way a cluster looks after the extender ran for a while: Philly-mix jobs
 (`loadtest.fleet`, the pods the load tests send) placed by the core and each member claimed, every
-pod stored bound in the in-memory API server (`tests.kubefake`, the soak's) with the annotations
+pod stored bound in the in-memory API server (`loadtest.kubefake`, the soak's) with the annotations
 the binder writes (`extender.gangs.bindinfo.bind_annotations`), beside one Ready node object per
 node. Then the clock starts and the extender starts as a process would: the config read and the
 core built (`kube_service`), nodes and pods listed, every gang rebuilt from its pods' annotations
@@ -36,7 +36,7 @@ from extender.http.app import build_app
 from extender.http.views import summary
 from extender.kube.service import kube_service
 from loadtest.fleet import Cluster, JobMix, pod_for
-from tests.kubefake import FakeApiServer, FakeKube
+from loadtest.kubefake import FakeApiServer, FakeKube
 from topology.core import Core
 from topology.decisions import Wait
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from extender.kube.client import ApiError, GoneError
-from tests.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault, merge_patch, parse_path
+from loadtest.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault, merge_patch, parse_path
 from tests.soak import vclock
 
 RESERVATIONS = "/apis/topogang.io/v1alpha1/namespaces/topogang-system/gangreservations"

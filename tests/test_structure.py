@@ -137,3 +137,58 @@ def core_internal_reads(path: Path) -> list[str]:
 def test_nothing_outside_topology_reads_the_cores_internals(package: str) -> None:
     reads = [r for p in sorted((ROOT / package).rglob("*.py")) for r in core_internal_reads(p)]
     assert reads == [], "\n".join(reads)
+
+
+def folder_of(module: str) -> str:
+    """The folder a module's concept lives in: `extender.<folder>` for the extender's packages (the
+    top-level modules, `cli`, `standalone`, `kubesched`, … are the folder `extender` itself), else the
+    product package."""
+    parts = module.split(".")
+    if parts[0] == "extender" and len(parts) >= 2 and (ROOT / "extender" / parts[1]).is_dir():
+        return f"extender.{parts[1]}"
+    return parts[0]
+
+
+def test_no_two_folders_of_the_extender_import_each_other() -> None:
+    """Folders form layers (ops < gangs < conventions < http < kube < the commands): two that import
+    each other are one concept split in two, or a boundary in the wrong place."""
+    ties: dict[tuple[str, str], list[str]] = {}
+    for a, b in import_graph().edges:
+        fa, fb = folder_of(a), folder_of(b)
+        if fa != fb and fa.startswith("extender") and fb.startswith("extender"):
+            ties.setdefault((fa, fb), []).append(f"{a} -> {b}")
+    both = sorted((fa, fb) for fa, fb in ties if fa < fb and (fb, fa) in ties)
+    assert both == [], "; ".join(f"{fa} <-> {fb}: {ties[fa, fb][:2]} / {ties[fb, fa][:2]}" for fa, fb in both)
+
+
+def test_the_product_never_imports_the_tests() -> None:
+    """What ships (and what CI-less users run: the benchmarks, the simulator) cannot need the test tree."""
+    found = []
+    for path in product_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and node.level == 0
+                else []
+            )
+            found += [
+                f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}: {n}"
+                for n in names
+                if n.split(".")[0] == "tests"
+            ]
+    assert found == [], "\n".join(found)
+
+
+def test_one_file_name_per_concept_in_the_extender() -> None:
+    """Two modules of one name in the extender's folders are two concepts under one name (three files
+    were once called `reservations.py`): name them by role. (`topology/` and `extender/` may share a name
+    where the extender holds the edge's half of the core's concept: `recovery`, `snapshot`.)"""
+    seen: dict[str, list[str]] = {}
+    for path in product_files():
+        if path.name != "__init__.py" and path.parts[len(ROOT.parts)] == "extender":
+            seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    reservations = [str(p.relative_to(ROOT)) for p in product_files() if p.name == "reservations.py"]
+    assert {n: p for n, p in seen.items() if len(p) > 1} == {}
+    assert reservations == ["topology/reservations.py"]

@@ -8,7 +8,7 @@ reported. Nothing is moved and no GPU is given twice. Preemptions in flight are 
 in them yet) and reported; kube-scheduler retries them.
 
 The report's `impacts` is the one judgement of what an edit costs the gangs that run: the hot
-reload refuses an unconfirmed edit that has any (`extender/ops/reload.py`), and `topogang diff
+reload refuses an unconfirmed edit that has any (`extender/http/reload.py`), and `topogang diff
 --against` prints them (`config/against.py`, on a core rebuilt from the extender's reads).
 """
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from extender.conventions.optin import gpu_count
+from extender.gangs.optin import gpu_count
 from topology.decisions import Member, UserError
 
 # topogang's own keys for pods that use another scheduler's convention

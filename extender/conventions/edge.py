@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 from urllib.parse import quote
 
 from extender.conventions import workload
@@ -37,10 +37,22 @@ from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member, Released, UserError
 from topology.reservations import Gang, GangPhase
 
-if TYPE_CHECKING:
-    from extender.http import wire
-
 log = logging.getLogger("topogang.conventions")
+
+
+class AskingPod(Protocol):
+    """The pod a verb names, as the conventions need it (`extender.http.wire.WirePod` is one): its
+    identity and the raw object. A protocol, so the conventions sit below the routes that call them."""
+
+    @property
+    def uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def raw(self) -> Mapping[str, Any]: ...
+
 
 Fetch = Callable[[ObjRef], Awaitable[Mapping[str, Any] | None]]
 OBJECT_TTL = 30.0  # a PodGroup read is reused this long
@@ -122,7 +134,7 @@ class Conventions:
         return out
 
     # ------------------------------------------------------------------------------ requests
-    async def request_of(self, s: Host, pod: wire.WirePod) -> PodRequest | None:
+    async def request_of(self, s: Host, pod: AskingPod) -> PodRequest | None:
         raw = pod.raw
         if not applies(raw):
             return None

@@ -22,8 +22,8 @@ from extender.conventions.common import (
     pod_timeout,
     text,
 )
-from extender.conventions.optin import GPU_RESOURCE, pod_gpus
 from extender.gangs.identity import explicit_key, one_pod_key
+from extender.gangs.optin import GPU_RESOURCE, pod_gpus
 from extender.gangs.podspec import PodRequest, framework_task, merge_members, spec_text
 from topology.decisions import GangRequest, Member, UserError
 from topology.requests import check_ranges

@@ -26,7 +26,7 @@ from extender.conventions.common import (
     spec,
     text,
 )
-from extender.conventions.optin import pod_gpus
+from extender.gangs.optin import pod_gpus
 from topology.decisions import Member
 
 APP = "spark-app-selector"

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from extender.http.views import Waiting
+from extender.gangs.waiting import Waiting
 from topology.reservations import Gang
 
 API_VERSION = "topogang.io/v1alpha1"

@@ -21,9 +21,9 @@ from extender.gangs.ledger_records import (
     WaitingOf,
     rfc3339,
 )
-from extender.http.views import lca_type
 from topology.core import Core
 from topology.decisions import WaitCode
+from topology.inspect import lca_type
 from topology.reservations import Gang, GangPhase
 
 

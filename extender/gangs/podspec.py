@@ -34,9 +34,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size
-from extender.bounded import ByteLRU
-from extender.conventions.optin import gpu_opt_in
 from extender.gangs.identity import explicit_key, one_pod_key
+from extender.gangs.optin import gpu_opt_in
+from extender.ops.bounded import ByteLRU
 from topology.decisions import GangRequest, Member, UserError
 from topology.requests import check_name, check_ranges
 

@@ -5,7 +5,7 @@
 - `verbs_app`: `POST /v1/extender/{filter,prioritize,preempt,bind}`, kube-scheduler's verbs, and the
   mode's own state-changing routes (`Service.verb_routes`: standalone's pod deletions and node health).
   Served on the verbs listener, which only kube-scheduler may reach (mutual TLS and the allowed
-  certificate names of `extender.ops.tls`).
+  certificate names of `extender.http.tls`).
 - `read_app`: everything job pods, admins, probes and Prometheus read (below), on the main listener.
 
 `build_app` joins both for in-process use (tests, the soak, benchmarks through an ASGI transport);
@@ -17,7 +17,7 @@
   malformed preempt gets a 4xx with `{"Error": ...}`.
 - `GET /healthz`, `/readyz` (503 until recovery is done), `/metrics` (Prometheus).
 - `GET /v1/inspect/...`: HiveD-shaped cluster status and affinity groups, plus a summary.
-- `GET /ui`: the cluster view, a live read-only page (`extender.ui`), and its `GET /v1/ui/state`.
+- `GET /ui`: the cluster view, a live read-only page (`extender.http.ui`), and its `GET /v1/ui/state`.
 - `GET /`: every path.
 
 Who may call each route is `extender.http.doors`' (a middleware over the routes; in Kubernetes mode a
@@ -58,9 +58,9 @@ from extender.http.limits import RequestLimits, ServerLimits
 from extender.http.ports import PodSource
 from extender.http.snapshot import Snapshots
 from extender.http.trusted import UnknownPodError, trusted_args, trusted_preemption
+from extender.http.ui import ui_routes
 from extender.http.verbs import Scheduler
 from extender.ops.metrics import CONTENT_TYPE, Metrics
-from extender.ui import ui_routes
 
 log = logging.getLogger("topogang.extender")
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from extender.bounded import ByteLRU
 from extender.gangs.podspec import PodRequest
+from extender.ops.bounded import ByteLRU
 
 POD_CACHE_SIZE = 200_000
 POD_CACHE_BYTES = 256 * 1024 * 1024

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from extender.http.views import Waiting
+from extender.gangs.waiting import Waiting
 from topology.core import Core
 from topology.snapshot import clone
 

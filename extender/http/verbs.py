@@ -30,6 +30,7 @@ from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.ledger_records import Known
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
+from extender.gangs.waiting import Waiting
 from extender.http import podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
@@ -38,7 +39,6 @@ from extender.http.podrequests import member_ask
 from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
 from extender.http.promises import Promises
 from extender.http.promotions import PromotionWriter, known_names
-from extender.http.views import Waiting
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
 from topology.asks import FilterAsk, IdentityError, Slots, Waits

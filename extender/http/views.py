@@ -8,12 +8,11 @@ one place that reads its cell arrays); this module adds the gang and waiting doc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from extender.gangs.waiting import Waiting
 from extender.ops.metrics import StateSnapshot
 from topology.core import Core
-from topology.decisions import WaitReason
 from topology.inspect import cluster_leaves as cluster_leaves
 from topology.inspect import lca_type as lca_type
 from topology.inspect import level_usage as level_usage
@@ -21,19 +20,6 @@ from topology.inspect import physical_cluster as physical_cluster
 from topology.inspect import vc_usage as vc_usage
 from topology.inspect import virtual_clusters as virtual_clusters
 from topology.reservations import Gang, GangPhase
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A gang that has no reservation because its last filter or preempt said wait."""
-
-    gang: str
-    vc: str
-    priority: int
-    pods: int
-    reason: WaitReason
-    since: float
-    last_seen: float
 
 
 # ------------------------------------------------------------------------------------ small reads

@@ -17,6 +17,8 @@ from urllib.parse import quote
 
 import orjson
 
+from config.fetch import load_api_client as load_api_client
+
 log = logging.getLogger("topogang.kube")
 
 REQUEST_TIMEOUT = 30.0
@@ -49,21 +51,6 @@ def _error(status: int, body: bytes) -> ApiError:
         pass
     cls = GoneError if status == 410 else ApiError
     return cls(status, message, reason)
-
-
-def load_api_client(kubeconfig: str | None) -> Any:
-    """A `kubernetes.client.ApiClient` from a kubeconfig file, $KUBECONFIG, or the in-cluster config."""
-    from kubernetes import client, config
-
-    cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-    return client.ApiClient(cfg)
 
 
 class KubeApi:

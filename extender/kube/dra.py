@@ -24,7 +24,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from extender.conventions.optin import GPU_RESOURCE, gpu_count
 from extender.dra import claims as dc
 from extender.dra.devices import (
     DeviceMap,
@@ -39,6 +38,7 @@ from extender.dra.devices import (
     tainted_gpus,
 )
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
+from extender.gangs.optin import GPU_RESOURCE, gpu_count
 from extender.http.ports import BindError, BindTarget
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder

@@ -32,6 +32,7 @@ from extender.gangs.podspec import PodRequest
 from extender.http.answers import user_error
 from extender.http.app import Service
 from extender.http.ledger_api import gang_of_pod, ledger_routes
+from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
 from extender.kube import dra_mode
 from extender.kube import pods as kpods
@@ -41,13 +42,11 @@ from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quote
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.recovery import Unverified
-from extender.kube.reservations import ReservationStore
+from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
 from extender.kube.sync import ClusterSync
-from extender.ops.background import every
+from extender.ops.background import every, expiry_interval
 from extender.ops.metrics import Metrics
-from extender.ops.reload import ConfigWatcher
-from extender.standalone import expiry_interval
 from topology.core import Core
 
 log = logging.getLogger("topogang.kube")

@@ -11,9 +11,9 @@ import pytest
 from extender.conventions import edge
 from extender.conventions.common import ObjRef
 from extender.http import wire
+from loadtest.kubefake import FakeApiServer, FakeKube, Fault
 from tests.conventions.manifests import coscheduling_podgroup, pod, podgroup, volcano_podgroup
 from tests.extender.helpers import Clock, scheduler
-from tests.kubefake import FakeApiServer, FakeKube, Fault
 from topology.decisions import Member, UserError
 
 COSCHEDULING = "/apis/scheduling.x-k8s.io/v1alpha1"

@@ -15,7 +15,7 @@ import yaml
 
 from extender.cli import _parser as serve_parser
 from extender.cli import limits_from
-from extender.ops.tls import TlsSettings
+from extender.http.tls import TlsSettings
 from scripts import manifests
 
 EXAMPLE = manifests.REPO / "config" / "examples" / "example-cluster.yaml"

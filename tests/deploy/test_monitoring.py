@@ -106,7 +106,9 @@ def test_the_service_monitor_scrapes_the_extender_service(helm: Path) -> None:
     assert endpoint["tlsConfig"]["ca"]["configMap"] == {"name": ca["metadata"]["name"], "key": "ca.crt"}
     assert endpoint["tlsConfig"]["serverName"].startswith(service["metadata"]["name"] + ".")
     own = render(helm, *CONFIG, *ON, "--set", "extender.tls.secretName=s")
-    assert "tlsConfig" not in one(own, "ServiceMonitor")["spec"]["endpoints"][0]  # the admin's CA: theirs to say
+    assert (
+        "tlsConfig" not in one(own, "ServiceMonitor")["spec"]["endpoints"][0]
+    )  # the admin's CA: theirs to say
     plain = render(helm, *CONFIG, *ON, "--set", "extender.tls.enabled=false")
     assert one(plain, "ServiceMonitor")["spec"]["endpoints"][0]["scheme"] == "http"
 

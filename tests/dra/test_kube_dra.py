@@ -20,9 +20,9 @@ from extender.kube.dra_mode import ForeignClaims
 from extender.kube.events import EventRecorder
 from extender.kube.sync import ClusterSync
 from extender.ops.metrics import Metrics
+from loadtest.kubefake import FakeKube, Fault
 from tests.dra.test_devices import gpu_slice
 from tests.extender.helpers import scheduler
-from tests.kubefake import FakeKube, Fault
 from topology.decisions import UserError
 from topology.model import Topology
 from topology.node_layout import node_halves

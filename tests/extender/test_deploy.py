@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from extender.cli import parse_listen
-from extender.gangs import reservations as rsv
+from extender.gangs import reservation_objects as rsv
 from extender.gangs.podspec import ENABLE_RESOURCES
 from extender.http.doors import ROUTES
 

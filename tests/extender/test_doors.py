@@ -21,8 +21,8 @@ from extender.http.doors import ROUTES, Door, PodRef
 from extender.kube.reviews import KubeAuthority, Reviews, TtlCache, caller_of
 from extender.kube.service import kube_service
 from extender.standalone import build_standalone
+from loadtest.kubefake import FakeKube
 from tests.extender.helpers import example
-from tests.kubefake import FakeKube
 
 
 def _paths(service: Service) -> dict[str, set[str]]:
@@ -147,7 +147,7 @@ def test_reviews_are_cached_shared_and_bounded() -> None:
 
 def test_an_unreachable_api_server_is_an_error_never_a_yes() -> None:
     from extender.http.doors import AuthorityUnavailableError
-    from tests.kubefake import Fault
+    from loadtest.kubefake import Fault
 
     async def go() -> None:
         kube = FakeKube()
@@ -281,7 +281,7 @@ def test_a_corrupt_framework_shows_no_statuses_rather_than_failing() -> None:
 
 
 def test_a_review_whose_first_asker_goes_away_still_answers_the_others() -> None:
-    from tests.kubefake import Fault
+    from loadtest.kubefake import Fault
 
     async def go() -> None:
         kube = FakeKube()

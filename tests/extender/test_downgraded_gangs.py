@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from extender.gangs import reservations as rsv
+from extender.gangs import reservation_objects as rsv
 from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, BindInfo, decode_bind_info
 from extender.http.verbs import Scheduler
 from extender.kube.recovery import recover
-from extender.kube.reservations import ReservationStore
+from extender.kube.reservation_sync import ReservationStore
 from extender.standalone import MemoryBinder
+from loadtest.kubefake import FakeKube
 from tests.extender.helpers import args, bind_args, fc_annotations, place, pod, run, scheduler, spec
 from tests.extender.test_kube_edge import bound_pods
-from tests.kubefake import FakeKube
 from topology.invariants import violations
 from topology.state import NO_OWNER
 

@@ -18,9 +18,9 @@ from config.load import LoadedConfig, load_config_text
 from extender.gangs.entitlement import EntitlementError, Entitlements, grant
 from extender.http import podrequests, wire
 from extender.http.answers import VerbError
+from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
 from extender.ops.metrics import Metrics
-from extender.ops.reload import ConfigWatcher
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
 from tests.extender.helpers import Clock, args, place, pod, run, spec
 from topology.core import Core

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from extender.gangs.bindsig import SIGNATURE_ANNOTATION, BindSigner, SigningKeyError, load_key
 from extender.kube.client import pod_path
+from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, run, spec
 from tests.extender.test_kube_durable import Running, cluster, start, submit, until
-from tests.kubefake import FakeKube
 from topology.invariants import violations
 
 KEY = b"k" * 32

@@ -11,16 +11,16 @@ from typing import Any
 import httpx
 import pytest
 
-from extender.gangs import reservations as rsv
+from extender.gangs import reservation_objects as rsv
 from extender.http.app import Service, build_app
-from extender.kube import reservations
+from extender.kube import reservation_sync as reservations
 from extender.kube.client import pod_path
 from extender.kube.events import EventRecorder, ObjectRef
 from extender.kube.leader import LeaderElector, LeaseSettings, lease_path
 from extender.kube.service import kube_service
 from extender.ops.metrics import Metrics
+from loadtest.kubefake import FakeKube, parse_path
 from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, spec
-from tests.kubefake import FakeKube, parse_path
 from topology.core import Core
 from topology.invariants import violations
 from topology.reservations import GangPhase

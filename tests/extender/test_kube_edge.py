@@ -26,6 +26,7 @@ from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
 from extender.standalone import MemoryBinder
+from loadtest.kubefake import FakeKube, Fault
 from tests.extender.helpers import (
     Clock,
     args,
@@ -38,7 +39,6 @@ from tests.extender.helpers import (
     scheduler,
     spec,
 )
-from tests.kubefake import FakeKube, Fault
 from topology.core import Core
 from topology.decisions import GangPlacement, PodPlacement
 from topology.invariants import violations

@@ -8,10 +8,10 @@ from typing import Any
 
 from extender.kube.client import pod_path
 from extender.kube.service import NOT_ENTITLED, kube_service
+from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, pod, run, spec
 from tests.extender.test_entitlement import STRICT, config
 from tests.extender.test_kube_durable import NS, Running, cluster, until
-from tests.kubefake import FakeKube
 
 
 def submit(kube: FakeKube, p: dict[str, Any]) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 
 from extender.kube.events import MAX_MESSAGE, NS_BURST, EventRecorder, ObjectRef, event_body, quoted
 from extender.ops.metrics import Metrics
+from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, run
-from tests.kubefake import FakeKube
 
 
 def test_one_namespace_is_capped_and_the_others_still_get_theirs() -> None:

@@ -2,7 +2,7 @@
 annotations are built to crash, stall or confuse a reader is skipped with a Warning Event saying
 why, at start-up (listed, recovered) and in the watch, and every other pod is still scheduled.
 
-Driven in-process against the in-memory API server (`tests.kubefake`): at start-up (a restart is a
+Driven in-process against the in-memory API server (`loadtest.kubefake`): at start-up (a restart is a
 new service over the same objects), and through the watch (it streams changes).
 """
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from extender.gangs import reservations as rsv
+from extender.gangs import reservation_objects as rsv
 from extender.gangs.bindinfo import pod_bind_info
 from extender.gangs.bindsig import SIGNATURE_ANNOTATION, BindSigner
 from extender.kube.client import pod_path
 from extender.standalone import MemoryBinder
+from loadtest.kubefake import FakeKube, Fault
 from tests.extender.helpers import Clock, args, bind_args, example, pod, run, scheduler, spec
 from tests.extender.test_kube_durable import COLLECTION, Running, cluster, start, submit, until
-from tests.kubefake import FakeKube, Fault
 from topology.core import Core
 from topology.decisions import GangRequest, Member, Wait, WaitCode
 from topology.invariants import violations

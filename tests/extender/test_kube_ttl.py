@@ -4,7 +4,7 @@ than the fresh TTL its bound member's bind info alone would give it; so it expir
 
 from __future__ import annotations
 
-from extender.gangs import reservations as rsv
+from extender.gangs import reservation_objects as rsv
 from tests.extender.helpers import Clock, run, spec
 from tests.extender.test_kube_durable import COLLECTION, cluster, start, submit
 

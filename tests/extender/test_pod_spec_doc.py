@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-from extender.conventions import common, coscheduling, optin, spark, volcano, workload, yunikorn
-from extender.gangs import podspec
+from extender.conventions import common, coscheduling, spark, volcano, workload, yunikorn
+from extender.gangs import optin, podspec
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "pod-spec.md"

@@ -1,5 +1,5 @@
 """The verbs' door against real servers on 127.0.0.1: standalone's state changes are not on the read
-listener; in Kubernetes mode (the in-memory API server of tests/kubefake.py behind a real uvicorn) a
+listener; in Kubernetes mode (the in-memory API server of loadtest/kubefake.py behind a real uvicorn) a
 forged filter, for a pod the watch does not know or under another pod's UID, places nothing, binds
 nothing, evicts nothing and writes no Event, while the very same request for the real pod does.
 (Mutual TLS and the allowed certificate names: tests/integration/test_tls.py.)"""
@@ -19,9 +19,9 @@ from extender.http.app import build_apps
 from extender.http.httpproto import JSONErrorsHttpTools
 from extender.kube.client import pod_path
 from extender.kube.service import kube_service
+from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, spec
 from tests.integration.conftest import running_server
-from tests.kubefake import FakeKube
 from tests.polling import poll
 
 NS = "topogang-system"

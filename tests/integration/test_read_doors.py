@@ -1,5 +1,5 @@
 """Every route's door over HTTP, in Kubernetes mode: a real uvicorn on 127.0.0.1 serving the
-Kubernetes-mode service against the in-memory API server (tests/kubefake.py), whose TokenReview and
+Kubernetes-mode service against the in-memory API server (loadtest/kubefake.py), whose TokenReview and
 SubjectAccessReview answer for this test's tokens.
 
 Two tenants each run a FrameworkController job (`vision/tf`, `nlp/lm`) whose Framework's pod template
@@ -30,8 +30,8 @@ from extender.http.app import Service, build_app
 from extender.http.doors import FRAMEWORK_PATH, GANG_PATH, ROUTES, Door
 from extender.kube.client import pod_path
 from extender.kube.service import framework_path, kube_service
+from loadtest.kubefake import FakeKube
 from tests.extender.helpers import example, nodes, pod, ready_node, spec
-from tests.kubefake import FakeKube
 from tests.ledger.fc import members
 
 SECRET = "hunter2-never-shown"
@@ -328,7 +328,7 @@ def test_the_viewer_sees_every_namespace_and_metrics_name_no_gang_or_pod() -> No
 
 
 def test_an_api_server_that_cannot_review_is_a_503_never_a_yes() -> None:
-    from tests.kubefake import Fault
+    from loadtest.kubefake import Fault
 
     async def go() -> None:
         async with serving() as scene:

@@ -10,7 +10,7 @@ import pytest
 from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_records import Phase, Record, newer, parse_phase, reached, rfc3339
 from extender.gangs.podspec import PodRequest, pod_request
-from extender.http.views import Waiting
+from extender.gangs.waiting import Waiting
 from tests.extender.helpers import Clock, example
 from tests.ledger.fc import fc_pod, members
 from topology.core import Core

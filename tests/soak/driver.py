@@ -59,11 +59,12 @@ from extender.http.app import Service, build_app
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import pod_path
-from extender.kube.reservations import ReservationStore
+from extender.kube.reservation_sync import ReservationStore
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
-from extender.standalone import EXAMPLE_CONFIG, expiry_interval
-from tests.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
+from extender.ops.background import expiry_interval
+from extender.standalone import EXAMPLE_CONFIG
+from loadtest.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
 from tests.soak import checks, vclock
 from tests.soak.jobs import Job, new_job
 from topology.core import Core

@@ -12,11 +12,11 @@ import pytest
 
 from config.generate import generate_yaml
 from config.load import load_config
+from extender.gangs.waiting import Waiting
 from extender.http.app import build_app
+from extender.http.ui.state import STATES, ranges
 from extender.http.verbs import Scheduler
-from extender.http.views import Waiting
 from extender.standalone import build_standalone
-from extender.ui.state import STATES, ranges
 from tests.extender import helpers
 from topology.decisions import GangRequest, Member, WaitCode, WaitReason
 

@@ -18,10 +18,10 @@ import yaml
 from config.load import load_config
 from extender.kube.client import pod_path
 from extender.kube.service import kube_service
+from loadtest.kubefake import FakeKube
 from tests.conformance.hived.driver import CONFIG
 from tests.extender.helpers import Clock, ready_node, run
 from tests.extender.test_kube_durable import Running, until
-from tests.kubefake import FakeKube
 from topology.invariants import violations
 
 NS = "default"

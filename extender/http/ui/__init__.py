@@ -2,7 +2,7 @@
 
     GET /ui                 the page (hand-written HTML/CSS/JS in `static/`, no build step)
     GET /ui/static/{file}   its assets (package data)
-    GET /v1/ui/state        the page's one JSON document (`extender.ui.state`), polled with
+    GET /v1/ui/state        the page's one JSON document (`extender.http.ui.state`), polled with
                             ?token=T&layout=L: `{"unchanged": true}` when nothing changed since T,
                             the topology only when L is not the current layout token
 
@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from extender.http import replies, views
 from extender.http.snapshot import Snapshots
-from extender.ui.state import StateView
+from extender.http.ui.state import StateView
 
 if TYPE_CHECKING:
     from extender.http.verbs import Scheduler

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.gangs import reservations as rsv
+from extender.gangs import reservation_objects as rsv
 from extender.gangs.identity import split_key
 from extender.http.verbs import Scheduler
 from extender.kube.client import ApiError, AsyncKube

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extender.gangs.waiting import Waiting
 from extender.http import replies, views
 from topology import inspect
 from topology.core import Core
@@ -124,7 +125,7 @@ class StateView:
     def document(
         self,
         core: Core,
-        waiting: Iterable[views.Waiting],
+        waiting: Iterable[Waiting],
         now: float,
         *,
         token: str | None = None,
@@ -144,7 +145,7 @@ class StateView:
 
 
 def dynamic(
-    core: Core, lay: Layout, waiting: Iterable[views.Waiting], phases: Mapping[str, str] | None = None
+    core: Core, lay: Layout, waiting: Iterable[Waiting], phases: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """Everything that changes with scheduling: GPU states, VC bindings, quotas, gangs, waits.
     `phases`: the gang ledger's phase per gang (Binding, Ready, Broken, ...) where it knows one; the

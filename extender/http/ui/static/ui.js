@@ -1,5 +1,5 @@
 // topogang cluster view: polls GET /v1/ui/state with a change token and redraws only what changed.
-// Hand-written vanilla JS, no build step. The document format is described in extender/ui/state.py.
+// Hand-written vanilla JS, no build step. The document format is described in extender/http/ui/state.py.
 "use strict";
 (function () {
   const POLL_MS = 1000;

@@ -1,0 +1,24 @@
+"""A gang the scheduler is keeping waiting: what the ledger, the snapshots and the read views say of it.
+
+It lives with the gangs, not the HTTP views, because the ledger records it too and the ledger sits below
+the routes that serve it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topology.decisions import WaitReason
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A gang that has no reservation because its last filter or preempt said wait."""
+
+    gang: str
+    vc: str
+    priority: int
+    pods: int
+    reason: WaitReason
+    since: float
+    last_seen: float
