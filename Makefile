@@ -31,9 +31,11 @@ run: $(RUN_STAMP)
 	$(BIN)/topogang validate config/examples/example-cluster.yaml
 	$(BIN)/topogang serve --config config/examples/example-cluster.yaml --port $(PORT)
 
-## test: install the dev tools, then lint, type-check and run the whole test suite
+## test: install the dev tools, then lint, type-check and run the whole test suite, on every core
+##       (pytest-xdist; `make test PYTEST_WORKERS=0` runs it in one process)
+PYTEST_WORKERS ?= auto
 test: $(STAMP) lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
