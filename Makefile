@@ -35,7 +35,7 @@ run: $(RUN_STAMP)
 ##       (pytest-xdist; `make test PYTEST_WORKERS=0` runs it in one process)
 PYTEST_WORKERS ?= auto
 test: $(STAMP) lint typecheck
-	$(BIN)/pytest -n $(PYTEST_WORKERS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
