@@ -10,6 +10,7 @@ Banners. Several conftests print a banner at the end of the run when a whole are
 browser, no helm, no image tools: reasons written in capitals, "... SKIPPED: why"). Under xdist those
 conftests run in the workers, whose end-of-run summaries nobody sees; the controller only gets each
 test's report. So the controller collects those reasons from the reports and prints each once.
+Likewise the figures a test records as a "summary" property (the image's size), in either mode.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 LONG = ("clone", "soak", "image")  # markers of the longest tests (the image: when built cold)
 
 _banners: list[str] = []
+_summaries: list[str] = []
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -33,6 +35,8 @@ def _distributed(config: pytest.Config) -> bool:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # a figure a test reports for the reader (`record_property("summary", ...)`), e.g. the image's size
+    _summaries.extend(str(value) for name, value in report.user_properties if name == "summary")
     if not report.skipped or not isinstance(report.longrepr, tuple):
         return
     reason = str(report.longrepr[2]).removeprefix("Skipped: ")
@@ -41,6 +45,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    for line in dict.fromkeys(_summaries):  # a report's properties come with each of its phases
+        terminalreporter.write_line(line, bold=True)
     if not _distributed(config):
         return  # each area's own conftest prints its banner
     for why in _banners:

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,7 +156,7 @@ def uid_of_server(proc: subprocess.Popen[str]) -> str:
 
 
 def test_the_image_runs_as_its_user_and_schedules_the_example_cluster(
-    image: Built, capsys: pytest.CaptureFixture[str]
+    image: Built, record_property: Callable[[str, object], None]
 ) -> None:
     config = image_config(image)
     assert config["User"] == IMAGE_USER
@@ -206,5 +206,6 @@ def test_the_image_runs_as_its_user_and_schedules_the_example_cluster(
             assert list(placement) == answer["NodeNames"] and set(answer["NodeNames"]) <= set(names)
 
     size = buildah(image, "images", "--noheading", "--format", "{{.Size}}", image.name)
-    with capsys.disabled():
-        print(f"\nimage {image.name}: {size}, runs as {IMAGE_USER}, answered /readyz and a filter")
+    # printed at the end of the run (tests/conftest.py), also from an xdist worker
+    summary = f"image {image.name}: {size}, runs as {IMAGE_USER}, answered /readyz and a filter"
+    record_property("summary", summary)
