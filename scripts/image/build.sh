@@ -94,8 +94,8 @@ else
 		--tag "$image" --file Dockerfile . >/dev/null
 	log "built in $(($(date +%s) - start)) s"
 	# earlier builds' tags go; their layers shared with this one stay as its cache
-	buildah images --noheading --format '{{.Name}}:{{.Tag}}' localhost/topogang 2>/dev/null |
-		grep -vx "$image" | xargs -r buildah rmi >/dev/null 2>&1 || true
+	buildah images --noheading --format '{{.Name}}:{{.Tag}}' 2>/dev/null |
+		grep '^localhost/topogang:src-' | grep -vx "$image" | xargs -r buildah rmi >/dev/null 2>&1 || true
 	buildah rmi --prune >/dev/null 2>&1 || true
 fi
 log "$image: $(buildah images --noheading --format '{{.Size}}' "$image") (base $base stand-in:" \
