@@ -31,9 +31,16 @@ run: $(RUN_STAMP)
 	$(BIN)/topogang validate config/examples/example-cluster.yaml
 	$(BIN)/topogang serve --config config/examples/example-cluster.yaml --port $(PORT)
 
-## test: install the dev tools, then lint, type-check and run the whole test suite
+## test: install the dev tools, then lint, type-check and run the whole test suite: on every core
+##       (pytest-xdist, a module per worker at a time; `make test PYTEST_WORKERS=0` runs it in one
+##       process), then tests/e2e in one process (they share one control plane; skipped unless
+##       TOPOGANG_E2E=1). Both always run; either failing fails the target.
+PYTEST_WORKERS ?= auto
 test: $(STAMP) lint typecheck
-	$(BIN)/pytest
+	rc=0; \
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --ignore=tests/e2e || rc=$$?; \
+	$(BIN)/pytest tests/e2e || rc=$$?; \
+	exit $$rc
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -151,7 +151,9 @@ def prefill(srv: Server, fill: float, seed: int = 1, budget_s: float = 120.0, cl
     nodes) while the server works on the other's request."""
     with contextlib.closing(srv.http()) as c:
         cluster = c.cluster()
-    target = fill * cluster.total_gpus
+    # whole GPUs: jobs that would overshoot are skipped, so a fractional target (0.3 of 128 GPUs) could
+    # never be met and the pre-fill would spin until its budget ran out
+    target = round(fill * cluster.total_gpus)
     used = [cluster.used_gpus]
     lock = threading.Lock()
     deadline = time.monotonic() + budget_s

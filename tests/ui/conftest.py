@@ -69,7 +69,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(bar, red=True, bold=True)
 
 
-@pytest.fixture(scope="session")
+# module, not session: Playwright's sync API keeps an event loop running in this thread while it is
+# open, so every asyncio.run() after it fails; under xdist (`make test`) other modules may follow
+# tests/ui in the same worker, and a module fixture is closed before they start
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     skip_without_browser()
     from playwright.sync_api import sync_playwright
