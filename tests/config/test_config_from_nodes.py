@@ -219,24 +219,23 @@ def test_names_sort_naturally() -> None:
 
 # ------------------------------------------------------------------------------------------ the command
 class FakeApi:
+    """The API server's node list as `config.fetch.list_nodes` would read it, and the kubeconfig asked for."""
+
     nodes: ClassVar[list[dict[str, Any]]] = []
     kubeconfig: ClassVar[list[str | None]] = []
 
-    def __init__(self, client: Any) -> None:
-        pass
-
-    def list(self, path: str) -> tuple[list[dict[str, Any]], str]:
-        assert path == "/api/v1/nodes"
-        return self.nodes, "1"
+    @classmethod
+    def list_nodes(cls, kubeconfig: str | None) -> list[dict[str, Any]]:
+        cls.kubeconfig.append(kubeconfig)
+        return cls.nodes
 
 
 @pytest.fixture
 def api(monkeypatch: pytest.MonkeyPatch) -> type[FakeApi]:
-    import extender.kube.client as kc
+    import config.cli
 
     FakeApi.kubeconfig = []
-    monkeypatch.setattr(kc, "KubeApi", FakeApi)
-    monkeypatch.setattr(kc, "load_api_client", lambda path: FakeApi.kubeconfig.append(path))
+    monkeypatch.setattr(config.cli, "list_nodes", FakeApi.list_nodes)
     return FakeApi
 
 
@@ -285,11 +284,11 @@ def test_the_command_says_why_it_cannot_read_the_nodes(
     assert cli_generate(["--from-cluster"]) == 1
     assert "error: none of the 1 nodes has nvidia.com/gpu" in capsys.readouterr().err
 
-    import extender.kube.client as kc
+    import config.cli
 
-    def refuse(path: str | None) -> None:
+    def refuse(path: str | None) -> list[dict[str, Any]]:
         raise RuntimeError("Invalid kube-config file. No configuration found.")
 
-    monkeypatch.setattr(kc, "load_api_client", refuse)
+    monkeypatch.setattr(config.cli, "list_nodes", refuse)
     assert cli_generate(["--from-cluster"]) == 1
     assert "cannot list the cluster's nodes: Invalid kube-config file" in capsys.readouterr().err
