@@ -445,6 +445,34 @@ def test_config_edits_apply_live_and_bad_ones_are_rejected(
         assert lead.get("/v1/inspect")["virtualClusters"]["nlp"]["quota"] == 32
         assert lead.process is not None and lead.process.pid == pid and lead.alive()
 
+        # the typo that once halved the cluster, and a dedented key: each refused, naming path and fix
+        for what, edit, says in [
+            (
+                "a typo",
+                ("childCellType: A100-SWITCH", "childCellType: A100-SWTICH"),
+                "did you mean 'A100-SWITCH'",
+            ),
+            ("a dedent", ("      isNodeLevel: true", "    isNodeLevel: true"), "indent it to column 7"),
+        ]:
+            broken = grown.replace(*edit, 1)
+            assert broken != grown, what
+            tmp.write_text(broken, encoding="utf-8")
+            tmp.replace(pair.config)
+            status = wait_until(
+                f"the config with {what} rejected",
+                lambda says=says: (
+                    (s := lead.get("/v1/config"))  # type: ignore[misc]
+                    and (
+                        s
+                        if s["lastResult"] == "rejected" and any(says in e for e in s["lastErrors"])
+                        else None
+                    )
+                ),
+                30,
+            )
+            assert lead.get("/v1/inspect")["virtualClusters"]["nlp"]["quota"] == 32, what
+            assert lead.process is not None and lead.process.pid == pid and lead.alive()
+
         def rejected_event() -> str | None:
             for e in core.list_namespaced_event(NS).items:
                 if e.reason == "ConfigRejected":
