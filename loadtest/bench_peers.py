@@ -179,6 +179,7 @@ def run_arm(
         extra["kwok_lag_p95"] = lag[int(0.95 * (len(lag) - 1))] if lag else None
         extra["real_seconds"] = outcome.real_seconds
         extra["resubmitted_guaranteed"] = outcome.resubmitted
+        extra["placements_without_gpu_indices"] = outcome.no_indices
         extra["errors"] = outcome.errors[:20]
         extra["error_count"] = len(outcome.errors)
         return outcome, extra

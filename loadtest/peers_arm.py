@@ -155,6 +155,7 @@ class ArmOutcome:
     resubmitted: int
     errors: list[str]
     pods_created: int
+    no_indices: int
 
 
 class ArmRun:
@@ -494,6 +495,7 @@ class ArmRun:
             self.resubmitted,
             self.errors,
             self.pods_created,
+            self.no_indices,
         )
 
 
