@@ -45,7 +45,7 @@ from loadtest.kube_report import scheduler_metrics
 from loadtest.kubeapi import KubeHttp, scheduler_context, tls_context
 from loadtest.kueue_plane import KueueError, KueueProcess
 from loadtest.measure import cpu_seconds, load_average, machine
-from loadtest.peers_arm import ARMS, ArmOutcome, ArmRun
+from loadtest.peers_arm import ArmOutcome, ArmRun
 from loadtest.peers_cluster import (
     COMPLETE_STAGE,
     RACK_LABEL,
@@ -54,6 +54,7 @@ from loadtest.peers_cluster import (
     rack_name,
     topology_config,
 )
+from loadtest.peers_pods import ARMS
 from loadtest.peers_report import ArmFigures, as_json, live_goals, markdown, simulated
 from loadtest.peers_slice import (
     DEFAULT_DRAIN_HOURS,

@@ -41,85 +41,14 @@ from typing import Any
 import orjson
 
 from loadtest.kubeapi import KubeHttp, PodWatch, tls_context
-from loadtest.peers_cluster import COMPLETE_AT, GPU, LOCAL_QUEUE, RACK_LABEL, namespace_of
+from loadtest.peers_cluster import COMPLETE_AT, namespace_of
+from loadtest.peers_pods import ISOLATION, RUN_LABEL, pods_for
 from loadtest.peers_slice import PeerSlice
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.engine import JobRecord, RunResult, Timeline
 from loadtest.simulate.policies import Placement
 from loadtest.simulate.slowdown import Slowdown, spread_level
 from loadtest.simulate.trace import Job
-
-RUN_LABEL = "bench.topogang.io/run"
-JOB_LABEL = "bench.topogang.io/job"
-SPEC = "topogang.io/pod-scheduling-spec"
-ENABLE = "topogang.io/pod-scheduling-enable"
-ISOLATION = "topogang.io/pod-leaf-cell-isolation"
-KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
-KUEUE_COUNT = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
-ARMS = ("topogang", "kueue", "stock")
-SCHEDULER = {"topogang": "topogang", "kueue": "stock", "stock": "stock"}
-
-
-def attempt_name(job: Job, attempt: int) -> str:
-    return f"j{job.id}-a{attempt}"
-
-
-def pods_for(arm: str, run: str, job: Job, attempt: int, guaranteed: bool) -> list[dict[str, Any]]:
-    """The pods of one attempt of `job`, as a user of `arm` would write them."""
-    name = attempt_name(job, attempt)
-    ns = namespace_of(job.vc)
-    out = []
-    for i, gpus in enumerate(job.pods):
-        labels = {RUN_LABEL: run, JOB_LABEL: str(job.id)}
-        annotations: dict[str, str] = {}
-        limits: dict[str, str] = {GPU: str(gpus)}
-        if arm == "topogang":
-            spec: dict[str, Any] = {
-                "virtualCluster": job.vc,
-                "priority": 0 if guaranteed else -1,
-                "leafCellNumber": gpus,
-            }
-            if not guaranteed:
-                spec["promoteWhenQuota"] = True
-            if len(job.pods) > 1:
-                spec["affinityGroup"] = {
-                    "name": f"{ns}/{name}",
-                    "members": [{"podNumber": len(job.pods), "leafCellNumber": gpus}],
-                }
-            annotations[SPEC] = orjson.dumps(spec).decode()
-            limits[ENABLE] = "1"
-        elif arm == "kueue":
-            labels[KUEUE_QUEUE] = LOCAL_QUEUE
-            if len(job.pods) > 1:
-                labels[KUEUE_GROUP] = name
-                annotations[KUEUE_COUNT] = str(len(job.pods))
-                annotations[KUEUE_PREFERRED] = RACK_LABEL
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": f"{name}-{i}",
-                    "namespace": ns,
-                    "labels": labels,
-                    "annotations": annotations,
-                },
-                "spec": {
-                    "schedulerName": SCHEDULER[arm],
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [
-                        {
-                            "name": "trainer",
-                            "image": "fake.invalid/train:1",
-                            "resources": {"requests": {GPU: str(gpus)}, "limits": limits},
-                        }
-                    ],
-                },
-            }
-        )
-    return out
 
 
 @dataclass(slots=True)
