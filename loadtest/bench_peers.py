@@ -33,6 +33,7 @@ import argparse
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import sys
 import time
@@ -70,6 +71,7 @@ from loadtest.simulate.cluster import SimCluster, shared_cluster
 from loadtest.simulate.metrics import policy_metrics
 from loadtest.simulate.slowdown import make_slowdown
 
+ARM_PICKLE = "arm.pickle"
 # kube-scheduler's longest backoff in the deployed config (podMaxBackoffSeconds): the time a live control
 # plane may take to bind a pod that could start at once, which the simulator's private replay never takes
 LATENCY_SLACK_SECONDS = 10.0
@@ -218,6 +220,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--locality-model", choices=("published", "none"), default="published")
     ap.add_argument("--simulate", action="store_true", help="also the simulator's policies on the same slice")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench-peers")
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="report the arms not run now from an earlier run's --out DIR (same slice and cluster)",
+    )
     return ap
 
 
@@ -255,7 +264,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         "load_before": load_average(),
     }
     say(f"{meta['slice']}: {meta['jobs']}; {meta['factor']}")
-    cols: list[ArmFigures] = []
     figures: dict[str, ArmFigures] = {}
     errors: dict[str, str] = {}
     for arm in args.arms:
@@ -272,12 +280,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             if key in extra:
                 meta[key] = extra[key]
         fig = ArmFigures(arm, policy_metrics(outcome.result), len(outcome.unstarted), True, extra)
+        with (out / arm / ARM_PICKLE).open("wb") as fh:
+            pickle.dump(fig, fh)
         figures[arm] = fig
-        cols.append(fig)
         say(
             f"{arm}: done in {outcome.real_seconds:.0f} s, {fig.metrics.completed} started, "
             f"{fig.unstarted} not"
         )
+    if args.reuse is not None:
+        for arm in ARMS:
+            saved = args.reuse / arm / ARM_PICKLE
+            if arm not in figures and saved.is_file():
+                with saved.open("rb") as fh:
+                    figures[arm] = pickle.load(fh)  # the bench's own output, from --reuse
+                figures[arm].extra["reused_from"] = str(args.reuse)
+                say(f"{arm}: figures of an earlier run of the same slice ({saved})")
+    cols = [figures[a] for a in ARMS if a in figures]
     say(
         "the simulator's private replay of the slice (G3c's baseline)"
         + (" and its policies" if args.simulate else "")
