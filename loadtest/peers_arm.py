@@ -29,6 +29,7 @@ counted as unstarted.
 from __future__ import annotations
 
 import contextlib
+import http.client
 import queue
 import threading
 import time
@@ -149,23 +150,29 @@ class ArmRun:
         self.pool.submit(go)
 
     def _patch_pod(self, ns: str, name: str, annotations: dict[str, str]) -> None:
+        """Merge-patch a pod's annotations; idempotent, so a dropped connection is retried (a
+        completion time lost here would keep the pod's GPUs held to the end)."""
+        body = orjson.dumps({"metadata": {"annotations": annotations}})
+        headers = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+
         def go() -> None:
-            try:
+            for attempt in range(3):
                 api = self._api()
-                api.conn.request(
-                    "PATCH",
-                    f"/api/v1/namespaces/{ns}/pods/{name}",
-                    body=orjson.dumps({"metadata": {"annotations": annotations}}),
-                    headers={"Content-Type": "application/merge-patch+json", "Accept": "application/json"},
-                )
-                resp = api.conn.getresponse()
-                raw = resp.read()
+                try:
+                    api.conn.request(
+                        "PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body=body, headers=headers
+                    )
+                    resp = api.conn.getresponse()
+                    raw = resp.read()
+                except (OSError, http.client.HTTPException) as exc:
+                    api.conn.close()
+                    api.conn = api._connect()
+                    if attempt == 2:
+                        self.errors.append(f"annotate {ns}/{name}: {exc}")
+                    continue
                 if resp.status >= 300 and resp.status != 404:
                     self.errors.append(f"annotate {ns}/{name}: HTTP {resp.status}: {raw[:200]!r}")
-            except OSError as exc:
-                self.errors.append(f"annotate {ns}/{name}: {exc}")
-                with contextlib.suppress(Exception):
-                    self.local.api = None
+                return
 
         self.pool.submit(go)
 
