@@ -149,6 +149,18 @@ def kueue_configuration(pki: Path, webhook_port: int, metrics_port: int, health_
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "clientConnection": {"qps": 300, "burst": 500},
+        # as Kueue's own manifests set them (config/components/manager/controller_manager_config.yaml):
+        # without them every controller reconciles one object at a time
+        "controller": {
+            "groupKindConcurrency": {
+                "Pod": 5,
+                "Workload.kueue.x-k8s.io": 10,
+                "LocalQueue.kueue.x-k8s.io": 5,
+                "Cohort.kueue.x-k8s.io": 1,
+                "ClusterQueue.kueue.x-k8s.io": 5,
+                "ResourceFlavor.kueue.x-k8s.io": 1,
+            }
+        },
         "integrations": {"frameworks": ["pod"]},
         "featureGates": {"VisibilityOnDemand": False},
     }
