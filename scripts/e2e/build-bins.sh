@@ -297,7 +297,8 @@ fc_build() { # NAME: frameworkcontroller | frameworkbarrier
 # Kueue (the peer `make bench-peers` runs beside topogang): plain `go install pkg@version` (its go.mod has no
 # replace). The module proxy serves only exact versions it was asked for: `go list -m -versions` shows v0.17.0,
 # v0.19.2 answers, and every v0.20.x, v0.19.3..v0.19.12 and v0.21.0-rc.0 answer 403 (checked 2026-11-25), so
-# KUEUE_VERSION is v0.19.2. Its CRDs are not embedded in the binary: bench-peers reads them from the module
+# KUEUE_VERSION is v0.19.2. Cold build 2026-11-25: 3125 s wall (541 s user + 110 s sys at nice 19 under a
+# load of 12; it compiles its own client-go v0.36 and parts of k8s.io/kubernetes v1.36), 110 MB. Its CRDs are not embedded in the binary: bench-peers reads them from the module
 # cache (config/components/crd/bases), which this download fills.
 build_kueue() {
 	local gobin="$E2E_BIN/.gobin"
