@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-dev
 # `make run PORT=9097` serves elsewhere (the host stays the config's, 127.0.0.1 for the example)
 PORT ?= 9096
 
-.PHONY: setup run test lint typecheck bench-core bench bench-scale bench-kube clean
+.PHONY: setup run test lint typecheck bench-core bench bench-scale bench-kube bench-peers clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -73,6 +73,14 @@ bench-scale: $(STAMP)
 bench-kube: $(STAMP)
 	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok
 	$(BIN)/python -m loadtest.bench_kube
+
+## bench-peers: topogang, the real Kueue (built into ~/.cache/topogang-e2e too) and the stock kube-scheduler,
+##              one after another on fresh e2e control planes of the simulator's cluster (80 KWOK nodes x 8
+##              GPUs), replaying a warm-started 12 h Philly slice at 120x; the simulator's metrics and goals,
+##              its policies on the same slice beside them; ~35 min; table and JSON in results/bench-peers/
+bench-peers: $(STAMP)
+	bash scripts/e2e/build-bins.sh etcd kube-apiserver kube-scheduler kwok kueue
+	$(BIN)/python -m loadtest.bench_peers --simulate
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

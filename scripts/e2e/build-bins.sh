@@ -4,8 +4,9 @@
 # deviations are marked "Changed vs recipe".
 #
 # usage: scripts/e2e/build-bins.sh [--print-bin-dir] [TARGET...]
-#   TARGET: etcd kube-apiserver kube-scheduler kwok helm frameworkcontroller frameworkbarrier   (default: all)
-#   The first five are required (exit 1 if one fails). The FrameworkController pair is optional: a failure is
+#   TARGET: etcd kube-apiserver kube-scheduler kwok helm frameworkcontroller frameworkbarrier kueue   (default: all)
+#   The first five are required (exit 1 if one fails). The FrameworkController pair and Kueue (used only by
+#   `make bench-peers` and its smoke test) are optional: a failure is
 #   printed loudly and remembered (stamps/<name>.failed), and the script still exits 0 when the required ones exist.
 #
 # Idempotent: each binary has a stamp file holding its build key (version, recipe revision, `go version`);
@@ -30,7 +31,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # Bump when the way a binary is built changes, so stale caches are rebuilt.
 RECIPE_REV=1
 REQUIRED=(etcd kube-apiserver kube-scheduler kwok helm)
-OPTIONAL=(frameworkcontroller frameworkbarrier)
+OPTIONAL=(frameworkcontroller frameworkbarrier kueue)
 
 log() { printf '[%s] build-bins: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -69,6 +70,7 @@ version_of() {
 	kwok) echo "$KWOK_VERSION" ;;
 	helm) echo "$HELM_VERSION" ;;
 	frameworkcontroller | frameworkbarrier) echo "$FC_VERSION" ;;
+	kueue) echo "$KUEUE_VERSION" ;;
 	*) die "unknown target $1" ;;
 	esac
 }
@@ -292,6 +294,19 @@ fc_build() { # NAME: frameworkcontroller | frameworkbarrier
 }
 
 # ---------------------------------------------------------------------------------------------------------------
+# Kueue (the peer `make bench-peers` runs beside topogang): plain `go install pkg@version` (its go.mod has no
+# replace). The module proxy serves only exact versions it was asked for: `go list -m -versions` shows v0.17.0,
+# v0.19.2 answers, and every v0.20.x, v0.19.3..v0.19.12 and v0.21.0-rc.0 answer 403 (checked 2026-11-25), so
+# KUEUE_VERSION is v0.19.2. Cold build 2026-11-25: 3125 s wall (541 s user + 110 s sys at nice 19 under a
+# load of 12; it compiles its own client-go v0.36 and parts of k8s.io/kubernetes v1.36), 110 MB. Its CRDs are not embedded in the binary: bench-peers reads them from the module
+# cache (config/components/crd/bases), which this download fills.
+build_kueue() {
+	local gobin="$E2E_BIN/.gobin"
+	(cd "$E2E_HOME" && timed kueue "$gobin/kueue" env GOBIN="$gobin" "${GO[@]}" install -trimpath -ldflags "-s -w" \
+		sigs.k8s.io/kueue/cmd/kueue@"$KUEUE_VERSION")
+}
+
+# ---------------------------------------------------------------------------------------------------------------
 t_start=$(date +%s)
 log "versions: $E2E_VERSIONS; $GO_VERSION; GOFLAGS=$GOFLAGS; bin dir $E2E_BIN"
 failed_required=()
@@ -315,6 +330,7 @@ for n in "${TARGETS[@]}"; do
 	kwok) fn=(build_kwok) ;;
 	helm) fn=(build_helm) ;;
 	frameworkcontroller | frameworkbarrier) fn=(fc_build "$n") ;;
+	kueue) fn=(build_kueue) ;;
 	esac
 	# Subshell with its own errexit, not in an `if` (that would disable errexit inside it): `die` or any failing
 	# step fails only this target.

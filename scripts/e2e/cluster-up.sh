@@ -11,6 +11,7 @@
 # env: TOPOGANG_E2E_TOPOLOGY (topology config for the fake nodes; default config/examples/example-cluster.yaml),
 #      TOPOGANG_E2E_SCHEDULER_CONFIG (default deploy/kube-scheduler-config.yaml; if that file does not exist,
 #      scheduler_config.py's clearly marked FALLBACK is used),
+#      TOPOGANG_E2E_KWOK_STAGES (extra KWOK stage files, ':'-separated, appended to the stock ones),
 #      TOPOGANG_PYTHON (default .venv/bin/python), TOPOGANG_E2E_OWNER_PID (if set, a watchdog tears the cluster
 #      down when that process exits, e.g. a pytest that was killed), TOPOGANG_E2E_HOME/_BIN (see versions.sh).
 #
@@ -233,7 +234,8 @@ options:
   enableContentionProfiling: false
   enableProfilingHandler: false
 EOF
-	for f in "$E2E_HOME"/kwok-stages/*.yaml; do
+	# TOPOGANG_E2E_KWOK_STAGES: extra stage files (':'-separated), e.g. make bench-peers' timed pod completion
+	for f in "$E2E_HOME"/kwok-stages/*.yaml ${TOPOGANG_E2E_KWOK_STAGES:+${TOPOGANG_E2E_KWOK_STAGES//:/ }}; do
 		echo "---"
 		cat "$f"
 	done

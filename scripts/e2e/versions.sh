@@ -28,6 +28,8 @@ FC_VERSION=${FC_VERSION:-v1.0.1}
 # Helm: renders the chart deploy/helm/topogang (the e2e installs through it; deploy/*.yaml are rendered from it).
 # Helm 4 (the current major); the chart is apiVersion v2, so Helm 3.x installs it as well.
 HELM_VERSION=${HELM_VERSION:-v4.3.1}
+# Kueue: the peer of `make bench-peers`; the newest version the module proxy serves (see build-bins.sh).
+KUEUE_VERSION=${KUEUE_VERSION:-v0.19.2}
 
 # FrameworkController stays at v1.0.1 whatever the Kubernetes version: there is no newer release, and its
 # e2e test passes against 1.37.2 as it did against 1.35.4.

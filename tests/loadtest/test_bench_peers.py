@@ -1,0 +1,243 @@
+"""`make bench-peers` without a cluster: the slice it cuts, the cluster each system is told about,
+the pods each arm submits, Kueue's webhook configurations, and the replay's bookkeeping fed with
+the events a pod watch would deliver (binds, completions, a preemption)."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import yaml
+
+from config.load import load_config
+from loadtest.kueue_plane import webhook_configurations
+from loadtest.peers_arm import ArmRun, JobState
+from loadtest.peers_cluster import COMPLETE_AT, RACK_LABEL, kueue_objects, namespace_of, topology_config
+from loadtest.peers_pods import KUEUE_GROUP, KUEUE_PREFERRED, SPEC, pods_for
+from loadtest.peers_slice import cut_slice
+from loadtest.simulate.cluster import shared_cluster
+from loadtest.simulate.engine import JobRecord
+from loadtest.simulate.slowdown import make_slowdown
+from loadtest.simulate.trace import Job
+from topology.core import Core
+
+TRACE = """timestamp,duration,num_gpus,gpu_time,cluster
+2017-10-23 00:00:00,36000,8,0,6214e9
+2017-10-23 00:30:00,600,1,0,6214e9
+2017-10-23 01:00:00,7200,16,0,b436b2
+2017-10-23 02:10:00,60,2,0,ee9e8c
+2017-10-23 03:00:00,100,1,0,6214e9
+2017-10-23 04:00:00,100,1,nope-vc-is-ignored-by-none,unknownvc
+"""
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    p = tmp_path / "t.csv"
+    p.write_text(TRACE.replace("nope-vc-is-ignored-by-none", "0"))
+    return p
+
+
+def test_slice_warm_starts_the_jobs_running_at_its_start(trace: Path) -> None:
+    sl = cut_slice(trace, shared_cluster(), start_hours=2, hours=1.5, factor=60, drain_hours=1)
+    # running at 02:00: the 8-GPU job (10 h from 00:00) and the 16-GPU gang (2 h from 01:00);
+    # the 600 s job is over
+    warm = sorted((j for j in sl.jobs if j.id in sl.warm), key=lambda j: j.id)
+    assert [(j.vc, j.gpus, j.submit, j.duration) for j in warm] == [
+        ("6214e9", 8, 0.0, 8 * 3600.0),
+        ("b436b2", 16, 0.0, 3600.0),
+    ]
+    assert warm[1].pods == (8, 8)
+    # inside [02:00, 03:30): 02:10 and 03:00; the unknown VC's job (04:00) is outside anyway
+    assert [(j.vc, j.submit) for j in sl.measured()] == [("ee9e8c", 600.0), ("6214e9", 3600.0)]
+    assert sl.horizon == 2.5 * 3600 and sl.real_seconds(3600) == 60
+
+
+def test_slice_drops_what_no_policy_could_run(trace: Path) -> None:
+    sl = cut_slice(trace, shared_cluster(), start_hours=3.5, hours=1, factor=60)
+    assert sl.dropped == {"VC without quota": 1}
+    assert sl.measured() == []
+
+
+def test_topology_config_is_the_simulators_cluster(tmp_path: Path) -> None:
+    cluster = shared_cluster()
+    p = tmp_path / "c.yaml"
+    p.write_text(topology_config(cluster))
+    loaded = load_config(p)
+    core = Core(loaded.spec)
+    assert tuple(core.node_names()) == cluster.node_names
+    assert {v: core.vc_quota(v) for v in core.vc_names()} == {vc: 8 * n for vc, n in cluster.quotas.items()}
+    assert loaded.extras.namespace_virtual_clusters[namespace_of("6214e9")] == "6214e9"
+
+
+def test_kueue_gets_one_cluster_queue_per_vc_in_one_cohort_with_tas() -> None:
+    cluster = shared_cluster(nodes=16)
+    objs = kueue_objects(cluster)
+    kinds = [o["kind"] for _, o in objs]
+    assert kinds[:2] == ["Topology", "ResourceFlavor"]
+    topo, flavor = objs[0][1], objs[1][1]
+    assert [lv["nodeLabel"] for lv in topo["spec"]["levels"]] == [RACK_LABEL, "kubernetes.io/hostname"]
+    assert flavor["spec"]["topologyName"] == topo["metadata"]["name"]
+    cqs = {o["metadata"]["name"]: o["spec"] for _, o in objs if o["kind"] == "ClusterQueue"}
+    with_quota = {vc: n for vc, n in cluster.quotas.items() if n > 0}
+    assert len(with_quota) < len(cluster.quotas)  # 16 nodes leave some VCs without quota: no queue for them
+    assert set(cqs) == {f"cq-{vc}" for vc in with_quota}
+    for vc, n in with_quota.items():
+        spec = cqs[f"cq-{vc}"]
+        assert spec["cohortName"] == "philly"
+        assert spec["resourceGroups"][0]["flavors"][0]["resources"] == [
+            {"name": "nvidia.com/gpu", "nominalQuota": 8 * n}
+        ]
+        assert spec["preemption"]["reclaimWithinCohort"] == "Any"
+    lqs = [(p, o) for p, o in objs if o["kind"] == "LocalQueue"]
+    assert {o["metadata"]["namespace"] for _, o in lqs} == {namespace_of(vc) for vc in with_quota}
+    assert all(p.endswith(f"/namespaces/{o['metadata']['namespace']}/localqueues") for p, o in lqs)
+
+
+def test_each_arm_submits_pods_as_its_users_write_them() -> None:
+    gang = Job(7, "6214e9", 0.0, 60.0, 16, (8, 8))
+    topo = pods_for("topogang", "r1", gang, 2, guaranteed=False)
+    assert [p["metadata"]["name"] for p in topo] == ["j7-a2-0", "j7-a2-1"]
+    spec = orjson.loads(topo[0]["metadata"]["annotations"][SPEC])
+    assert spec["priority"] == -1 and spec["promoteWhenQuota"] is True
+    assert spec["affinityGroup"] == {
+        "name": "vc-6214e9/j7-a2",
+        "members": [{"podNumber": 2, "leafCellNumber": 8}],
+    }
+    assert topo[0]["spec"]["schedulerName"] == "topogang"
+    assert (
+        orjson.loads(
+            pods_for("topogang", "r1", gang, 0, guaranteed=True)[0]["metadata"]["annotations"][SPEC]
+        )["priority"]
+        == 0
+    )
+    kq = pods_for("kueue", "r1", gang, 0, guaranteed=True)
+    assert {p["metadata"]["labels"][KUEUE_GROUP] for p in kq} == {"j7-a0"}
+    assert all(p["metadata"]["annotations"][KUEUE_PREFERRED] == RACK_LABEL for p in kq)
+    assert kq[0]["spec"]["schedulerName"] == "stock"
+    single = pods_for("kueue", "r1", Job(8, "6214e9", 0.0, 60.0, 2, (2,)), 0, guaranteed=True)
+    assert KUEUE_GROUP not in single[0]["metadata"]["labels"]
+    stock = pods_for("stock", "r1", gang, 0, guaranteed=True)
+    assert stock[0]["metadata"]["annotations"] == {}
+    assert stock[0]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+
+
+MANIFESTS = """
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: mutating-webhook-configuration}
+webhooks:
+- name: mpod.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate--v1-pod}}
+- name: mjob.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /mutate-batch-v1-job}}
+- name: mclusterqueue.kb.io
+  clientConfig:
+    service: {name: webhook-service, namespace: system, path: /mutate-kueue-x-k8s-io-v1beta2-clusterqueue}
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: validating-webhook-configuration}
+webhooks:
+- name: vpod.kb.io
+  clientConfig: {service: {name: webhook-service, namespace: system, path: /validate--v1-pod}}
+"""
+
+
+def test_kueue_webhooks_point_at_the_local_process_with_its_ca() -> None:
+    docs = webhook_configurations(MANIFESTS, "https://127.0.0.1:9443", b"CA PEM")
+    assert [d["kind"] for d in docs] == ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"]
+    mutating = {h["name"]: h for h in docs[0]["webhooks"]}
+    assert set(mutating) == {"mpod.kb.io", "mclusterqueue.kb.io"}  # the Job integration is off
+    pod = mutating["mpod.kb.io"]
+    assert pod["clientConfig"] == {
+        "url": "https://127.0.0.1:9443/mutate--v1-pod",
+        "caBundle": base64.b64encode(b"CA PEM").decode(),
+    }
+    skipped = pod["namespaceSelector"]["matchExpressions"][0]
+    assert skipped["operator"] == "NotIn" and set(skipped["values"]) == {"kube-system", "kueue-system"}
+    assert "namespaceSelector" not in mutating["mclusterqueue.kb.io"]
+    assert docs[1]["webhooks"][0]["clientConfig"]["url"].endswith("/validate--v1-pod")
+    assert yaml.safe_dump(docs)  # plain data, ready to POST
+
+
+class Recorder(ArmRun):
+    """The replay's bookkeeping with the API writes recorded instead of sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes: list[tuple[str, str]] = []
+        self.patches: dict[str, dict[str, str]] = {}
+
+    def _write(self, method: str, path: str, body: object, what: str) -> None:
+        self.writes.append((method, path))
+
+    def _patch_pod(self, ns: str, name: str, annotations: dict[str, str]) -> None:
+        self.patches[name] = annotations
+
+
+def pod_event(name: str, node: str | None = None, phase: str = "Pending", **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, **meta}, "spec": {"nodeName": node}, "status": {"phase": phase}}
+
+
+def test_replay_records_start_stretch_preemption_and_end(trace: Path) -> None:
+    cluster = shared_cluster()
+    sl = cut_slice(trace, cluster, start_hours=2, hours=1.5, factor=60, drain_hours=1)
+    run = Recorder(
+        "stock", sl, cluster, make_slowdown("published"), {"API_PORT": "1"}, "r", say=lambda _: None
+    )
+    gang = next(j for j in sl.jobs if j.gpus == 16)
+    st = JobState(gang, JobRecord(gang, queued_at=0.0))
+    run.jobs[gang.id] = st
+    run.t0 = 1000.0
+    run._submit(st, 1000.0)
+    assert [m for m, _ in run.writes] == ["POST", "POST"]
+    # the gang's two pods bind 10 s apart, in two racks: spread "racks" = 2.0 / 1.5 (rack) slower
+    run._handle("MODIFIED", pod_event("j1-a0-0", "r01-n1"), 1005.0)
+    assert st.record.start is None
+    run._handle("MODIFIED", pod_event("j1-a0-1", "r02-n1"), 1010.0)
+    assert st.record.start == pytest.approx(600.0)  # 10 real s x 60
+    assert st.record.run_seconds == pytest.approx(3600.0 * 2.0 / 1.5)
+    assert st.record.end == pytest.approx(600.0 + 4800.0)
+    assert set(run.patches) == {"j1-a0-0", "j1-a0-1"} and COMPLETE_AT in run.patches["j1-a0-0"]
+    assert run.used[0] == 8 and run.used[8] == 8
+    # someone else deletes a member: a preemption; the attempt is dropped and the job submitted again
+    run.writes.clear()
+    run._handle("DELETED", pod_event("j1-a0-0", "r01-n1"), 1020.0)
+    assert st.record.preempted == 1 and st.record.start is None
+    assert st.record.lost_gpu_seconds == pytest.approx(10 * 60 * 16)
+    assert ("DELETE", "/api/v1/namespaces/vc-b436b2/pods/j1-a0-1") in run.writes
+    assert [p for m, p in run.writes if m == "POST"] == ["/api/v1/namespaces/vc-b436b2/pods"] * 2
+    assert run.used[0] == 0 and run.used[8] == 0 and run.preemptions == 1
+    # the new attempt binds in one rack and both pods succeed: the job is done, its GPUs free
+    run._handle("MODIFIED", pod_event("j1-a1-0", "r03-n1"), 1030.0)
+    run._handle("MODIFIED", pod_event("j1-a1-1", "r03-n2"), 1030.0)
+    assert st.record.run_seconds == pytest.approx(3600.0)
+    run._handle("MODIFIED", pod_event("j1-a1-0", "r03-n1", "Succeeded"), 1091.0)
+    run._handle("MODIFIED", pod_event("j1-a1-1", "r03-n2", "Succeeded"), 1091.0)
+    assert st.finished and run.used[16] == 0 and run.used[17] == 0
+    assert len(run.kwok_lag) == 2 and run.kwok_lag[0] == pytest.approx(1.0)
+
+
+def test_replay_gives_device_plugin_gpus_and_reads_topogangs(trace: Path) -> None:
+    cluster = shared_cluster()
+    sl = cut_slice(trace, cluster, start_hours=2, hours=1.5, factor=60, drain_hours=1)
+    two = next(j for j in sl.jobs if j.gpus == 2)
+    cases: tuple[tuple[str, dict[str, Any], tuple[int, ...]], ...] = (
+        ("stock", {}, (0, 1)),
+        ("topogang", {"annotations": {"topogang.io/pod-leaf-cell-isolation": "4,5"}}, (4, 5)),
+    )
+    for arm, meta, want in cases:
+        run = Recorder(
+            arm, sl, cluster, make_slowdown("published"), {"API_PORT": "1"}, "r", say=lambda _: None
+        )
+        st = JobState(two, JobRecord(two, queued_at=0.0))
+        run.jobs[two.id] = st
+        run._submit(st, run.t0)
+        run._handle("MODIFIED", pod_event(f"j{two.id}-a0-0", "r01-n1", **meta), run.t0 + 1)
+        assert st.record.placement is not None
+        assert st.record.placement.pods == ((0, want),)
+        assert st.record.run_seconds == pytest.approx(two.duration)  # one half: as traced
