@@ -377,9 +377,11 @@ class Placer:
                 if a >= 0 and topo.cell_chain[a] == chain:
                     cap[a] = cap.get(a, 0) + k
             if q is not None:
+                pool = st.pool_leaves
                 for c in cells:
-                    if st.pool_leaves[c]:
-                        cap[c] = cap.get(c, 0) + st.pool_leaves[c]
+                    p = pool[c]
+                    if p:
+                        cap[c] = cap.get(c, 0) + p
         return [c for _, c in sorted((v, c) for c, v in cap.items() if v >= total)]
 
     def _unbound_leaves(self, owner: int, chain: int) -> int:

@@ -55,6 +55,7 @@ log = logging.getLogger("topogang.extender")
 PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 SERVICE_SUFFIXES = (".svc", ".svc.cluster.local")
+HOSTS_REMEMBERED = 64  # distinct Host values whose verdict is kept (kube-scheduler sends one)
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,18 @@ class RequestLimits:
         self.limits = limits
         self.metrics = metrics
         self.counts = _Counts()
+        # the Host values seen lately and whether they are allowed: kube-scheduler sends one, and
+        # parsing it (an IP address, the suffixes) on every verb is time on every filter's path
+        self._hosts: dict[str, bool] = {}
+
+    def _host_allowed(self, host: str) -> bool:
+        known = self._hosts.get(host)
+        if known is None:
+            known = self.limits.host_allowed(host)
+            if len(self._hosts) >= HOSTS_REMEMBERED:  # the header is the caller's: stay bounded
+                self._hosts.clear()
+            self._hosts[host] = known
+        return known
 
     def _refuse(
         self, kind: str, reason: str, status: int, msg: str
@@ -152,7 +165,7 @@ class RequestLimits:
         method = scope.get("method", "")
         if kind != "probe":
             host = headers.get("host", "")
-            if not lim.host_allowed(host):
+            if not self._host_allowed(host):
                 return self._refuse(
                     kind, "host", 421, f"Host {host!r} is not a name this server answers to (--allowed-hosts)"
                 )
@@ -222,10 +235,16 @@ class RequestLimits:
 
 
 def _headers(scope: Scope) -> dict[str, str]:
+    """The two headers the limits read (the first of each), decoded; the rest are left as bytes."""
     out: dict[str, str] = {}
     for k, v in scope.get("headers", ()):
-        out.setdefault(k.decode("latin-1").lower(), v.decode("latin-1"))
+        name = k.lower()
+        if name in _READ_HEADERS:
+            out.setdefault(name.decode("latin-1"), v.decode("latin-1"))
     return out
+
+
+_READ_HEADERS = frozenset((b"host", b"content-type"))
 
 
 async def wait_or_disconnect(request: Request, events: Iterable[asyncio.Event], timeout: float) -> bool:
