@@ -191,7 +191,9 @@ def test_unmanaged_pod_is_scheduled_and_runs(e2e_cluster: E2ECluster, namespace:
 
 def test_managed_pod_waits_for_the_extender(e2e_cluster: E2ECluster, namespace: str) -> None:
     """A pod requesting the extender's managed resource is sent to EXTENDER_URL (nothing listens there in
-    this test), so it stays Pending with the scheduler's error naming that URL: the extender is wired in."""
+    this test), so it stays Pending with the scheduler's error naming that URL: the extender is wired in.
+    It runs before the first test that starts the session's extender (files run in name order:
+    test_conventions, test_reload_confirm, ... come after this file)."""
     extenders = scheduler_config(e2e_cluster).get("extenders") or []
     managed = [r["name"] for e in extenders for r in e.get("managedResources") or []]
     if not managed:
