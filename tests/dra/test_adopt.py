@@ -4,6 +4,7 @@ missing or not topogang's; an allocation topogang did not make for that pod is n
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -13,9 +14,16 @@ from extender.dra.adopt import claimed_gpus
 from extender.dra.devices import DeviceMap, DraSettings, Mismatch, map_node, node_devices, parse_slice
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS
 from extender.gangs.bindsig import BindSigner, verifier
+from extender.kube import dra_mode
+from extender.kube.client import pod_path
+from extender.kube.dra import DraBinder
+from extender.kube.events import EventRecorder
 from extender.kube.recovery import recover
+from extender.kube.sync import ClusterSync
+from extender.ops.metrics import Metrics
+from loadtest.kubefake import FakeKube
 from tests.dra.test_devices import gpu_slice
-from tests.extender.helpers import example, pod, spec
+from tests.extender.helpers import example, pod, scheduler, spec
 from topology.core import Core
 from topology.model import Topology
 from topology.node_layout import node_halves
@@ -27,7 +35,7 @@ DRIVER = "gpu.nvidia.com"
 
 def device_map() -> DeviceMap:
     topo = Topology(load_config("config/examples/example-cluster.yaml").spec)
-    s = parse_slice({**gpu_slice(), "spec": {**gpu_slice()["spec"]}})
+    s = parse_slice(gpu_slice())
     assert s is not None
     dm = map_node(NODE, node_halves(topo, NODE), node_devices([s], DRIVER, NODE), DraSettings())
     assert isinstance(dm, DeviceMap)
@@ -147,3 +155,39 @@ def test_recovery_rebuilds_a_gang_from_its_claims_when_bind_info_is_missing_or_f
     )
     assert any("not reserved for the pod" in n for n in report.notes)
     assert [g.name for g in fresh.gangs()] == ["vision/train"] and report.pods == 1
+
+
+def test_the_start_of_a_dra_mode_service_reads_the_claims_for_recovery() -> None:
+    """`dra_mode.attach` gives `ClusterSync.start` the claims (listed once, after the slices): a
+    bound pod without bind info comes back on its claim's GPUs."""
+
+    async def go() -> None:
+        kube = FakeKube()
+        s = scheduler()
+        s.ready = False
+        sync = ClusterSync(s, kube)
+        metrics = Metrics()
+        recorder = EventRecorder(kube, metrics, clock=lambda: 0.0, instance="t")
+        dra_mode.attach(
+            s,
+            sync,
+            kube,
+            load_config("config/examples/example-cluster.yaml"),
+            DraSettings(),
+            recorder,
+            metrics,
+        )
+        assert isinstance(s.binder, DraBinder)
+        p = kube.server.create(pod_path(NS), bound("w0", ["a"], spec("vision", 4)))
+        dm = device_map()
+        kube.server.create(
+            f"{dc.API}/namespaces/{NS}/resourceclaims",
+            allocated_claim("a", (4, 5, 6, 7), p["metadata"]["uid"], dm),
+        )
+        await s.binder.catalog.relist_slices([gpu_slice()])
+        await sync.start()
+        gang = s.core.gang("vision/pod:w0")
+        assert gang is not None
+        assert [q.gpu_indices for q in s.core.placement_of(gang).pods] == [(4, 5, 6, 7)]
+
+    asyncio.run(go())
