@@ -193,7 +193,7 @@ def test_a_restart_rebuilds_the_placements_from_the_claims_without_bind_info(
 ) -> None:
     """A gang of 2 x 4 fills NODE; its pods' bind info (and signature, and isolation annotation) is
     removed; a restarted extender holds the claims' GPUs for the gang, and a new pod pinned to NODE
-    is not given them until one of the gang's pods is gone."""
+    is not given them until the gang is gone."""
     core, res = e2e_cluster.core, dra.Resources(e2e_cluster.api)
     gang = f"{ns}/train"
     names = ["w0", "w1"]
@@ -202,7 +202,7 @@ def test_a_restart_rebuilds_the_placements_from_the_claims_without_bind_info(
         core.create_namespaced_pod(
             ns, claim_pod(n, gang=gang, vc="vision", members=[(2, 4)], gpus=4, claim=f"{n}-gpus", node=NODE)
         )
-    pods = wait_running(core, ns, names)
+    wait_running(core, ns, names)
     devices = {n: sorted(allocated_devices(claim_of(res, core, ns, n))) for n in names}
     assert sorted(d for ds in devices.values() for d in ds) == sorted(dra.device_of(g) for g in range(8))
     held = dra_ext.summary()["gpus"]
@@ -217,6 +217,7 @@ def test_a_restart_rebuilds_the_placements_from_the_claims_without_bind_info(
     log = dra_ext.log()
     for n in names:
         assert f"({ns}/{n}): GPUs" in log and "taken from its ResourceClaims" in log, log[-3000:]
+        assert f"pod {ns}/{n} on {NODE}" not in log  # adopted into its gang, not held as unverified
     res.create("resourceclaims", dra.claim_body("late-gpus", 4), ns)
     core.create_namespaced_pod(
         ns,
@@ -228,9 +229,9 @@ def test_a_restart_rebuilds_the_placements_from_the_claims_without_bind_info(
     assert hold_for(
         "the gang's GPUs may not be given out", lambda: none_bound(core, ns, ["late"]), HOLD_SECONDS
     )
-    wait_gone(core, ns, delete_pods(core, ns, ["w1"]))
+    wait_gone(core, ns, delete_pods(core, ns, names))  # the gang gone: its GPUs free again
     late = wait_running(core, ns, ["late"])["late"]
-    assert late.node == NODE and sorted(late.gpus) == sorted(pods["w1"].gpus)
+    assert late.node == NODE and len(late.gpus) == 4
 
 
 def test_gang_that_does_not_fit_allocates_nothing(
