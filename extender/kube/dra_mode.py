@@ -2,7 +2,8 @@
 
 Everything DRA mode changes in the service is here, so `extender.kube.service` only calls `attach`:
 the binder allocates claims before each Binding, the conventions count a pod's claimed GPUs, node
-health keeps tainted or unmappable GPUs out, a gone pod's claims are released, and devices that
+health keeps tainted or unmappable GPUs out, a gone pod's claims are released, the start's recovery
+reads the GPUs of a pod without topogang's bind info from its claims, and devices that
 claims of other schedulers hold on topogang's nodes are held as `unverified:` gangs (recovery's
 way of holding GPUs topogang did not give out) until those claims let go.
 """
@@ -16,13 +17,14 @@ from typing import Any
 
 from config.load import LoadedConfig
 from extender.dra import claims as dc
+from extender.dra.adopt import claimed_gpus
 from extender.dra.devices import DeviceMap, DraSettings, Mismatch
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import AsyncKube
 from extender.kube.dra import SLICES, TAINT_RULES, DraBinder, DraCatalog, release
 from extender.kube.events import EventRecorder, ObjectRef
-from extender.kube.recovery import Unverified, hold_unverified
+from extender.kube.recovery import Claimed, Unverified, hold_unverified
 from extender.kube.sync import ClusterSync
 from extender.ops.metrics import Metrics
 from topology.model import Topology
@@ -69,6 +71,24 @@ def attach(
             )
 
     sync.on_gone = on_gone
+
+    async def recovery_claims() -> Claimed:
+        """The start's recovery takes a pod's GPUs from its claims when its bind info is not
+        topogang's (`extender.dra.adopt`): the slices mapped, the claims listed once."""
+        await catalog.listed.wait()
+        items, _ = await kube.list(CLAIMS)
+        by_ns: dict[str, dict[str, Mapping[str, Any]]] = {}
+        for c in items:
+            by_ns.setdefault(kpods.namespace(c), {})[str(kpods.meta(c).get("name"))] = c
+
+        def claimed(pod: Mapping[str, Any]) -> tuple[int, ...] | str | None:
+            node = kpods.node_name(pod)
+            dm = catalog.maps.get(node) if node is not None else None
+            return claimed_gpus(pod, by_ns.get(kpods.namespace(pod), {}), dm, settings)
+
+        return claimed
+
+    sync.recovery_claims = recovery_claims
     foreign = ForeignClaims(scheduler, catalog)
 
     async def watch_slices() -> None:

@@ -20,6 +20,13 @@ admin's opt-in) is no member of any gang: its claimed GPUs are held, as a gang o
 `unverified:<namespace>/<pod>` (a colon no namespace can hold, so no tenant's gang key meets it)
 with no quota cell and no priority, until the pod is gone, so no one else is placed on them; it is
 listed in the report for the caller to tell the admin.
+
+In DRA mode (`claimed`, `extender.dra.adopt`), a bound pod whose bind info is missing, unreadable
+or not topogang's is adopted from its ResourceClaims' allocations instead, when they are ones
+topogang wrote for it: the claims' status is written only by who may update `resourceclaims/status`
+(kube-scheduler, the DRA controllers, topogang), never by the pod's owner, and the node's DRA driver
+gives the containers those very devices. The pod joins its gang (read from its spec as for any pod)
+with the claims' GPUs. A pod whose claims are not taken falls back to what its annotations say.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ PLACEHOLDER = "topogang-recovery"
 UNVERIFIED = "unverified"
 # a pod's bind info -> None when it is topogang's own decision, else why not
 Verify = Callable[[Mapping[str, Any]], "str | None"]
+# DRA mode: a bound pod -> its claims' GPUs, why they are not taken, or None (no claims)
+Claimed = Callable[[Mapping[str, Any]], "tuple[int, ...] | str | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +159,7 @@ def collect(
     ttl_seconds: float = 300.0,
     report: RecoveryReport | None = None,
     verify: Verify | None = None,
+    claimed: Claimed | None = None,
 ) -> dict[str, list[_Found]]:
     """Bound, live, opted-in pods grouped by gang name (sorted, so recovery is deterministic). A pod
     whose annotations cannot be read is skipped, with the reason in the report: its annotations are
@@ -163,6 +173,15 @@ def collect(
             continue
         key = f"{kpods.uid(pod)}({kpods.namespace(pod)}/{kpods.name(pod)})"
         why = verify(pod) if verify is not None else None
+        if claimed is not None and (why is not None or not _has_bind_info(pod)):
+            try:
+                found = _from_claims(pod, node, key, claimed, why, namespace_vcs, ttl_seconds, report)
+            except Exception as err:  # whatever else the pod's content provokes: this pod only
+                report.notes.append(f"pod {key}: its claims cannot be read: {err!r}")
+                found = None
+            if found is not None:
+                groups.setdefault(found.request.gang, []).append(found)
+                continue
         if why is not None:
             _unverified(pod, node, key, why, report)
             continue
@@ -174,6 +193,53 @@ def collect(
         if found is not None:
             groups.setdefault(found.request.gang, []).append(found)
     return dict(sorted(groups.items()))
+
+
+def _has_bind_info(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's annotations say which GPUs it holds (bind info or an isolation annotation)."""
+    try:
+        info = pod_bind_info(kpods.pod_annotations(pod))
+    except ValueError:
+        info = None
+    try:
+        return bool(_gpus(pod, info))
+    except ValueError:
+        return False
+
+
+def _from_claims(
+    pod: Mapping[str, Any],
+    node: str,
+    key: str,
+    claimed: Claimed,
+    why: str | None,
+    namespace_vcs: Mapping[str, str] | None,
+    ttl_seconds: float,
+    report: RecoveryReport,
+) -> _Found | None:
+    """The pod as its claims place it, or None (its annotations are judged as without claims)."""
+    gpus = claimed(pod)
+    if gpus is None:
+        return None
+    if isinstance(gpus, str):
+        report.notes.append(f"pod {key}: its ResourceClaims are not taken: {gpus}")
+        return None
+    try:
+        pr = pod_request(
+            pod,
+            kpods.uid(pod),
+            kpods.namespace(pod),
+            kpods.name(pod),
+            namespace_vcs=namespace_vcs,
+            ttl_seconds=ttl_seconds,
+        )
+    except UserError as err:
+        report.notes.append(f"pod {key}: its ResourceClaims are not taken: bad scheduling spec ({err})")
+        return None
+    bind_info = why or "it has no bind info"
+    report.notes.append(f"pod {key}: GPUs {list(gpus)} of {node} taken from its ResourceClaims ({bind_info})")
+    deleting = kpods.meta(pod).get("deletionTimestamp") is not None
+    return _Found(pr, node, gpus, None, deleting)
 
 
 def _unverified(pod: Mapping[str, Any], node: str, key: str, why: str, report: RecoveryReport) -> None:
@@ -297,11 +363,20 @@ def recover(
     namespace_vcs: Mapping[str, str] | None = None,
     ttl_seconds: float = 300.0,
     verify: Verify | None = None,
+    claimed: Claimed | None = None,
 ) -> RecoveryReport:
     """Adopt every bound gang into `core`; unbound members' slots stay reserved (open). With
-    `verify`, only bind info it vouches for is adopted; other bound pods' GPUs are held."""
+    `verify`, only bind info it vouches for is adopted; other bound pods' GPUs are held. With
+    `claimed` (DRA mode), a pod without such bind info is adopted from its claims' allocations."""
     report = RecoveryReport()
-    groups = collect(pods, namespace_vcs=namespace_vcs, ttl_seconds=ttl_seconds, report=report, verify=verify)
+    groups = collect(
+        pods,
+        namespace_vcs=namespace_vcs,
+        ttl_seconds=ttl_seconds,
+        report=report,
+        verify=verify,
+        claimed=claimed,
+    )
     for u in report.unverified:
         hold_unverified(core, u, now)
     held = {(f.node, gpu): gang for gang, fs in groups.items() for f in fs for gpu in f.gpus}

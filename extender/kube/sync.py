@@ -31,7 +31,7 @@ from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
-from extender.kube.recovery import RecoveryReport, Unverified, Verify, recover
+from extender.kube.recovery import Claimed, RecoveryReport, Unverified, Verify, recover
 
 log = logging.getLogger("topogang.kube")
 
@@ -63,6 +63,8 @@ class ClusterSync:
         self.health: dict[str, tuple[bool, int | None]] = {}  # node -> (healthy, healthy GPUs)
         # DRA mode: a finished or deleted pod's claims go back
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
+        # DRA mode: how the start's recovery reads a pod's GPUs from its claims
+        self.recovery_claims: Callable[[], Awaitable[Claimed]] | None = None
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -78,6 +80,10 @@ class ClusterSync:
         await self.apply_nodes(nodes, full=True)
         self.s.not_ready_reason = "listing pods and recovering allocations"
         pods, pods_rv = await self.kube.list(PODS)
+        claimed = None
+        if self.recovery_claims is not None:
+            self.s.not_ready_reason = "reading ResourceSlices and ResourceClaims to recover allocations"
+            claimed = await self.recovery_claims()
         async with self.s.lock:
             report = recover(
                 self.s.core,
@@ -86,6 +92,7 @@ class ClusterSync:
                 namespace_vcs=self.s.namespace_vcs,
                 ttl_seconds=self.s.ttl_seconds,
                 verify=self._verify(pods, first=True),
+                claimed=claimed,
             )
             for pod in pods:  # pod IPs and FrameworkController identities for the gang ledger
                 if is_enabled(pod) and not kpods.finished(pod):

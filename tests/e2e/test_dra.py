@@ -5,7 +5,8 @@ with `extender.dra.enabled=true`: kube-scheduler's DynamicResources plugin off i
 the extender with `--dra` under its ServiceAccount. What the cluster then shows: each claim's
 `status.allocation` names exactly the devices of the GPUs in the pod's bind info, on one half; a gang
 that does not fit allocates nothing; a deleted pod's claim is released and its GPUs reused; a restart
-keeps the placements the claims record; a tainted device is not given out; a pod asking
+keeps the placements the claims record, and rebuilds them from the claims when the pods' bind info is
+gone; a tainted device is not given out; a pod asking
 `nvidia.com/gpu` (KEP-5004) gets a claim of its slot's devices.
 """
 
@@ -19,6 +20,8 @@ import pytest
 import yaml
 from kubernetes import client
 
+from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS
+from extender.gangs.bindsig import HIVED_BIND_INFO, SIGNATURE_ANNOTATION, TOPOGANG_BIND_INFO
 from tests.e2e import dra
 from tests.e2e.conftest import E2ECluster, Extender, holds_nothing
 from tests.e2e.helpers import (
@@ -183,6 +186,52 @@ def test_gang_with_claims_binds_whole_on_the_slot_devices_and_survives_a_restart
     assert dra_ext.summary()["gpus"] == held  # the claims' GPUs are held again, no more, no fewer
     for name, placed in pods.items():
         check_allocation(claim_of(res, core, ns, name), placed, uid_of(core, ns, name))
+
+
+def test_a_restart_rebuilds_the_placements_from_the_claims_without_bind_info(
+    e2e_cluster: E2ECluster, dra_ext: Extender, ns: str
+) -> None:
+    """A gang of 2 x 4 fills NODE; its pods' bind info (and signature, and isolation annotation) is
+    removed; a restarted extender holds the claims' GPUs for the gang, and a new pod pinned to NODE
+    is not given them until the gang is gone."""
+    core, res = e2e_cluster.core, dra.Resources(e2e_cluster.api)
+    gang = f"{ns}/train"
+    names = ["w0", "w1"]
+    for n in names:
+        res.create("resourceclaims", dra.claim_body(f"{n}-gpus", 4), ns)
+        core.create_namespaced_pod(
+            ns, claim_pod(n, gang=gang, vc="vision", members=[(2, 4)], gpus=4, claim=f"{n}-gpus", node=NODE)
+        )
+    wait_running(core, ns, names)
+    devices = {n: sorted(allocated_devices(claim_of(res, core, ns, n))) for n in names}
+    assert sorted(d for ds in devices.values() for d in ds) == sorted(dra.device_of(g) for g in range(8))
+    held = dra_ext.summary()["gpus"]
+    strip = dict.fromkeys((TOPOGANG_BIND_INFO, SIGNATURE_ANNOTATION, HIVED_BIND_INFO, *ISOLATION_ANNOTATIONS))
+    for n in names:
+        core.patch_namespaced_pod(n, ns, {"metadata": {"annotations": strip}})
+        meta = core.read_namespaced_pod(n, ns).metadata
+        ann = (meta.annotations if meta is not None else None) or {}
+        assert not set(ann) & set(strip), ann
+    dra_ext.restart()
+    assert dra_ext.summary()["gpus"] == held  # the claims' GPUs are held again, no more, no fewer
+    log = dra_ext.log()
+    for n in names:
+        assert f"({ns}/{n}): GPUs" in log and "taken from its ResourceClaims" in log, log[-3000:]
+        assert f"pod {ns}/{n} on {NODE}" not in log  # adopted into its gang, not held as unverified
+    res.create("resourceclaims", dra.claim_body("late-gpus", 4), ns)
+    core.create_namespaced_pod(
+        ns,
+        claim_pod(
+            "late", gang=f"{ns}/late", vc="vision", members=[(1, 4)], gpus=4, claim="late-gpus", node=NODE
+        ),
+    )
+    wait_until("the late pod to be filtered", lambda: seen_by_scheduler(core, ns, "late"), 30)
+    assert hold_for(
+        "the gang's GPUs may not be given out", lambda: none_bound(core, ns, ["late"]), HOLD_SECONDS
+    )
+    wait_gone(core, ns, delete_pods(core, ns, names))  # the gang gone: its GPUs free again
+    late = wait_running(core, ns, ["late"])["late"]
+    assert late.node == NODE and len(late.gpus) == 4
 
 
 def test_gang_that_does_not_fit_allocates_nothing(
