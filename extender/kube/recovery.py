@@ -225,14 +225,7 @@ def _from_claims(
         report.notes.append(f"pod {key}: its ResourceClaims are not taken: {gpus}")
         return None
     try:
-        pr = pod_request(
-            pod,
-            kpods.uid(pod),
-            kpods.namespace(pod),
-            kpods.name(pod),
-            namespace_vcs=namespace_vcs,
-            ttl_seconds=ttl_seconds,
-        )
+        pr = _spec_request(pod, namespace_vcs, ttl_seconds)
     except UserError as err:
         report.notes.append(f"pod {key}: its ResourceClaims are not taken: bad scheduling spec ({err})")
         return None
@@ -295,14 +288,7 @@ def _found(
         report.skipped.append((key, str(err)))
         return None
     try:
-        pr: PodRequest | None = pod_request(
-            pod,
-            kpods.uid(pod),
-            kpods.namespace(pod),
-            kpods.name(pod),
-            namespace_vcs=namespace_vcs,
-            ttl_seconds=ttl_seconds,
-        )
+        pr: PodRequest | None = _spec_request(pod, namespace_vcs, ttl_seconds)
     except UserError as err:
         pr = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
         if pr is None:
@@ -446,3 +432,17 @@ def _restore(
     g = core.gang(gang)
     if g is not None and g.history:
         report.notes += [f"gang {gang}: {h}" for h in g.history]
+
+
+def _spec_request(
+    pod: Mapping[str, Any], namespace_vcs: Mapping[str, str] | None, ttl_seconds: float
+) -> PodRequest:
+    """The pod's request as its spec annotation states it, read as at filter (a `UserError` if bad)."""
+    return pod_request(
+        pod,
+        kpods.uid(pod),
+        kpods.namespace(pod),
+        kpods.name(pod),
+        namespace_vcs=namespace_vcs,
+        ttl_seconds=ttl_seconds,
+    )
