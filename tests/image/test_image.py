@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,10 +26,10 @@ import httpx
 import pytest
 
 from extender import kubesched
+from tests.polling import listen_urls, poll
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "scripts" / "image" / "build.sh"
-START_TIMEOUT = 60.0
 IMAGE_USER = "10001:10001"  # the Dockerfile's USER
 
 pytestmark = [
@@ -102,18 +101,9 @@ def running(built: Built, *args: str) -> Iterator[Running]:
     lines: list[str] = []
     try:
         assert proc.stdout is not None
-        url = verbs_url = None
-        deadline = time.monotonic() + START_TIMEOUT
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "listening on " in line:
-                url = line.split("listening on ", 1)[1].strip()
-                lines.append(proc.stdout.readline())  # the urlPrefix line, printed right after
-                verbs_url = lines[-1].split("urlPrefix ", 1)[-1].split("/v1/extender", 1)[0]
-        assert url and verbs_url, "the image's extender did not start:\n" + "".join(lines)
+        urls = listen_urls(proc.stdout, lines)
+        assert urls is not None, "the image's extender did not start:\n" + "".join(lines)
+        url, verbs_url = urls
         threading.Thread(target=lines.extend, args=(proc.stdout,), daemon=True).start()
         yield Running(url, verbs_url, proc, lines)
     finally:
@@ -166,10 +156,12 @@ def test_the_image_runs_as_its_user_and_schedules_the_example_cluster(
     with running(image, "--listen", "127.0.0.1:0") as server:
         assert uid_of_server(server.process) == IMAGE_USER.split(":")[0], "".join(server.log)
         with httpx.Client(base_url=server.url, timeout=10.0) as reads:
-            deadline = time.monotonic() + START_TIMEOUT
-            while reads.get("/readyz").status_code != 200:
-                assert time.monotonic() < deadline, "never ready:\n" + "".join(server.log)
-                time.sleep(0.2)
+            poll(
+                "the image's extender to answer /readyz",
+                lambda: reads.get("/readyz").status_code == 200,
+                tries=300,
+                interval=0.2,
+            )
             names = kubesched.node_names(reads.get(kubesched.PHYSICAL_CLUSTER).json())
             assert names, "the bundled example cluster has no nodes"
 

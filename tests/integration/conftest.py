@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from extender import kubesched
+from tests.polling import listen_urls
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "config" / "examples" / "example-cluster.yaml"
@@ -103,21 +104,13 @@ def running_server(
         env={**os.environ, **(env or {})},
     )
     try:
-        url = verbs_url = None
         lines: list[str] = []
         deadline = time.monotonic() + START_TIMEOUT
         assert proc.stdout is not None
-        while url is None and time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "listening on " in line:
-                url = line.split("listening on ", 1)[1].strip()
-                lines.append(proc.stdout.readline())  # the urlPrefix line, printed right after
-                verbs_url = lines[-1].split("urlPrefix ", 1)[-1].split("/v1/extender", 1)[0]
-        if url is None:
+        urls = listen_urls(proc.stdout, lines)
+        if urls is None:
             raise RuntimeError("the extender did not start:\n" + "".join(lines))
+        url, verbs_url = urls
         while time.monotonic() < deadline and not url.startswith("https"):
             try:
                 if httpx.get(f"{url}/readyz", timeout=1.0).status_code == 200:
