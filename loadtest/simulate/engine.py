@@ -10,6 +10,10 @@ Rules:
 - A head that failed is not asked again until GPUs have been freed somewhere (a finish or a
   preemption): starts and arrivals only take capacity away, so asking again could not succeed.
   This keeps a pass at O(VCs) placement attempts instead of rescanning queues.
+- A policy may ask for Kueue's `BestEffortFIFO` instead (`Policy.queueing`): a head that cannot
+  start steps aside until GPUs are freed somewhere, and the VC's next job is offered a start; each
+  round offers one job per VC, the jobs that would stay within their VC's quota first, then the
+  oldest (Kueue's scheduling cycle, `best_effort_pass`).
 - A preempted job restarts from scratch: its queueing delay runs from submit to the start of the
   run that completes (lost runs count as waiting), and the GPU time it lost is reported.
 - Jobs that can never start are dropped at arrival, identically for every policy: a gang larger than
@@ -26,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loadtest.simulate.cluster import SimCluster, private_cluster
-from loadtest.simulate.policies import Placement, Policy
+from loadtest.simulate.policies import BEST_EFFORT_FIFO, Placement, Policy
 from loadtest.simulate.slowdown import Slowdown, spread_level
 from loadtest.simulate.trace import Job
 
@@ -221,6 +225,9 @@ def simulate(
         blocked.pop(rec.job.vc, None)
 
     def schedule(now: float) -> None:
+        if policy.queueing == BEST_EFFORT_FIFO:
+            best_effort_pass(now)
+            return
         changed = True
         while changed:
             changed = False
@@ -246,6 +253,56 @@ def simulate(
                             released(records[jid].job.vc)
                             requeue(jid, now)
             timeline.set(policy.allocated, policy.stranded)
+
+    set_aside: dict[int, int] = {}  # job id -> release epoch at which it could not start (BestEffortFIFO)
+
+    def best_effort_pass(now: float) -> None:
+        """Kueue's BestEffortFIFO: rounds of one job per VC (its oldest job not set aside since the
+        last release), ordered within the round as Kueue's scheduler orders its heads: those that
+        stay within their VC's quota first, then the oldest. A job that cannot start is set aside
+        until GPUs are freed (Kueue requeues its inadmissible workloads on a release), so the next
+        job of its VC is offered a start. Jobs of one VC and shape share their answer while nothing
+        has started or been released (the policy decides from the VC, the shape and the cluster)."""
+        version = 0  # bumped by every start: a failed shape's answer holds until then
+        failed: dict[tuple[str, tuple[int, ...]], tuple[int, int]] = {}
+        while True:
+            waiting = {
+                vc: iter([j for j in q if set_aside.get(j.id, -1) != epoch(vc)])
+                for vc, q in queues.items()
+                if q
+            }
+            heads = {vc: next(it, None) for vc, it in waiting.items()}
+            released_now = False
+            while not released_now and any(j is not None for j in heads.values()):
+                order = sorted((policy.borrows(j), j.id, vc) for vc, j in heads.items() if j is not None)
+                for _, _, vc in order:
+                    job = heads[vc]
+                    assert job is not None
+                    heads[vc] = next(waiting[vc], None)
+                    key = (vc, job.pods)
+                    if failed.get(key) == (version, epoch(vc)):
+                        set_aside[job.id] = epoch(vc)
+                        continue
+                    result.attempts += 1
+                    placement = policy.try_start(job, now)
+                    if placement is None:
+                        set_aside[job.id] = epoch(vc)
+                        failed[key] = (version, epoch(vc))
+                        _note_refusal(result, policy, job, now)
+                        continue
+                    version += 1
+                    queues[vc].remove(job)
+                    set_aside.pop(job.id, None)
+                    start(job, placement, now)
+                    if placement.preempted:
+                        for jid in placement.preempted:
+                            released(records[jid].job.vc)
+                            requeue(jid, now)
+                        released_now = True  # every job set aside may fit now: new rounds
+                        break
+            timeline.set(policy.allocated, policy.stranded)
+            if not released_now:
+                return
 
     now = jobs[0].submit if jobs else 0.0
     while next_arrival < total or finishes:

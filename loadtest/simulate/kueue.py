@@ -1,26 +1,58 @@
-"""`kueue-like`: Kueue's quota model with cohort borrowing, reclaim, and Topology Aware Scheduling.
+"""`kueue-like`: Kueue v0.19's admission, cohort borrowing, reclaim and Topology Aware Scheduling,
+as `make bench-peers` configures the real one (`loadtest/peers_cluster.kueue_objects`).
 
-What it models (Kueue's own terms, from the Kueue docs at
-kueue.sigs.k8s.io, "Cluster Queue", "Preemption" and "Topology Aware Scheduling"):
+Calibrated against the real Kueue v0.19.2 on the bench's slice (`loadtest/kueue_calibration.py`;
+the table is `data/kueue-calibration.json`, printed by `topogang simulate`'s report). Each rule below
+names the Kueue source it follows (`sigs.k8s.io/kueue@v0.19.2`, `pkg/...`).
+
+What it models:
 - one ClusterQueue per VC, `nominalQuota` = the VC's GPUs, every ClusterQueue in one cohort, no
   `borrowingLimit` or `lendingLimit`: a VC may borrow any GPUs the cohort leaves unused;
-- admission per VC in FIFO order (`queueingStrategy: StrictFIFO`, the engine's rule for every policy);
-- a workload within its VC's nominal quota that does not fit reclaims borrowed GPUs by preemption
-  (`reclaimWithinCohort: Any`): candidates are the running workloads of VCs that are above their
-  nominal quota at that moment, the most recently admitted first (Kueue's candidate order for equal
-  priorities); they are taken off one by one until the workload fits, then every one whose GPUs the
-  workload does not need is put back (Kueue's minimal preemption set: `candidatesOrdering` and
-  `minimalPreemptions` in kubernetes-sigs/kueue `pkg/scheduler/preemption/preemption.go`). A
-  borrowing workload never preempts (`borrowWithinCohort: Never`, the default), and all trace jobs
-  share one priority, so `withinClusterQueue` never applies;
-- TAS with the preferred topology: each gang goes into the smallest domain that holds it (one node,
-  else one rack, else the fewest nodes anywhere), and among the domains of that level into the one
-  with the least free GPUs that suffice (TAS's BestFit). Kueue sees nodes, not GPUs: the kubelet's
-  device plugin hands out the lowest-numbered free GPUs of the node, so a pod may straddle the
-  node's NVLink/PCIe halves.
+- `queueingStrategy: BestEffortFIFO`, Kueue's default and the bench's: a workload that cannot be
+  admitted goes to the ClusterQueue's inadmissible set and the next one becomes the head
+  (`cache/queue/cluster_queue.go` `requeueIfNotPresent`); the inadmissible ones return only when
+  quota is released in the cohort (a workload finishes or is evicted:
+  `QueueAssociatedInadmissibleWorkloadsAfter` in `controller/core/workload_controller.go`), not when
+  another is admitted. The engine runs it (`engine.best_effort_pass`);
+- a scheduling cycle takes one head per ClusterQueue and admits them in Kueue's order: those whose
+  admission stays within their nominal quota first, then the oldest (`scheduler.go`
+  `makeClassicalIterator`; all trace jobs share one priority). So when GPUs free up, a VC reclaiming
+  its own quota gets them before an older borrower, instead of the borrower taking them and the
+  owner preempting it;
+- reclaim (`reclaimWithinCohort: Any`) by a workload within its nominal quota, Kueue's classical
+  preemption (`scheduler/preemption/preemption.go` `classicalPreemptions`, `candidatesOrdering`):
+  candidates are the running workloads of VCs above their nominal quota, the most recently admitted
+  first, each taken only while its VC still borrows, until the workload fits (quota, then TAS:
+  `workloadFits`); then, in reverse order and the last one excepted, each is put back if the
+  workload still fits with it (`fillBackWorkloads`). A borrowing workload never preempts: the bench
+  sets `borrowWithinCohort: LowerPriority`, and with one priority no candidate is lower;
+- TAS (`cache/scheduler/tas_flavor_snapshot.go`), which Kueue decides before kube-scheduler binds:
+  a lone pod carries no topology annotation, so TAS is implied and unconstrained, which the
+  default `TASProfileMixed` serves with LeastFreeCapacity: the node that holds the fewest pods of
+  its size (free GPUs // pod GPUs), then the first by name. A gang asks for the preferred rack:
+  BestFit counts the pods each rack holds; the first rack with the fewest that hold the whole gang;
+  if none does, racks with the most room in turn, the last by best fit; inside a rack, the nodes
+  that hold the most pods first, the last by best fit (`findLevelWithFitDomains`,
+  `updateCountsToMinimumGeneric`). Kueue sees nodes, not GPUs: the device plugin hands out the
+  node's lowest-numbered free GPUs, so a pod may straddle the node's NVLink/PCIe halves.
 
-Not modelled: Kueue's fair sharing (off by default), admission checks, waitForPodsReady (every gang
-starts whole here), and the time a preempted workload takes to go.
+What it does not model, and why:
+- **Time.** The simulator admits at the instant a job can start, for every policy. The live bench
+  runs at 120x, so Kueue's fixed latencies, each about a second of real time, become minutes of
+  trace time: the 1 s batch period before inadmissible workloads are requeued after a release
+  (`cache/queue/inadmissible_workloads.go` `requeueBatchPeriod`), the pod group's Workload
+  creation, TAS ungating, kube-scheduler's binding. On a quiet machine they cost the live Kueue a
+  few points of utilisation and leave a few jobs unstarted at the horizon; on a loaded one (load
+  13, the first bench run) they grew to hours of queueing. At trace speed they are seconds, so
+  kueue-like keeps them at zero, as the simulator does for topogang (whose live arm has its own).
+  Modelling them would model the bench's time compression, not Kueue.
+- **Preempted jobs in the bench** come back as new pod groups (`loadtest/peers_arm.py`), so Kueue
+  queues them behind every job then waiting; kueue-like puts them back at the front of their queue,
+  where Kueue's own ordering by creation time puts an evicted Job's Workload, which outlives its
+  eviction. Few preemptions happen live (15 on the calibration slice), so this moves little.
+- Fair sharing (off by default), admission checks, waitForPodsReady (every gang starts whole
+  here), the time a preempted workload takes to go (the preemptor is admitted at once), and
+  `SchedulingEquivalenceHashing`'s bulk moves (the same answers, sooner).
 
 `kai-like` is not a separate policy: for this trace (one priority, one level of queues, quotas equal
 to the VC sizes) KAI-scheduler's over-quota sharing with fair-share reclaim and its bin-packing
@@ -32,12 +64,13 @@ fractional GPUs) either have no input in the trace or move running jobs, which n
 from __future__ import annotations
 
 from loadtest.simulate.cluster import SimCluster
-from loadtest.simulate.policies import NodeGpus, Placement, Policy
+from loadtest.simulate.policies import BEST_EFFORT_FIFO, NodeGpus, Placement, Policy
 from loadtest.simulate.trace import Job
 
 
 class KueueLikePolicy(Policy):
     name = "kueue-like"
+    queueing = BEST_EFFORT_FIFO
 
     def __init__(self, cluster: SimCluster) -> None:
         super().__init__(cluster)
@@ -94,44 +127,52 @@ class KueueLikePolicy(Policy):
         self.admitted_at.pop(jid)
 
     def _reclaim(self, job: Job, now: float) -> Placement | None:
-        """Take borrowed GPUs back, newest admissions of borrowing VCs first; change nothing if the
-        job still does not fit with every candidate gone."""
+        """Kueue's classical preemption for a workload within its nominal quota: candidates are the
+        running workloads of borrowing VCs, most recently admitted first, each taken off only while
+        its VC still borrows, until the workload fits (quota and TAS); then, in the reverse order
+        of their removal and the last one excepted, every candidate is put back whose return still
+        lets the workload fit. Changes nothing if it never fits."""
         order = sorted(self.admitted_at, key=lambda j: self.admitted_at[j], reverse=True)
         removed: list[tuple[int, Placement]] = []
-        got: list[NodeGpus] | None = None
+        freed = 0
+        fits = False
         for jid in order:
-            vc = self.jobs[jid].vc
-            if not self._borrowing(vc):
+            if not self._borrowing(self.jobs[jid].vc):
                 continue
             placement = self.running[jid]
             removed.append((jid, placement))
             self._give_back_keep(jid, placement)
-            if self.allocated_after(removed) + job.held_gpus > self.cluster.total_gpus:
-                continue
-            got = self._tas(job.pods)
-            if got is not None:
+            freed += placement.gpus
+            if self._fits(job, freed):
+                fits = True
                 break
-        if got is None:
+        if not fits:
             for jid, placement in reversed(removed):
                 self._retake(jid, placement)
             return None
-        needed = {(n, g) for n, gs in got for g in gs}
-        victims: list[int] = []
-        for jid, placement in reversed(removed):
-            if any((n, g) in needed for n, gs in placement.pods for g in gs):
-                victims.append(jid)
+        victims = [removed[-1]]
+        for jid, placement in reversed(removed[:-1]):
+            self._retake(jid, placement)
+            if self._fits(job, freed - placement.gpus):
+                freed -= placement.gpus
             else:
-                self._retake(jid, placement)
-        for jid in victims:
+                self._give_back_keep(jid, placement)
+                victims.append((jid, placement))
+        got = self._tas(job.pods)
+        assert got is not None
+        for jid, _ in victims:
             self.jobs.pop(jid)
             self.admitted_at.pop(jid)
             self.placed.pop(jid)
             self._evicted(jid)
         self.preempt_count += len(victims)
-        return self._admit(job, got, now, tuple(sorted(victims)))
+        return self._admit(job, got, now, tuple(sorted(jid for jid, _ in victims)))
 
-    def allocated_after(self, removed: list[tuple[int, Placement]]) -> int:
-        return self.allocated - sum(p.gpus for _, p in removed)
+    def _fits(self, job: Job, freed: int) -> bool:
+        """Kueue's `workloadFits` with `freed` GPUs of candidates taken off: quota, then TAS."""
+        if self.allocated - freed + job.held_gpus > self.cluster.total_gpus:
+            return False
+        return self._tas(job.pods) is not None
 
     def _give_back_keep(self, jid: int, placement: Placement) -> None:
         """Free a candidate's GPUs and quota for a what-if, keeping its records for `_retake`."""
@@ -149,41 +190,71 @@ class KueueLikePolicy(Policy):
 
     # ------------------------------------------------------------------ topology aware scheduling
     def _tas(self, pods: tuple[int, ...]) -> list[NodeGpus] | None:
-        """The gang in the smallest domain that holds it, best fit; None if nowhere."""
-        cluster = self.cluster
-        free = self.free
-        if len(pods) == 1:
-            size = pods[0]
-            fits = [(len(free[n]), n) for n in range(cluster.nodes) if len(free[n]) >= size]
-            if not fits:
-                return None
-            n = min(fits)[1]
-            return [(n, tuple(free[n][:size]))]
-        racks = -(-cluster.nodes // cluster.rack_size)
-        best: tuple[int, int] | None = None
-        for r in range(racks):
-            nodes = range(r * cluster.rack_size, min((r + 1) * cluster.rack_size, cluster.nodes))
-            got = self._fill(list(nodes), pods)
-            if got is not None:
-                cap = sum(len(free[n]) for n in nodes)
-                if best is None or (cap, r) < best:
-                    best = (cap, r)
-        if best is not None:
-            r = best[1]
-            nodes = range(r * cluster.rack_size, min((r + 1) * cluster.rack_size, cluster.nodes))
-            return self._fill(list(nodes), pods)
-        return self._fill(list(range(cluster.nodes)), pods)
-
-    def _fill(self, nodes: list[int], pods: tuple[int, ...]) -> list[NodeGpus] | None:
-        """Pods (largest first) onto `nodes`, each on the fullest node that still holds it."""
-        left = {n: list(self.free[n]) for n in nodes}
+        """Where Kueue's TAS puts the pods (module docstring), GPUs by index; None if nowhere.
+        Pods of one size form one PodSet; a gang's PodSets are placed one after another."""
+        left = {n: list(gs) for n, gs in enumerate(self.free)}
         out: list[NodeGpus | None] = [None] * len(pods)
-        for i in sorted(range(len(pods)), key=lambda i: (-pods[i], i)):
-            size = pods[i]
-            fits = [(len(left[n]), n) for n in nodes if len(left[n]) >= size]
-            if not fits:
+        if len(pods) == 1:
+            n = self._least_free_node(pods[0])
+            return None if n is None else [(n, tuple(self.free[n][: pods[0]]))]
+        for size in sorted(set(pods), reverse=True):
+            slots = [i for i, g in enumerate(pods) if g == size]
+            counts = self._preferred_rack(size, len(slots), left)
+            if counts is None:
                 return None
-            n = min(fits)[1]
-            out[i] = (n, tuple(left[n][:size]))
-            left[n] = left[n][size:]
+            it = iter(slots)
+            for n, k in counts:
+                for _ in range(k):
+                    out[next(it)] = (n, tuple(left[n][:size]))
+                    left[n] = left[n][size:]
         return [p for p in out if p is not None]
+
+    def _least_free_node(self, size: int) -> int | None:
+        """A lone pod (TAS implied, unconstrained: the LeastFreeCapacity profile): the node that
+        holds the fewest such pods, then the first by name."""
+        best: tuple[int, int] | None = None
+        for n, gs in enumerate(self.free):
+            k = len(gs) // size
+            if k and (best is None or (k, n) < best):
+                best = (k, n)
+        return None if best is None else best[1]
+
+    def _preferred_rack(
+        self, size: int, count: int, left: dict[int, list[int]]
+    ) -> list[tuple[int, int]] | None:
+        """A PodSet of `count` pods of `size` GPUs with the preferred rack (the BestFit profile),
+        as (node, pods) pairs: the rack that holds the fewest such pods but all of them; else the
+        racks that hold the most, in turn, the last one by best fit. Inside a rack, the nodes that
+        hold the most pods first, the last one by best fit. None if the cluster cannot hold it."""
+        cluster = self.cluster
+        racks: dict[int, list[int]] = {}
+        for n in range(cluster.nodes):
+            racks.setdefault(cluster.rack_of(n), []).append(n)
+        cap = {r: sum(len(left[n]) // size for n in ns) for r, ns in racks.items()}
+        chosen = _best_fit_greedy(sorted(racks, key=lambda r: (-cap[r], r)), cap, count)
+        if chosen is None:
+            return None
+        out: list[tuple[int, int]] = []
+        for r, m in chosen:
+            k = {n: len(left[n]) // size for n in racks[r]}
+            got = _best_fit_greedy(sorted(racks[r], key=lambda n: (-k[n], n)), k, m)
+            assert got is not None
+            out += got
+        return out
+
+
+def _best_fit_greedy(order: list[int], cap: dict[int, int], count: int) -> list[tuple[int, int]] | None:
+    """Kueue's TAS descent over domains sorted by capacity (most first): take whole domains until
+    one holds the rest, and for that one the first domain of the least capacity that does."""
+    out: list[tuple[int, int]] = []
+    left = count
+    for i, d in enumerate(order):
+        if cap[d] >= left:
+            fit = [e for e in order[i:] if cap[e] >= left]
+            best = min(fit, key=lambda e: cap[e])  # min keeps the first of equal capacity
+            out.append((best, left))
+            return out
+        if cap[d]:
+            out.append((d, cap[d]))
+            left -= cap[d]
+    return None

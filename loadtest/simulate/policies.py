@@ -38,6 +38,8 @@ from topology.decisions import (
 )
 
 NodeGpus = tuple[int, tuple[int, ...]]
+STRICT_FIFO = "StrictFIFO"
+BEST_EFFORT_FIFO = "BestEffortFIFO"
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +90,9 @@ class Policy(ABC):
 
     name: str = "policy"
     vcs_independent = False  # True: only a VC's own releases can let its waiting head start
+    # how the engine offers a VC's queued jobs (engine docstring): only the head (StrictFIFO), or
+    # Kueue's BestEffortFIFO, where a head that cannot start lets the next job try
+    queueing: str = STRICT_FIFO
 
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster
@@ -114,6 +119,11 @@ class Policy(ABC):
     def within_quota(self, job: Job) -> bool:
         """Does the job's VC have quota left (in GPU count) for it? Policies without quotas: True."""
         return True
+
+    def borrows(self, job: Job) -> bool:
+        """Would starting `job` now take its VC above its quota? BestEffortFIFO offers the jobs
+        that would not first; StrictFIFO policies are never asked."""
+        return not self.within_quota(job)
 
     @abstractmethod
     def _place(self, job: Job, now: float) -> Placement | None: ...
