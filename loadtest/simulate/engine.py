@@ -13,7 +13,10 @@ Rules:
 - A policy may ask for Kueue's `BestEffortFIFO` instead (`Policy.queueing`): a head that cannot
   start steps aside until GPUs are freed somewhere, and the VC's next job is offered a start; each
   round offers one job per VC, the jobs that would stay within their VC's quota first, then the
-  oldest (Kueue's scheduling cycle, `best_effort_pass`).
+  oldest (Kueue's scheduling cycle, `best_effort_pass`). Only there, and only for the calibration's
+  what-if of a live control plane, a policy may also delay its queueing, space its starts and
+  requeue after a release with a delay (`Policy.arrival_delay`, `admission_gap`, `requeue_delay`;
+  all 0 by default).
 - A preempted job restarts from scratch: its queueing delay runs from submit to the start of the
   run that completes (lost runs count as waiting), and the GPU time it lost is reported.
 - Jobs that can never start are dropped at arrival, identically for every policy: a gang larger than
@@ -179,8 +182,19 @@ def simulate(
     def epoch(vc: str) -> int:
         return epochs.get(vc, 0) if policy.vcs_independent else shared_epoch
 
-    def released(vc: str) -> None:
+    best_effort = policy.queueing == BEST_EFFORT_FIFO
+    delay = policy.requeue_delay if best_effort else 0.0
+    lag = policy.arrival_delay if best_effort else 0.0
+    gap = policy.admission_gap if best_effort else 0.0
+    # (time, requeue): a pass at that time; with requeue, the jobs set aside are offered a start again
+    wakes: list[tuple[float, bool]] = []
+    next_admit = float("-inf")  # with an admission gap: the earliest time of the next start
+
+    def released(vc: str, now: float) -> None:
         nonlocal shared_epoch
+        if delay > 0:
+            heapq.heappush(wakes, (now + delay, True))
+            return
         shared_epoch += 1
         epochs[vc] = epochs.get(vc, 0) + 1
 
@@ -250,7 +264,7 @@ def simulate(
                     if placement.preempted:
                         changed = True
                         for jid in placement.preempted:
-                            released(records[jid].job.vc)
+                            released(records[jid].job.vc, now)
                             requeue(jid, now)
             timeline.set(policy.allocated, policy.stranded)
 
@@ -263,6 +277,7 @@ def simulate(
         until GPUs are freed (Kueue requeues its inadmissible workloads on a release), so the next
         job of its VC is offered a start. Jobs of one VC and shape share their answer while nothing
         has started or been released (the policy decides from the VC, the shape and the cluster)."""
+        nonlocal next_admit
         version = 0  # bumped by every start: a failed shape's answer holds until then
         failed: dict[tuple[str, tuple[int, ...]], tuple[int, int]] = {}
         while True:
@@ -276,6 +291,10 @@ def simulate(
             while not released_now and any(j is not None for j in heads.values()):
                 order = sorted((policy.borrows(j), j.id, vc) for vc, j in heads.items() if j is not None)
                 for _, _, vc in order:
+                    if now < next_admit:  # the admission gap: come back when it has passed
+                        heapq.heappush(wakes, (next_admit, False))
+                        timeline.set(policy.allocated, policy.stranded)
+                        return
                     job = heads[vc]
                     assert job is not None
                     heads[vc] = next(waiting[vc], None)
@@ -291,12 +310,13 @@ def simulate(
                         _note_refusal(result, policy, job, now)
                         continue
                     version += 1
+                    next_admit = now + gap if gap > 0 else next_admit
                     queues[vc].remove(job)
                     set_aside.pop(job.id, None)
                     start(job, placement, now)
                     if placement.preempted:
                         for jid in placement.preempted:
-                            released(records[jid].job.vc)
+                            released(records[jid].job.vc, now)
                             requeue(jid, now)
                         released_now = True  # every job set aside may fit now: new rounds
                         break
@@ -305,10 +325,10 @@ def simulate(
                 return
 
     now = jobs[0].submit if jobs else 0.0
-    while next_arrival < total or finishes:
-        t_arr = jobs[next_arrival].submit if next_arrival < total else float("inf")
+    while next_arrival < total or finishes or wakes:
+        t_arr = jobs[next_arrival].submit + lag if next_arrival < total else float("inf")
         t_fin = finishes[0][0] if finishes else float("inf")
-        now = min(t_arr, t_fin)
+        now = min(t_arr, t_fin, wakes[0][0] if wakes else float("inf"))
         timeline.advance(now)
         while finishes and finishes[0][0] <= now:
             _, jid, run = heapq.heappop(finishes)
@@ -317,9 +337,12 @@ def simulate(
                 continue  # a run that was preempted
             rec.end = now
             policy.finish(rec.job, now)
-            released(rec.job.vc)
+            released(rec.job.vc, now)
             done += 1
-        while next_arrival < total and jobs[next_arrival].submit <= now:
+        while wakes and wakes[0][0] <= now:
+            if heapq.heappop(wakes)[1]:
+                shared_epoch += 1
+        while next_arrival < total and jobs[next_arrival].submit + lag <= now:
             job = jobs[next_arrival]
             next_arrival += 1
             why = unschedulable_reason(cluster, job)

@@ -93,6 +93,13 @@ class Policy(ABC):
     # how the engine offers a VC's queued jobs (engine docstring): only the head (StrictFIFO), or
     # Kueue's BestEffortFIFO, where a head that cannot start lets the next job try
     queueing: str = STRICT_FIFO
+    # BestEffortFIFO only: trace seconds from a release until the jobs set aside are offered a start
+    # again (Kueue waits a 1 s batch period; 0: at once, as the simulator runs every policy)
+    requeue_delay: float = 0.0
+    # BestEffortFIFO only, for the calibration's what-if of a live control plane (kueue.py, "Time"):
+    # trace seconds from a job's submit until it is queued, and between two starts
+    arrival_delay: float = 0.0
+    admission_gap: float = 0.0
 
     def __init__(self, cluster: SimCluster) -> None:
         self.cluster = cluster

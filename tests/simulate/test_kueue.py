@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from loadtest.simulate.engine import simulate
 from loadtest.simulate.kueue import KueueLikePolicy
 from tests.simulate.helpers import jobs, run, starts, tiny
 
@@ -111,3 +112,16 @@ def test_a_gang_no_rack_holds_fills_the_rack_with_most_room_then_the_best_fit() 
     # rack that holds the last pod (rack 0): 2 racks, where the lowest free nodes would span 3
     whole = list(range(8))
     assert _tas_on([whole, [], whole, [], whole, whole], 2, (8, 8, 8)) == (4, 5, 0)
+
+
+def test_a_requeue_delay_holds_set_aside_jobs_while_new_arrivals_take_the_room() -> None:
+    # a's job 2 waits (a borrower while a's job 0 runs). Job 0 ends at 10: at once, job 2 starts
+    # then. With Kueue's requeue batch period (5 s here) job 2 is retried only at 15; b's job 3,
+    # arriving at 12, is not set aside, borrows the free node first, and job 2 reclaims it at 15
+    js = jobs(("a", 0, 10, 8), ("b", 0, 100, 8), ("a", 1, 10, 8), ("b", 12, 10, 8))
+    c = tiny({"a": 1, "b": 1})
+    r = run("kueue-like", c, js)
+    assert starts(r) == {0: 0, 1: 0, 2: 10, 3: 20} and r.preemptions == 0
+    r = simulate(KueueLikePolicy(c, requeue_delay=5.0), js)
+    assert starts(r) == {0: 0, 1: 0, 2: 15, 3: 30}  # job 2 ends at 25, job 3 is retried 5 s later
+    assert r.records[3].preempted == 1 and r.records[3].first_start == 12
