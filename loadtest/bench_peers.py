@@ -56,6 +56,14 @@ from loadtest.peers_cluster import (
     topology_config,
 )
 from loadtest.peers_pods import ARMS
+from loadtest.peers_records import (
+    JOBS_FILE,
+    WORKLOADS_FILE,
+    WORKLOADS_PATH,
+    job_rows,
+    workload_rows,
+    write_jobs,
+)
 from loadtest.peers_report import ArmFigures, as_json, live_goals, markdown, simulated
 from loadtest.peers_slice import (
     DEFAULT_DRAIN_HOURS,
@@ -168,12 +176,19 @@ def run_arm(
         cpu0 = sum(cpu_seconds(p) or 0.0 for p in pids)
         with contextlib.closing(KubeHttp(sched_port, scheduler_context(plane.env))) as m:
             before = scheduler_metrics(m.text("/metrics"), profile)
+        extra["load"] = {"replay_start": load_average()}
         say(
             f"{arm}: replaying {len(sl.jobs)} jobs ({len(sl.warm)} warm) at {sl.factor:g}x "
-            f"(load {load_average()})"
+            f"(load {extra['load']['replay_start']})"
         )
         outcome = ArmRun(arm, sl, cluster, make_slowdown(model), plane.env, run, say).execute()
         cpu = sum(cpu_seconds(p) or 0.0 for p in pids) - cpu0
+        extra["load"]["replay_end"] = load_average()
+        write_jobs(logs / JOBS_FILE, job_rows(outcome.result, sl.jobs, sl.warm))
+        if arm == "kueue":
+            with contextlib.closing(KubeHttp(int(plane.env["API_PORT"]), tls_context(plane.env))) as api:
+                doc = api.ok("GET", WORKLOADS_PATH)
+            (logs / WORKLOADS_FILE).write_text(json.dumps(workload_rows(doc), indent=1))
         with contextlib.closing(KubeHttp(sched_port, scheduler_context(plane.env))) as m:
             text = m.text("/metrics")
         after = scheduler_metrics(text, profile)
@@ -203,7 +218,13 @@ def run_arm(
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m loadtest.bench_peers", description=__doc__)
-    ap.add_argument("--arms", nargs="+", choices=ARMS, default=list(ARMS))
+    ap.add_argument(
+        "--arms",
+        nargs="*",
+        choices=ARMS,
+        default=list(ARMS),
+        help="arms to run live (none: only --reuse and --simulate)",
+    )
     ap.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     ap.add_argument(
         "--start-hours", type=float, default=DEFAULT_START_HOURS, help="slice start, hours into the trace"
@@ -300,7 +321,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the simulator's private replay of the slice (G3c's baseline)"
         + (" and its policies" if args.simulate else "")
     )
-    sims = simulated(sl, cluster, slowdown, ["topogang", "kueue-like", "first-fit"] if args.simulate else [])
+    sims = simulated(
+        sl,
+        cluster,
+        slowdown,
+        ["topogang", "kueue-like", "first-fit"] if args.simulate else [],
+        records_to=out,
+    )
     private = sims.pop("private").metrics
     cols += list(sims.values())
     slack = LATENCY_SLACK_SECONDS * sl.factor

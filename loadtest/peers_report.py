@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from loadtest.peers_records import JOBS_FILE, job_rows, write_jobs
 from loadtest.peers_slice import PeerSlice
 from loadtest.simulate.engine import RunResult, simulate, simulate_private
 from loadtest.simulate.goals import evaluate_goals
@@ -66,9 +68,14 @@ def censored(result: RunResult, sl: PeerSlice) -> tuple[RunResult, int]:
 
 
 def simulated(
-    sl: PeerSlice, cluster: Any, slowdown: Slowdown, policies: Sequence[str]
+    sl: PeerSlice,
+    cluster: Any,
+    slowdown: Slowdown,
+    policies: Sequence[str],
+    records_to: Path | None = None,
 ) -> dict[str, ArmFigures]:
-    """The simulator on the same slice and cluster: `policies` and the private replay."""
+    """The simulator on the same slice and cluster: `policies` and the private replay; with
+    `records_to`, each policy's per-job records go to `sim-<policy>-jobs.json` there."""
     window = (0.0, sl.hours * 3600)
     jobs = list(sl.jobs)
     out: dict[str, ArmFigures] = {}
@@ -85,6 +92,8 @@ def simulated(
         runs[name] = simulate(make_policy(name, cluster), jobs, window=window, slowdown=slowdown)
     for name, run in runs.items():
         cut, unstarted = censored(run, sl)
+        if records_to is not None and name != "private":
+            write_jobs(records_to / f"sim-{name}-{JOBS_FILE}", job_rows(cut, sl.jobs, sl.warm))
         out[name] = ArmFigures(f"sim {name}", policy_metrics(cut), unstarted, live=False)
     return out
 

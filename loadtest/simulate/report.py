@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadtest.simulate import calibration
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.metrics import (
     ANOMALY_TOLERANCE,
@@ -227,6 +228,10 @@ def markdown(
         lines += _anomaly_table(m, "all", c)
         lines += ["", "Multi-GPU jobs only:", ""]
         lines += _anomaly_table(m, "multi", c)
+    if "kueue-like" in m:
+        cal = calibration.markdown_lines(calibration.load())
+        if cal:
+            lines += ["", *cal]
     lines += ["", "## Queueing per VC", ""]
     lines += _per_vc_table(m)
     lines += ["", "## Plots", ""]
@@ -268,7 +273,9 @@ DEFINITIONS = [
     '"Waiting" excludes those lost runs (time spent in the queue only).',
     "- Percentiles interpolate linearly. Multi-GPU = more than 1 GPU. Jobs of more than 8 GPUs are gangs of "
     "ceil(g/8) pods of 8 GPUs.",
-    "- Each VC has a FIFO queue; only its head may start (no backfilling), and only as a whole gang.",
+    "- Each VC has a FIFO queue; only its head may start (no backfilling), and only as a whole gang; "
+    "kueue-like queues as Kueue's default BestEffortFIFO does: a head that cannot start steps aside "
+    "until GPUs are freed, and the VC's next job may start.",
     "- topogang: guaranteed in the VC's cells when they hold the job; else preempt opportunistic gangs when "
     "that makes it fit; else run opportunistically (priority -1) on idle cells of any VC. hived-like: the "
     "same core without borrowing. first-fit: GPU-count quota per VC, first node(s) with enough free GPUs. "
