@@ -63,6 +63,8 @@ def test_simulate_writes_the_report_files(tmp_path: Path, capsys: pytest.Capture
         assert policy in report
     assert "| G3a |" in report and "## Sharing anomaly per VC" in report
     assert "Zhao et al., OSDI '20" in report  # the goals say where their targets come from, in the report
+    # kueue-like's calibration against the real Kueue, as shipped (loadtest/simulate/data)
+    assert "## kueue-like against the real Kueue" in report and "| preemptions | 15 | 68 |" in report
     data = json.loads((out / "metrics.json").read_text())
     assert data["jobs"] == 50
     assert set(data["policies"]) == {
@@ -101,6 +103,7 @@ def test_policies_and_days_can_be_chosen(tmp_path: Path, capsys: pytest.CaptureF
     assert capsys.readouterr().err == ""
     data = json.loads((out / "metrics.json").read_text())
     assert set(data["policies"]) == {"first-fit", "hived-like"}
+    assert "against the real Kueue" not in (out / "report.md").read_text()  # no kueue-like, no calibration
 
 
 def test_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
