@@ -50,7 +50,7 @@ What it does not model, and why:
   before the owners' jobs arrive, and fewer owners have to reclaim. The calibration's what-if
   replays kueue-like with these delays (`arrival_delay`, `admission_gap`, `requeue_delay`, off by
   default; `loadtest/kueue_calibration.py`): queueing and utilisation then land within a few
-  percent of the quiet run and preemptions fall from 68 to 26 (live: 15). At trace speed the
+  percent of the quiet run and preemptions fall from 68 to 32 (live: 15). At trace speed the
   delays are seconds, so kueue-like keeps them at zero, as the simulator does for topogang (whose
   live arm has its own): modelling them would model the bench's time compression, not Kueue.
 - **Preempted jobs in the bench** come back as new pod groups (`loadtest/peers_arm.py`), so Kueue
