@@ -12,8 +12,10 @@ The harness plays the users and the jobs' runtime, never the scheduler:
   the device plugin hands them out (the simulator's kueue-like assumes the same);
 - a pod of a running or half-bound job deleted by anyone but the harness is a preemption: the rest
   of the attempt is deleted, the GPU time run so far is lost, and the job is submitted again at
-  once under a new name (for Kueue a new pod group, so a new Workload ordered by its creation,
-  which is what Kueue's default requeuing by eviction time gives a re-created job);
+  once under a new name (for Kueue a new pod group, so a new Workload queued by its creation,
+  behind the jobs then waiting; a Job's Workload, which outlives its eviction, keeps its place,
+  since Kueue orders by eviction time only after a PodsReady timeout or an admission check: the
+  simulator's kueue-like does that, `simulate/kueue.py`);
 - topogang's pods are guaranteed (priority 0) while their VC's guaranteed jobs leave quota for
   them and otherwise opportunistic (priority -1, `promoteWhenQuota`), as the simulator's topogang
   decides; a job still waiting opportunistic whose VC has quota for it again is re-submitted
