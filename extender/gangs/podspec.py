@@ -334,6 +334,26 @@ def framework_members(framework: Mapping[str, Any]) -> list[tuple[str, int, int]
 
 
 # ------------------------------------------------------------------------------------ the request
+@dataclass(frozen=True, slots=True)
+class _GangPart:
+    """What a spec text makes of its gang for the pods of one namespace (and FrameworkController
+    attempt): the same for every member, so it is read once per gang, not once per pod (`_parts`)."""
+
+    request: GangRequest
+    leaf_number: int
+    role_leaves: Mapping[str, int] | None  # each task role's leaf cells, when the slots are named
+    ignore_suggested_nodes: bool
+    priority_asked: bool
+    late_error: UserError | None = None  # a bad ignoreK8sSuggestedNodes: named after the pod's slot
+
+
+# Keyed by everything `_gang_part` reads besides the pod's own identity: (spec text, annotation,
+# namespace, the namespace's VC, TTL, max pods, the FrameworkController gang). Only requests with an
+# `affinityGroup` are kept (a one-pod gang is named after its pod; a Framework-shaped one reads the
+# Framework), and only good ones: a bad spec is read, and refused, every time.
+_parts: ByteLRU[tuple[object, ...], _GangPart] = ByteLRU(SPEC_CACHE_BYTES, 4096)
+
+
 def pod_request(
     pod: Mapping[str, Any],
     uid: str,
@@ -347,14 +367,74 @@ def pod_request(
 ) -> PodRequest:
     """The pod's gang request. Raises `UserError` naming the field for every bad spec. A gang of
     more than `max_pods` pods (the scheduler passes its cluster's GPU count) is refused before
-    anything is built per pod."""
+    anything is built per pod. The gang's part is read once per spec text and gang (`_parts`); each
+    pod's own checks (its namespace, its task's slot) run on every read."""
     annotation, text = spec_text(pod)
     if text is None:
         raise UserError(annotation, "Annotation does not exist or is empty")
+    task = framework_task(pod)
+    vc_default = (namespace_vcs or {}).get(namespace)
+    key = (text, annotation, namespace, vc_default, ttl_seconds, max_pods, task.gang if task else None)
+    part = _parts.get(key)
+    if part is None:
+        part, shared = _gang_part(
+            pod, text, annotation, namespace, name, task, vc_default, ttl_seconds, framework, max_pods
+        )
+        if shared and part.late_error is None:
+            slots = part.request.slot_keys
+            _parts.put(key, part, 3 * text_size(text) + 512 + 96 * (len(slots) if slots else 0))
+    else:  # the checks that came before it passed for this key: the pod's own namespace is next
+        _check_framework_namespace(pod, namespace)
+    request, leaf_number = part.request, part.leaf_number
+    slot_keys, slot_key = request.slot_keys, None
+    if slot_keys is not None and task is not None:
+        slot_key = task.slot_key
+        if slot_key not in slot_keys:
+            raise UserError(
+                "affinityGroup.members",
+                f"task {slot_key} is not a slot of gang {request.name} (slots: {_ranges(slot_keys)})",
+            )
+        role_leaves = part.role_leaves or {}
+        if role_leaves.get(task.role) != leaf_number:
+            raise UserError(
+                "leafCellNumber",
+                f"{leaf_number}, but the gang's member for task role {task.role} has "
+                f"leafCellNumber {role_leaves.get(task.role)}",
+            )
+    if part.late_error is not None:
+        raise part.late_error
+    return PodRequest(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        request=request,
+        leaf_number=leaf_number,
+        slot_key=slot_key,
+        task=task,
+        ignore_suggested_nodes=part.ignore_suggested_nodes,
+        spec_annotation=annotation,
+        priority_asked=part.priority_asked,
+    )
+
+
+def _gang_part(
+    pod: Mapping[str, Any],
+    text: str,
+    annotation: str,
+    namespace: str,
+    name: str,
+    task: FrameworkTask | None,
+    vc_default: str | None,
+    ttl_seconds: float,
+    framework: Mapping[str, Any] | None,
+    max_pods: int,
+) -> tuple[_GangPart, bool]:
+    """The gang's request as the spec makes it, every range checked, and whether it may be shared
+    by the gang's other pods (it has an `affinityGroup`). Raises `UserError`."""
     spec = parse_spec(text, annotation)
     vc = _str(spec, "virtualCluster", "virtualCluster")
     if vc is None:
-        vc = (namespace_vcs or {}).get(namespace)
+        vc = vc_default
         if vc is None:
             raise UserError(
                 "virtualCluster",
@@ -367,10 +447,8 @@ def pod_request(
     pinned = _str(spec, "pinnedCellId", "pinnedCellId")
     leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
     _check_framework_namespace(pod, namespace)
-    task = framework_task(pod)
     group = spec.get("affinityGroup")
     slot_keys: tuple[str, ...] | None = None
-    slot_key: str | None = None
     if group is None:
         fw_members = framework_members(framework) if framework is not None and task is not None else []
         if task is not None and fw_members:
@@ -418,32 +496,20 @@ def pod_request(
     check_ranges(request, leaf_number)  # as written: members merge only once each is known good
     if slot_keys is None and len(members) > 1:
         request = replace(request, members=tuple(merge_members(members)))
-    if slot_keys is not None and task is not None:
-        slot_key = task.slot_key
-        if slot_key not in slot_keys:
-            raise UserError(
-                "affinityGroup.members",
-                f"task {slot_key} is not a slot of gang {gang} (slots: {_ranges(slot_keys)})",
-            )
-        role_leaves = _role_leaves(slot_keys, members)
-        if role_leaves.get(task.role) != leaf_number:
-            raise UserError(
-                "leafCellNumber",
-                f"{leaf_number}, but the gang's member for task role {task.role} has "
-                f"leafCellNumber {role_leaves.get(task.role)}",
-            )
-    return PodRequest(
-        uid=uid,
-        namespace=namespace,
-        name=name,
+    late_error, ignore = None, False
+    try:
+        ignore = _bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False)
+    except UserError as err:
+        late_error = err
+    part = _GangPart(
         request=request,
         leaf_number=leaf_number,
-        slot_key=slot_key,
-        task=task,
-        ignore_suggested_nodes=_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False),
-        spec_annotation=annotation,
+        role_leaves=_role_leaves(slot_keys, members) if slot_keys is not None else None,
+        ignore_suggested_nodes=ignore,
         priority_asked=spec.get("priority") is not None,
+        late_error=late_error,
     )
+    return part, isinstance(group, dict)
 
 
 def _check_framework_namespace(pod: Mapping[str, Any], namespace: str) -> None:
