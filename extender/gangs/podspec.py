@@ -113,7 +113,18 @@ class PodRequest:
         own = self.request.suggested_nodes
         theirs = None if self.ignore_suggested_nodes else nodes
         suggested = theirs if own is None else own if theirs is None else theirs & own
-        return replace(self.request, suggested_nodes=suggested)
+        last = _last_narrowed[0] if _last_narrowed else None
+        if last is not None and last[0] is self.request and last[1] is suggested:
+            return last[2]  # the gang's previous member, asked with the same node list
+        got = replace(self.request, suggested_nodes=suggested)
+        _last_narrowed[:] = [(self.request, suggested, got)]
+        return got
+
+
+# The last request narrowed, with its node set and the copy: a gang's members share one request
+# (`_parts`) and kube-scheduler sends one node list (shared by `NodeLists`), so a member filtered
+# after another of its gang reuses the copy. One entry: it holds no node list the lists let go.
+_last_narrowed: list[tuple[GangRequest, frozenset[str] | None, GangRequest]] = []
 
 
 # ------------------------------------------------------------------------------------------- opt-in

@@ -329,3 +329,16 @@ def test_a_gang_part_read_once_serves_every_member_with_its_own_checks() -> None
     a, b = req(pod("ua", "a", "vision", plain)), req(pod("ub", "b", "team", plain))
     assert (a.request.name, b.request.name) == ("vision/g", "team/g")  # per namespace
     assert req(pod("uc", "c", "vision", plain), ttl_seconds=60.0).request.ttl_seconds == 60.0
+
+
+def test_members_asked_with_one_node_list_share_the_narrowed_request() -> None:
+    podspec._parts.clear()
+    text = G + "[{podNumber: 2, leafCellNumber: 1}]}\n"
+    a, b = req(pod("ua", "a", "vision", text)), req(pod("ub", "b", "vision", text))
+    nodes, other = frozenset({"n1", "n2"}), frozenset({"n1", "n2"})
+    first = a.narrowed_to(nodes)
+    assert first.suggested_nodes is nodes and b.narrowed_to(nodes) is first  # the same gang and list
+    again = b.narrowed_to(other)  # an equal list that is not the shared one: a copy of its own
+    assert again is not first and again == first and again.suggested_nodes is other
+    lone = req(pod("uc", "c", "vision", "virtualCluster: vision\nleafCellNumber: 1\n"))
+    assert lone.narrowed_to(other).name == "vision/pod:c" and b.narrowed_to(other) is not again
