@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadtest import one_client
+from loadtest.servers import ROOT
 
 
 def test_one_client_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -35,7 +36,7 @@ def test_one_client_serves_another_checkout_beside_this_one(
 ) -> None:
     """`--against` serves a checkout's extender as a third server taking the same jobs (here this
     very checkout: an older commit's worktree in use)."""
-    args = ["--nodes", "16", "--jobs", "3", "--rounds", "1", "--against", str(one_client.ROOT)]
+    args = ["--nodes", "16", "--jobs", "3", "--rounds", "1", "--against", str(ROOT)]
     assert one_client.main([*args, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     rows = [ln for ln in out.splitlines() if ln.startswith(("noop", "topogang", "against"))]
