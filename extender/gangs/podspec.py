@@ -36,6 +36,15 @@ from typing import Any
 from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size
 from extender.gangs.identity import explicit_key, one_pod_key
 from extender.gangs.optin import gpu_opt_in
+from extender.gangs.specfields import (
+    at_most,
+    read_members,
+    role_leaves,
+    slot_ranges,
+    spec_bool,
+    spec_int,
+    spec_str,
+)
 from extender.ops.bounded import ByteLRU
 from topology.decisions import GangRequest, Member, UserError
 from topology.requests import check_name, check_ranges
@@ -55,8 +64,6 @@ FC_ROLE = "FC_TASKROLE_NAME"
 FC_INDEX = "FC_TASK_INDEX"
 
 _QUANTITY = re.compile(r"^\s*([+-]?(\d+(\.\d*)?|\.\d+))([eE][+-]?\d+)?\s*([A-Za-z]*)\s*$")
-_TRUE = {"true", "yes", "on", "y"}
-_FALSE = {"false", "no", "off", "n"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,43 +210,6 @@ def annotation_of(pod: Mapping[str, Any]) -> str:
     return spec_text(pod)[0]
 
 
-def _int(spec: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int | None:
-    value = spec.get(key)
-    if value is None:
-        return default
-    if type(value) is str and len(value) <= 10 and value.isascii() and value.isdigit():
-        return int(value)  # a number as a spec writes it (the reader keeps numbers as their text)
-    text = str(value).strip() if not isinstance(value, dict | list) else None
-    if text is None or not re.fullmatch(r"[+-]?\d{1,10}", text):
-        shown = (
-            "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
-        )
-        raise UserError(path, f"expected an integer, got {shown}")
-    return int(text)
-
-
-def _bool(spec: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
-    value = spec.get(key)
-    if value is None:
-        return default
-    text = str(value).strip().lower() if isinstance(value, str) else None
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise UserError(path, f"expected true or false, got {value!r}")
-
-
-def _str(spec: Mapping[str, Any], key: str, path: str) -> str | None:
-    value = spec.get(key)
-    if value is None:
-        return None
-    if isinstance(value, dict | list):
-        raise UserError(path, f"expected a string, got a {'mapping' if isinstance(value, dict) else 'list'}")
-    text = str(value).strip()
-    return text or None
-
-
 _specs: ByteLRU[str, dict[str, Any] | UntrustedError] = ByteLRU(SPEC_CACHE_BYTES, 4096)
 
 
@@ -282,29 +252,6 @@ def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> Mapping[str,
     return spec
 
 
-def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
-    """The members as written (their ranges are `check_ranges`'s; a missing number is as good as
-    zero, and none at all is no members)."""
-    raw = group.get("members")
-    if raw is None:
-        return [], []
-    if not isinstance(raw, list) or not raw:
-        raise UserError("affinityGroup.members", "expected a non-empty list of {podNumber, leafCellNumber}")
-    members: list[Member] = []
-    roles: list[str | None] = []
-    for i, m in enumerate(raw):
-        path = f"affinityGroup.members[{i}]"
-        if not isinstance(m, dict):
-            raise UserError(path, "expected a mapping with podNumber and leafCellNumber")
-        pods = _int(m, "podNumber", f"{path}.podNumber")
-        leaves = _int(m, "leafCellNumber", f"{path}.leafCellNumber")
-        if leaves is None and "gpuNumber" in m:
-            leaves = _int(m, "gpuNumber", f"{path}.leafCellNumber")
-        members.append(Member(pods or 0, leaves or 0))
-        roles.append(_str(m, "taskRole", f"{path}.taskRole"))
-    return members, roles
-
-
 def merge_members(members: list[Member]) -> list[Member]:
     """HiveD merges members of equal leafCellNumber (their podNumbers add up)."""
     order: list[int] = []
@@ -336,7 +283,7 @@ def framework_members(framework: Mapping[str, Any]) -> list[tuple[str, int, int]
         if text is None:
             continue
         try:
-            leaves = _int(parse_spec(text, key), "leafCellNumber", "leafCellNumber")
+            leaves = spec_int(parse_spec(text, key), "leafCellNumber", "leafCellNumber")
         except UserError:
             continue
         if leaves is not None and leaves > 0:
@@ -403,7 +350,7 @@ def pod_request(
         if slot_key not in slot_keys:
             raise UserError(
                 "affinityGroup.members",
-                f"task {slot_key} is not a slot of gang {request.name} (slots: {_ranges(slot_keys)})",
+                f"task {slot_key} is not a slot of gang {request.name} (slots: {slot_ranges(slot_keys)})",
             )
         role_leaves = part.role_leaves or {}
         if role_leaves.get(task.role) != leaf_number:
@@ -443,7 +390,7 @@ def _gang_part(
     """The gang's request as the spec makes it, every range checked, and whether it may be shared
     by the gang's other pods (it has an `affinityGroup`). Raises `UserError`."""
     spec = parse_spec(text, annotation)
-    vc = _str(spec, "virtualCluster", "virtualCluster")
+    vc = spec_str(spec, "virtualCluster", "virtualCluster")
     if vc is None:
         vc = vc_default
         if vc is None:
@@ -452,11 +399,11 @@ def _gang_part(
                 f"VirtualCluster is empty, and namespace {namespace} has no VC in "
                 "topogang.namespaceVirtualClusters",
             )
-    priority = _int(spec, "priority", "priority", 0)
+    priority = spec_int(spec, "priority", "priority", 0)
     assert priority is not None
-    leaf_number = _int(spec, "leafCellNumber", "leafCellNumber") or 0
-    pinned = _str(spec, "pinnedCellId", "pinnedCellId")
-    leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
+    leaf_number = spec_int(spec, "leafCellNumber", "leafCellNumber") or 0
+    pinned = spec_str(spec, "pinnedCellId", "pinnedCellId")
+    leaf_type = None if pinned is not None else spec_str(spec, "leafCellType", "leafCellType")
     _check_framework_namespace(pod, namespace)
     group = spec.get("affinityGroup")
     slot_keys: tuple[str, ...] | None = None
@@ -465,7 +412,7 @@ def _gang_part(
         if task is not None and fw_members:
             gang = task.gang
             members = [Member(n, leaves) for _role, n, leaves in fw_members]
-            _at_most(members, max_pods, "taskRoles[].taskNumber")
+            at_most(members, max_pods, "taskRoles[].taskNumber")
             slot_keys = tuple(f"{role}/{i}" for role, n, _ in fw_members for i in range(n))
         else:
             gang = one_pod_key(namespace, name)
@@ -473,10 +420,10 @@ def _gang_part(
     else:
         if not isinstance(group, dict):
             raise UserError("affinityGroup", "expected a mapping with name and members, or null")
-        group_name = _str(group, "name", "affinityGroup.name") or ""
+        group_name = spec_str(group, "name", "affinityGroup.name") or ""
         check_name(group_name)
-        members, roles = _members(group)
-        _at_most(members, max_pods, "affinityGroup.members")
+        members, roles = read_members(group)
+        at_most(members, max_pods, "affinityGroup.members")
         named = [r for r in roles if r is not None]
         if named and len(named) != len(roles):
             i = roles.index(None)
@@ -498,24 +445,24 @@ def _gang_part(
         priority=priority,
         leaf_type=leaf_type,
         pinned_cell_id=pinned,
-        lazy_preemption=_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
-        gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
+        lazy_preemption=spec_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
+        gang_release=spec_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
         ttl_seconds=ttl_seconds,
         slot_keys=slot_keys,
-        promote_when_quota=_bool(spec, "promoteWhenQuota", "promoteWhenQuota", False),
+        promote_when_quota=spec_bool(spec, "promoteWhenQuota", "promoteWhenQuota", False),
     )
     check_ranges(request, leaf_number)  # as written: members merge only once each is known good
     if slot_keys is None and len(members) > 1:
         request = replace(request, members=tuple(merge_members(members)))
     late_error, ignore = None, False
     try:
-        ignore = _bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False)
+        ignore = spec_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False)
     except UserError as err:
         late_error = err
     part = _GangPart(
         request=request,
         leaf_number=leaf_number,
-        role_leaves=_role_leaves(slot_keys, members) if slot_keys is not None else None,
+        role_leaves=role_leaves(slot_keys, members) if slot_keys is not None else None,
         ignore_suggested_nodes=ignore,
         priority_asked=spec.get("priority") is not None,
         late_error=late_error,
@@ -533,27 +480,3 @@ def _check_framework_namespace(pod: Mapping[str, Any], namespace: str) -> None:
             f"{str(claimed)[:80]!r} is not the pod's own namespace {namespace!r}: a FrameworkController "
             "pod runs in its framework's namespace",
         )
-
-
-def _at_most(members: list[Member], max_pods: int, field: str) -> None:
-    pods = sum(m.pod_number for m in members)
-    if pods > max_pods:
-        raise UserError(field, f"{pods} pods, more than the cluster's {max_pods} GPUs: it can never run")
-
-
-def _role_leaves(slot_keys: tuple[str, ...], members: list[Member]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    i = 0
-    for m in members:
-        for _ in range(m.pod_number):
-            out.setdefault(slot_keys[i].rsplit("/", 1)[0], m.leaf_number)
-            i += 1
-    return out
-
-
-def _ranges(keys: tuple[str, ...]) -> str:
-    roles: dict[str, int] = {}
-    for k in keys:
-        role = k.rsplit("/", 1)[0]
-        roles[role] = roles.get(role, 0) + 1
-    return ", ".join(f"{r}/0..{n - 1}" for r, n in roles.items())
