@@ -11,7 +11,7 @@ filter's tail; the per-kind figures show where the extender's own time goes. The
 `--rounds` times.
 
 `--against CHECKOUT` serves the extender of another checkout too (say a worktree of an older commit:
-`git worktree add /tmp/old <rev>`), a third server taking the same jobs in turn: a change's effect
+`git worktree add ../old <rev>`), a third server taking the same jobs in turn: a change's effect
 measured within one run, the machine's noise on both alike.
 
 `--tls` compares the extender's verbs over mutual TLS (as the chart serves them to kube-scheduler:

@@ -455,7 +455,7 @@ class Placer:
                 if whole and own >= size:
                     # what `_choose_in` answers for a node that holds the pod without binding
                     # anything: the node itself, keyed by its usable leaves (the bound above, met)
-                    key = (n not in used, start, 0, own, nc)
+                    key: tuple[int, ...] = (n not in used, start, 0, own, nc)
                     if best is None or key < best.key:
                         best = _Choice(key, nc, [])
                         best_node = n
