@@ -1,6 +1,6 @@
 """The 1-user filter over HTTP, split by kind: the member that places its gang, and the members after.
 
-    python -m loadtest.one_client [--nodes 1000] [--jobs 400] [--rounds 3] [--tls]
+    python -m loadtest.one_client [--nodes 1000] [--jobs 400] [--rounds 3] [--tls] [--against CHECKOUT]
 
 `make bench`'s 1-user p99 on a shared machine is mostly the machine's tails. This drives both servers
 the way one kube-scheduler loop does, without locust: one keep-alive client schedules 4 x 8-GPU gangs
@@ -9,6 +9,10 @@ times each filter call. One filter in four places a gang, so the p99 of all filt
 filter's tail; the per-kind figures show where the extender's own time goes. The servers run as in
 `make bench` (pinned to one core); the no-op and the extender take the same jobs in turn, job by job,
 `--rounds` times.
+
+`--against CHECKOUT` serves the extender of another checkout too (say a worktree of an older commit:
+`git worktree add ../old <rev>`), a third server taking the same jobs in turn: a change's effect
+measured within one run, the machine's noise on both alike.
 
 `--tls` compares the extender's verbs over mutual TLS (as the chart serves them to kube-scheduler:
 a client certificate checked against the allowed names) with the same extender over plain HTTP,
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,7 +34,19 @@ import orjson
 
 from loadtest.fleet import SPEC, Fleet, JobMix, run_job
 from loadtest.scaling import rack_size_for
-from loadtest.servers import ROOT, Server, bench_setup, make_certificates, prefill, serve_extender, serve_noop
+from loadtest.servers import (
+    HOST,
+    ROOT,
+    Server,
+    Setup,
+    bench_setup,
+    free_port,
+    make_certificates,
+    prefill,
+    serve_extender,
+    serve_noop,
+    wait_ready,
+)
 
 KINDS = ("place", "member")  # the filters
 OTHER = ("prioritize", "bind")  # the other verbs, timed too
@@ -80,13 +97,26 @@ class Driver:
 
 def drive(servers: Sequence[Server], jobs: int, seed: int) -> list[dict[str, list[float]]]:
     """Schedule `jobs` 4 x 8-GPU gangs through each server, the same jobs, job by job in turn (the
-    order swapped every job), so whatever else the machine does falls on both alike; each server's
-    latencies (ms) by kind."""
+    order rotated every job, so each server follows each other alike: two swap every job), so
+    whatever else the machine does falls on all alike; each server's latencies (ms) by kind."""
     drivers = [Driver(srv, seed) for srv in servers]
     for j in range(jobs):
-        for d in drivers if j % 2 == 0 else reversed(drivers):
+        k = j % len(drivers)
+        for d in drivers[k:] + drivers[:k]:
             d.job()
     return [d.finish() for d in drivers]
+
+
+def serve_checkout(s: Setup, config: Path, tag: str, root: Path) -> Server:
+    """`topogang serve` from another checkout of the project (its own code, this run's config and
+    pinning), so an older commit's extender takes the same jobs in the same run."""
+    port, verbs = free_port(), free_port()
+    argv = [*s.server_pin, "env", "-C", str(root), f"PYTHONPATH={root}", sys.executable, "-m", "topogang_cli"]
+    argv += ["serve", "--config", str(config.resolve()), "--listen", f"{HOST}:{port}"]
+    argv += ["--verbs-listen", f"{HOST}:{verbs}", "--log-level", "warning"]
+    p = s.kids.start(argv, s.out / f"{tag}.server.log")
+    wait_ready(port, p)
+    return Server(tag, p, port, verbs_port=verbs)
 
 
 def line(name: str, times: dict[str, list[float]]) -> str:
@@ -110,6 +140,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "results" / "one-client"))
     ap.add_argument("--tls", action="store_true", help="mutual TLS on the verbs against plain HTTP")
+    ap.add_argument(
+        "--against",
+        metavar="CHECKOUT",
+        help="also serve the extender of another checkout (an older commit's worktree), taking the same jobs",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     s, pin_text = bench_setup(out, 0, args.fill)
@@ -124,18 +159,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefill(ext, args.fill)
         else:
             base = serve_noop(s, cfg)
+        servers = [base, ext]
+        if args.against:
+            servers.append(serve_checkout(s, cfg, "against", Path(args.against).resolve()))
+            prefill(servers[-1], args.fill)
         print(f"one client, {args.nodes} nodes at {args.fill:.0%}, 4 x 8-GPU gangs; pinning: {pin_text}")
-        ratios: list[float] = []
+        ratios: dict[str, list[float]] = {srv.tag: [] for srv in servers[1:]}
         for r in range(args.rounds):
             p99: dict[str, float] = {}
-            for srv, times in zip((base, ext), drive((base, ext), args.jobs, seed=r + 1), strict=True):
+            for srv, times in zip(servers, drive(servers, args.jobs, seed=r + 1), strict=True):
                 p99[srv.tag] = _quantile([t for k in KINDS for t in times[k]], 0.99)
                 print(line(srv.tag, times), flush=True)
-            ratios.append(p99[ext.tag] / p99[base.tag] if p99[base.tag] else 0.0)
-        print(
-            f"all-filter p99 ratio of {ext.tag} to {base.tag} per round: "
-            + ", ".join(f"{x:.2f}x" for x in ratios)
-        )
+            for tag in ratios:
+                ratios[tag].append(p99[tag] / p99[base.tag] if p99[base.tag] else 0.0)
+        for tag, xs in ratios.items():
+            print(
+                f"all-filter p99 ratio of {tag} to {base.tag} per round: "
+                + ", ".join(f"{x:.2f}x" for x in xs)
+            )
         return 0
     finally:
         s.kids.stop_all()

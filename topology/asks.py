@@ -126,11 +126,18 @@ def reserve(cluster: Cluster, req: GangRequest, now: float, *, checked: bool = F
     """Place the whole gang (or find it placed), lazily downgrading opted-in victims when that
     alone makes room; Wait(PREEMPTIBLE) with the victims when it fits only by preemption.
     `checked`: the request's ranges were checked where it was built."""
+    got = _reserve(cluster, req, now, checked)
+    return gangs.placement_of(cluster, got) if isinstance(got, Gang) else got
+
+
+def _reserve(cluster: Cluster, req: GangRequest, now: float, checked: bool) -> Gang | GangPlacement | Wait:
+    """`reserve`, with a gang placed now or before answered as its `Gang` (the filter answers with
+    its open slots and does not build the placement)."""
     held = gangs.existing(cluster, req)
     if held is not None:  # a member of a placed gang: no node-list work at all
         if held.pending:  # waiting for its victims to go (`GangPhase.PREEMPTING`)
             return preemption.wait_preempting(cluster, held)
-        return gangs.placement_of(cluster, held)
+        return held
     suggested = requests.suggested_ids(cluster, req)
     if checked:
         requests.fits(cluster, req)
@@ -139,7 +146,7 @@ def reserve(cluster: Cluster, req: GangRequest, now: float, *, checked: bool = F
     cooling = expiry.cooling(cluster, req, now)  # it expired less than a TTL ago
     if cooling is not None:
         return cooling
-    got = gangs.place_new(cluster, req, now, suggested)
+    got = gangs.place_gang(cluster, req, now, suggested)
     if not isinstance(got, Wait) or req.opportunistic:
         return got
     lazily = preemption.lazy_place(cluster, req, now, suggested)  # HiveD does this in filter too
@@ -174,12 +181,12 @@ def filter_member(cluster: Cluster, ask: FilterAsk, now: float) -> FilterAnswer:
     try:
         if cluster.reservations.by_name.get(req.name) is not None:
             requests.fits(cluster, req)  # a member of a placed gang: the config may have changed
-        placed = reserve(cluster, req, now, checked=True)
+        placed = _reserve(cluster, req, now, True)
         preempted = None
         if ask.preempt and isinstance(placed, Wait) and placed.reason.code is WaitCode.PREEMPTIBLE:
             plan = preemption.preempt(cluster, req, now)
             preempted = plan if isinstance(plan, Preemption) else None
-            placed = reserve(cluster, req, now, checked=True)
+            placed = _reserve(cluster, req, now, True)
     except UserError as err:
         return FilterAnswer(None, tuple(released), err)
     gang = cluster.reservations.by_name.get(req.name)

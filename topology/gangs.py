@@ -73,6 +73,15 @@ def place_new(
 ) -> GangPlacement | Wait:
     """Place a new gang whole on the first of its chains that can take it, and record it; else say
     why it waits (reserving nothing)."""
+    got = place_gang(cluster, req, now, suggested)
+    return got if isinstance(got, Wait) else placement_of(cluster, got)
+
+
+def place_gang(
+    cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None
+) -> Gang | Wait:
+    """`place_new`, answered with the recorded gang: its placement is built when first read
+    (`placement_of`), so a filter, which answers with the open slots, does not build it."""
     owner = cluster.owner_of(req)
     sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
     gang_id = cluster.reservations.new_id()
@@ -83,7 +92,7 @@ def place_new(
         if isinstance(got, Shortfall):
             shortfalls.append((ch, got))
             continue
-        return placement_of(cluster, record_gang(cluster, gang_id, req, owner, ch, got, now))
+        return record_gang(cluster, gang_id, req, owner, ch, got, now)
     return Wait(wait_reason(cluster, req, shortfalls, suggested))
 
 

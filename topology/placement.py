@@ -452,6 +452,14 @@ class Placer:
                         if ordered and unused:
                             break  # every node still to come has a bound at least this one's
                         continue
+                if whole and own >= size:
+                    # what `_choose_in` answers for a node that holds the pod without binding
+                    # anything: the node itself, keyed by its usable leaves (the bound above, met)
+                    key: tuple[int, ...] = (n not in used, start, 0, own, nc)
+                    if best is None or key < best.key:
+                        best = _Choice(key, nc, [])
+                        best_node = n
+                    continue
                 choice = self._choose_in(owner, chain, nc, size)
                 if choice is None:
                     continue

@@ -223,40 +223,41 @@ class CellState:
         topo = self.topo
         old = self.bound_owner[target]
         self.bound_owner[target] = owner
-        lo, hi = topo.leaf_lo[target], topo.leaf_hi[target]
+        lo, hi, end = topo.leaf_lo[target], topo.leaf_hi[target], topo.cell_end[target]
         count = hi - lo
-        pool_leaves = self.pool_leaves
+        # the subtree's cells are ids target..end-1: their pool counts are set as one slice
         if owner == NO_OWNER:
             self.owned_cells[old].discard(target)
             self._add_pool_leaves(topo.parent[target], count)
-            for c in range(target, topo.cell_end[target]):
-                pool_leaves[c] = topo.leaf_count[c]
+            self.pool_leaves[target:end] = topo.leaf_count[target:end]
         else:
             self.owned_cells[owner].add(target)
             self._add_pool_leaves(topo.parent[target], -count)
-            for c in range(target, topo.cell_end[target]):
-                pool_leaves[c] = 0
-        # the usable leaves that change hands, counted per (previous owner, node): each owner's
-        # free count and best-fit key move once per node, not once per leaf (a rack cell is 64)
-        moved: dict[tuple[int, int], int] = {}
-        leaf_owner, leaf_gang, leaf_bad, cell_node = (
-            self.leaf_owner,
-            self.leaf_gang,
-            self.leaf_bad,
-            topo.cell_node,
-        )
-        for leaf in topo.leaves[lo:hi]:
-            if leaf_gang[leaf] == NO_GANG and not leaf_bad[leaf]:
-                key = (leaf_owner[leaf], cell_node[leaf])
-                moved[key] = moved.get(key, 0) + 1
+            self.pool_leaves[target:end] = [0] * (end - target)
+        leaf_owner, leaves = self.leaf_owner, topo.leaves
+        # every leaf of a cell that is bound or unbound as a whole has one owner before (the pool's
+        # NO_OWNER, or the binding's): the usable leaves that change hands are each node's free
+        # count inside the cell, and each owner's free count and best-fit key move once per node
+        # (a rack cell is 64 leaves on 8 nodes)
+        prev = leaf_owner[leaves[lo]] if count else owner
+        for leaf in leaves[lo:hi]:
             leaf_owner[leaf] = owner
-        for (prev, node), k in moved.items():
-            if prev == owner:
+        if prev == owner:
+            return
+        free, node_cell = self.free, topo.node_cell
+        node = topo.cell_node[target]
+        moved = (
+            ((node, free[target]),)
+            if node >= 0
+            else ((n, free[node_cell[n]]) for n in topo.nodes_within(target))
+        )
+        for n, k in moved:
+            if not k:
                 continue
             if prev != NO_OWNER:
-                self._owned_free_add(prev, node, -k)
+                self._owned_free_add(prev, n, -k)
             if owner != NO_OWNER:
-                self._owned_free_add(owner, node, k)
+                self._owned_free_add(owner, n, k)
 
     @staticmethod
     def opp_group(chain: int) -> int:

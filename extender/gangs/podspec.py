@@ -36,6 +36,15 @@ from typing import Any
 from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size
 from extender.gangs.identity import explicit_key, one_pod_key
 from extender.gangs.optin import gpu_opt_in
+from extender.gangs.specfields import (
+    at_most,
+    read_members,
+    role_leaves,
+    slot_ranges,
+    spec_bool,
+    spec_int,
+    spec_str,
+)
 from extender.ops.bounded import ByteLRU
 from topology.decisions import GangRequest, Member, UserError
 from topology.requests import check_name, check_ranges
@@ -55,8 +64,6 @@ FC_ROLE = "FC_TASKROLE_NAME"
 FC_INDEX = "FC_TASK_INDEX"
 
 _QUANTITY = re.compile(r"^\s*([+-]?(\d+(\.\d*)?|\.\d+))([eE][+-]?\d+)?\s*([A-Za-z]*)\s*$")
-_TRUE = {"true", "yes", "on", "y"}
-_FALSE = {"false", "no", "off", "n"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +120,18 @@ class PodRequest:
         own = self.request.suggested_nodes
         theirs = None if self.ignore_suggested_nodes else nodes
         suggested = theirs if own is None else own if theirs is None else theirs & own
-        return replace(self.request, suggested_nodes=suggested)
+        last = _last_narrowed[0] if _last_narrowed else None
+        if last is not None and last[0] is self.request and last[1] is suggested:
+            return last[2]  # the gang's previous member, asked with the same node list
+        got = replace(self.request, suggested_nodes=suggested)
+        _last_narrowed[:] = [(self.request, suggested, got)]
+        return got
+
+
+# The last request narrowed, with its node set and the copy: a gang's members share one request
+# (`_parts`) and kube-scheduler sends one node list (shared by `NodeLists`), so a member filtered
+# after another of its gang reuses the copy. One entry: it holds no node list the lists let go.
+_last_narrowed: list[tuple[GangRequest, frozenset[str] | None, GangRequest]] = []
 
 
 # ------------------------------------------------------------------------------------------- opt-in
@@ -192,43 +210,6 @@ def annotation_of(pod: Mapping[str, Any]) -> str:
     return spec_text(pod)[0]
 
 
-def _int(spec: Mapping[str, Any], key: str, path: str, default: int | None = None) -> int | None:
-    value = spec.get(key)
-    if value is None:
-        return default
-    if type(value) is str and len(value) <= 10 and value.isascii() and value.isdigit():
-        return int(value)  # a number as a spec writes it (the reader keeps numbers as their text)
-    text = str(value).strip() if not isinstance(value, dict | list) else None
-    if text is None or not re.fullmatch(r"[+-]?\d{1,10}", text):
-        shown = (
-            "a mapping" if isinstance(value, dict) else "a list" if isinstance(value, list) else repr(value)
-        )
-        raise UserError(path, f"expected an integer, got {shown}")
-    return int(text)
-
-
-def _bool(spec: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
-    value = spec.get(key)
-    if value is None:
-        return default
-    text = str(value).strip().lower() if isinstance(value, str) else None
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise UserError(path, f"expected true or false, got {value!r}")
-
-
-def _str(spec: Mapping[str, Any], key: str, path: str) -> str | None:
-    value = spec.get(key)
-    if value is None:
-        return None
-    if isinstance(value, dict | list):
-        raise UserError(path, f"expected a string, got a {'mapping' if isinstance(value, dict) else 'list'}")
-    text = str(value).strip()
-    return text or None
-
-
 _specs: ByteLRU[str, dict[str, Any] | UntrustedError] = ByteLRU(SPEC_CACHE_BYTES, 4096)
 
 
@@ -271,29 +252,6 @@ def parse_spec(text: str, annotation: str = SPEC_ANNOTATIONS[0]) -> Mapping[str,
     return spec
 
 
-def _members(group: Mapping[str, Any]) -> tuple[list[Member], list[str | None]]:
-    """The members as written (their ranges are `check_ranges`'s; a missing number is as good as
-    zero, and none at all is no members)."""
-    raw = group.get("members")
-    if raw is None:
-        return [], []
-    if not isinstance(raw, list) or not raw:
-        raise UserError("affinityGroup.members", "expected a non-empty list of {podNumber, leafCellNumber}")
-    members: list[Member] = []
-    roles: list[str | None] = []
-    for i, m in enumerate(raw):
-        path = f"affinityGroup.members[{i}]"
-        if not isinstance(m, dict):
-            raise UserError(path, "expected a mapping with podNumber and leafCellNumber")
-        pods = _int(m, "podNumber", f"{path}.podNumber")
-        leaves = _int(m, "leafCellNumber", f"{path}.leafCellNumber")
-        if leaves is None and "gpuNumber" in m:
-            leaves = _int(m, "gpuNumber", f"{path}.leafCellNumber")
-        members.append(Member(pods or 0, leaves or 0))
-        roles.append(_str(m, "taskRole", f"{path}.taskRole"))
-    return members, roles
-
-
 def merge_members(members: list[Member]) -> list[Member]:
     """HiveD merges members of equal leafCellNumber (their podNumbers add up)."""
     order: list[int] = []
@@ -325,7 +283,7 @@ def framework_members(framework: Mapping[str, Any]) -> list[tuple[str, int, int]
         if text is None:
             continue
         try:
-            leaves = _int(parse_spec(text, key), "leafCellNumber", "leafCellNumber")
+            leaves = spec_int(parse_spec(text, key), "leafCellNumber", "leafCellNumber")
         except UserError:
             continue
         if leaves is not None and leaves > 0:
@@ -334,6 +292,26 @@ def framework_members(framework: Mapping[str, Any]) -> list[tuple[str, int, int]
 
 
 # ------------------------------------------------------------------------------------ the request
+@dataclass(frozen=True, slots=True)
+class _GangPart:
+    """What a spec text makes of its gang for the pods of one namespace (and FrameworkController
+    attempt): the same for every member, so it is read once per gang, not once per pod (`_parts`)."""
+
+    request: GangRequest
+    leaf_number: int
+    role_leaves: Mapping[str, int] | None  # each task role's leaf cells, when the slots are named
+    ignore_suggested_nodes: bool
+    priority_asked: bool
+    late_error: UserError | None = None  # a bad ignoreK8sSuggestedNodes: named after the pod's slot
+
+
+# Keyed by everything `_gang_part` reads besides the pod's own identity: (spec text, annotation,
+# namespace, the namespace's VC, TTL, max pods, the FrameworkController gang). Only requests with an
+# `affinityGroup` are kept (a one-pod gang is named after its pod; a Framework-shaped one reads the
+# Framework), and only good ones: a bad spec is read, and refused, every time.
+_parts: ByteLRU[tuple[object, ...], _GangPart] = ByteLRU(SPEC_CACHE_BYTES, 4096)
+
+
 def pod_request(
     pod: Mapping[str, Any],
     uid: str,
@@ -347,36 +325,94 @@ def pod_request(
 ) -> PodRequest:
     """The pod's gang request. Raises `UserError` naming the field for every bad spec. A gang of
     more than `max_pods` pods (the scheduler passes its cluster's GPU count) is refused before
-    anything is built per pod."""
+    anything is built per pod. The gang's part is read once per spec text and gang (`_parts`); each
+    pod's own checks (its namespace, its task's slot) run on every read."""
     annotation, text = spec_text(pod)
     if text is None:
         raise UserError(annotation, "Annotation does not exist or is empty")
+    task = framework_task(pod)
+    vc_default = (namespace_vcs or {}).get(namespace)
+    key = (text, annotation, namespace, vc_default, ttl_seconds, max_pods, task.gang if task else None)
+    part = _parts.get(key)
+    if part is None:
+        part, shared = _gang_part(
+            pod, text, annotation, namespace, name, task, vc_default, ttl_seconds, framework, max_pods
+        )
+        if shared and part.late_error is None:
+            slots = part.request.slot_keys
+            _parts.put(key, part, 3 * text_size(text) + 512 + 96 * (len(slots) if slots else 0))
+    else:  # the checks that came before it passed for this key: the pod's own namespace is next
+        _check_framework_namespace(pod, namespace)
+    request, leaf_number = part.request, part.leaf_number
+    slot_keys, slot_key = request.slot_keys, None
+    if slot_keys is not None and task is not None:
+        slot_key = task.slot_key
+        if slot_key not in slot_keys:
+            raise UserError(
+                "affinityGroup.members",
+                f"task {slot_key} is not a slot of gang {request.name} (slots: {slot_ranges(slot_keys)})",
+            )
+        role_leaves = part.role_leaves or {}
+        if role_leaves.get(task.role) != leaf_number:
+            raise UserError(
+                "leafCellNumber",
+                f"{leaf_number}, but the gang's member for task role {task.role} has "
+                f"leafCellNumber {role_leaves.get(task.role)}",
+            )
+    if part.late_error is not None:
+        raise part.late_error
+    return PodRequest(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        request=request,
+        leaf_number=leaf_number,
+        slot_key=slot_key,
+        task=task,
+        ignore_suggested_nodes=part.ignore_suggested_nodes,
+        spec_annotation=annotation,
+        priority_asked=part.priority_asked,
+    )
+
+
+def _gang_part(
+    pod: Mapping[str, Any],
+    text: str,
+    annotation: str,
+    namespace: str,
+    name: str,
+    task: FrameworkTask | None,
+    vc_default: str | None,
+    ttl_seconds: float,
+    framework: Mapping[str, Any] | None,
+    max_pods: int,
+) -> tuple[_GangPart, bool]:
+    """The gang's request as the spec makes it, every range checked, and whether it may be shared
+    by the gang's other pods (it has an `affinityGroup`). Raises `UserError`."""
     spec = parse_spec(text, annotation)
-    vc = _str(spec, "virtualCluster", "virtualCluster")
+    vc = spec_str(spec, "virtualCluster", "virtualCluster")
     if vc is None:
-        vc = (namespace_vcs or {}).get(namespace)
+        vc = vc_default
         if vc is None:
             raise UserError(
                 "virtualCluster",
                 f"VirtualCluster is empty, and namespace {namespace} has no VC in "
                 "topogang.namespaceVirtualClusters",
             )
-    priority = _int(spec, "priority", "priority", 0)
+    priority = spec_int(spec, "priority", "priority", 0)
     assert priority is not None
-    leaf_number = _int(spec, "leafCellNumber", "leafCellNumber") or 0
-    pinned = _str(spec, "pinnedCellId", "pinnedCellId")
-    leaf_type = None if pinned is not None else _str(spec, "leafCellType", "leafCellType")
+    leaf_number = spec_int(spec, "leafCellNumber", "leafCellNumber") or 0
+    pinned = spec_str(spec, "pinnedCellId", "pinnedCellId")
+    leaf_type = None if pinned is not None else spec_str(spec, "leafCellType", "leafCellType")
     _check_framework_namespace(pod, namespace)
-    task = framework_task(pod)
     group = spec.get("affinityGroup")
     slot_keys: tuple[str, ...] | None = None
-    slot_key: str | None = None
     if group is None:
         fw_members = framework_members(framework) if framework is not None and task is not None else []
         if task is not None and fw_members:
             gang = task.gang
             members = [Member(n, leaves) for _role, n, leaves in fw_members]
-            _at_most(members, max_pods, "taskRoles[].taskNumber")
+            at_most(members, max_pods, "taskRoles[].taskNumber")
             slot_keys = tuple(f"{role}/{i}" for role, n, _ in fw_members for i in range(n))
         else:
             gang = one_pod_key(namespace, name)
@@ -384,10 +420,10 @@ def pod_request(
     else:
         if not isinstance(group, dict):
             raise UserError("affinityGroup", "expected a mapping with name and members, or null")
-        group_name = _str(group, "name", "affinityGroup.name") or ""
+        group_name = spec_str(group, "name", "affinityGroup.name") or ""
         check_name(group_name)
-        members, roles = _members(group)
-        _at_most(members, max_pods, "affinityGroup.members")
+        members, roles = read_members(group)
+        at_most(members, max_pods, "affinityGroup.members")
         named = [r for r in roles if r is not None]
         if named and len(named) != len(roles):
             i = roles.index(None)
@@ -409,41 +445,29 @@ def pod_request(
         priority=priority,
         leaf_type=leaf_type,
         pinned_cell_id=pinned,
-        lazy_preemption=_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
-        gang_release=_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
+        lazy_preemption=spec_bool(spec, "lazyPreemptionEnable", "lazyPreemptionEnable", False),
+        gang_release=spec_bool(spec, "gangReleaseEnable", "gangReleaseEnable", False),
         ttl_seconds=ttl_seconds,
         slot_keys=slot_keys,
-        promote_when_quota=_bool(spec, "promoteWhenQuota", "promoteWhenQuota", False),
+        promote_when_quota=spec_bool(spec, "promoteWhenQuota", "promoteWhenQuota", False),
     )
     check_ranges(request, leaf_number)  # as written: members merge only once each is known good
     if slot_keys is None and len(members) > 1:
         request = replace(request, members=tuple(merge_members(members)))
-    if slot_keys is not None and task is not None:
-        slot_key = task.slot_key
-        if slot_key not in slot_keys:
-            raise UserError(
-                "affinityGroup.members",
-                f"task {slot_key} is not a slot of gang {gang} (slots: {_ranges(slot_keys)})",
-            )
-        role_leaves = _role_leaves(slot_keys, members)
-        if role_leaves.get(task.role) != leaf_number:
-            raise UserError(
-                "leafCellNumber",
-                f"{leaf_number}, but the gang's member for task role {task.role} has "
-                f"leafCellNumber {role_leaves.get(task.role)}",
-            )
-    return PodRequest(
-        uid=uid,
-        namespace=namespace,
-        name=name,
+    late_error, ignore = None, False
+    try:
+        ignore = spec_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False)
+    except UserError as err:
+        late_error = err
+    part = _GangPart(
         request=request,
         leaf_number=leaf_number,
-        slot_key=slot_key,
-        task=task,
-        ignore_suggested_nodes=_bool(spec, "ignoreK8sSuggestedNodes", "ignoreK8sSuggestedNodes", False),
-        spec_annotation=annotation,
+        role_leaves=role_leaves(slot_keys, members) if slot_keys is not None else None,
+        ignore_suggested_nodes=ignore,
         priority_asked=spec.get("priority") is not None,
+        late_error=late_error,
     )
+    return part, isinstance(group, dict)
 
 
 def _check_framework_namespace(pod: Mapping[str, Any], namespace: str) -> None:
@@ -456,27 +480,3 @@ def _check_framework_namespace(pod: Mapping[str, Any], namespace: str) -> None:
             f"{str(claimed)[:80]!r} is not the pod's own namespace {namespace!r}: a FrameworkController "
             "pod runs in its framework's namespace",
         )
-
-
-def _at_most(members: list[Member], max_pods: int, field: str) -> None:
-    pods = sum(m.pod_number for m in members)
-    if pods > max_pods:
-        raise UserError(field, f"{pods} pods, more than the cluster's {max_pods} GPUs: it can never run")
-
-
-def _role_leaves(slot_keys: tuple[str, ...], members: list[Member]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    i = 0
-    for m in members:
-        for _ in range(m.pod_number):
-            out.setdefault(slot_keys[i].rsplit("/", 1)[0], m.leaf_number)
-            i += 1
-    return out
-
-
-def _ranges(keys: tuple[str, ...]) -> str:
-    roles: dict[str, int] = {}
-    for k in keys:
-        role = k.rsplit("/", 1)[0]
-        roles[role] = roles.get(role, 0) + 1
-    return ", ".join(f"{r}/0..{n - 1}" for r, n in roles.items())

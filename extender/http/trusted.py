@@ -52,7 +52,8 @@ async def trusted_pod(source: PodSource | None, pod: wire.WirePod) -> wire.WireP
 
 
 async def trusted_args(source: PodSource | None, args: wire.ExtenderArgs) -> wire.ExtenderArgs:
-    return replace(args, pod=await trusted_pod(source, args.pod))
+    pod = await trusted_pod(source, args.pod)
+    return args if pod is args.pod else replace(args, pod=pod)
 
 
 async def trusted_preemption(source: PodSource | None, args: wire.PreemptionArgs) -> wire.PreemptionArgs:

@@ -29,6 +29,18 @@ def test_the_spec_cache_stays_within_its_bytes_for_large_distinct_specs() -> Non
     assert 0 < len(podspec._specs) < 300
 
 
+def test_the_gang_part_cache_stays_within_its_bytes_for_many_distinct_gangs() -> None:
+    podspec._parts.clear()
+    members = [{"podNumber": 2_000, "leafCellNumber": 1, "taskRole": f"r{r}"} for r in range(5)]
+    for i in range(40):  # 40 gangs of 10,000 named slots each: ~40 MB of slot keys if all were kept
+        group = {"name": f"g{i}", "members": members}
+        text = json.dumps({"virtualCluster": "v", "leafCellNumber": 1, "affinityGroup": group})
+        got = podspec.pod_request(pod("u", "p", "vision", text), "u", "vision", "p", max_pods=20_000)
+        assert got.request.slot_keys is not None and len(got.request.slot_keys) == 10_000
+    assert podspec._parts.size <= podspec.SPEC_CACHE_BYTES
+    assert 0 < len(podspec._parts) < 40
+
+
 def test_a_spec_over_the_size_limit_is_refused_before_it_is_parsed() -> None:
     text = "note: " + "x" * SPEC_LIMITS.max_bytes
     with pytest.raises(UserError, match=f"bytes; at most {SPEC_LIMITS.max_bytes}"):

@@ -1,6 +1,6 @@
 """docs/pod-spec.md lists every field the pod contract reads: a field added to the parser
-(`extender/gangs/podspec.py`) or a key added to a convention (`extender/conventions/`) without a
-line in the doc fails here."""
+(`extender/gangs/podspec.py`, `specfields.py`) or a key added to a convention
+(`extender/conventions/`) without a line in the doc fails here."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 from extender.conventions import common, coscheduling, spark, volcano, workload, yunikorn
-from extender.gangs import optin, podspec
+from extender.gangs import optin, podspec, specfields
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "pod-spec.md"
@@ -25,10 +25,11 @@ def documented() -> set[str]:
 
 
 def spec_fields() -> set[str]:
-    """The spec annotation's fields as the parser reads them: `_int/_str/_bool(spec, "field", …)`,
+    """The spec annotation's fields as the parser reads them: `spec_int/spec_str/spec_bool(spec,
+    "field", …)` (`extender/gangs/specfields.py`, the members' fields there too),
     `spec.get("field")` / `group.get("field")`, and the renamed pre-v0.3 fields."""
-    src = Path(podspec.__file__).read_text(encoding="utf-8")
-    found = set(re.findall(r'_(?:int|str|bool)\(\w+,\s*"(\w+)"', src))
+    src = "".join(Path(str(m.__file__)).read_text(encoding="utf-8") for m in (podspec, specfields))
+    found = set(re.findall(r'\bspec_(?:int|str|bool)\(\w+,\s*"(\w+)"', src))
     found |= set(re.findall(r'\b(?:spec|group)\.get\("(\w+)"\)', src))
     found |= set(re.findall(r'\("(gpu\w+)",\s*"\w+"\)', src))
     return found

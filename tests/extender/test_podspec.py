@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.gangs import podspec
 from extender.gangs.podspec import (
     PodRequest,
     framework_members,
@@ -279,3 +280,65 @@ def test_a_framework_pod_of_another_namespace_is_a_user_error_naming_the_annotat
     assert framework_task(p) is None  # nor is it that framework's task anywhere else
     own = pod("u", "w-0", "vision", text, annotations=fc_annotations("vision", "llm", "0_a", "w", 0))
     assert req(own).request.name == "vision/llm/0_a"
+
+
+def test_a_gang_part_read_once_serves_every_member_with_its_own_checks() -> None:
+    """The gang's part of a request is kept per spec text and gang; what belongs to each pod (its
+    task's slot, its role's leaf cells, its namespace, its identity) is still checked per pod, with
+    the error a first read would give, and the answer equals a fresh read's."""
+    podspec._parts.clear()
+    text = json.dumps(
+        {
+            "virtualCluster": "vision",
+            "leafCellNumber": 8,
+            "affinityGroup": {
+                "name": "g",
+                "members": [
+                    {"podNumber": 1, "leafCellNumber": 4, "taskRole": "ps"},
+                    {"podNumber": 2, "leafCellNumber": 8, "taskRole": "worker"},
+                ],
+            },
+        }
+    )
+
+    def member(uid: str, ns: str, role: str, i: int, spec: str = text) -> dict[str, Any]:
+        return pod(uid, f"{role}-{i}", ns, spec, annotations=fc_annotations("ml", "llm", "0_a", role, i))
+
+    first = req(member("u0", "ml", "worker", 0))
+    assert len(podspec._parts) == 1
+    second = req(member("u1", "ml", "worker", 1))
+    assert len(podspec._parts) == 1 and second.request is first.request  # read once, shared
+    assert (second.uid, second.name, second.slot_key) == ("u1", "worker-1", "worker/1")
+    podspec._parts.clear()
+    assert req(member("u1", "ml", "worker", 1)) == second  # as a fresh read makes it
+    with pytest.raises(UserError, match="worker/2 is not a slot"):
+        req(member("u2", "ml", "worker", 2))
+    with pytest.raises(UserError, match="task role ps has leafCellNumber 4"):
+        req(member("u3", "ml", "ps", 0))  # the spec's 8 GPUs, but its role's member has 4
+    with pytest.raises(UserError) as err:
+        req(member("u4", "evil", "worker", 0))  # another namespace claiming the framework's
+    assert err.value.field == "FC_FRAMEWORK_NAMESPACE"
+    bad = text.replace('"virtualCluster"', '"ignoreK8sSuggestedNodes": "maybe", "virtualCluster"')
+    for _ in range(2):  # a bad spec is not kept: refused alike every time, after the slot checks
+        with pytest.raises(UserError, match="worker/3 is not a slot"):
+            req(member("u5", "ml", "worker", 3, bad))
+        with pytest.raises(UserError) as err:
+            req(member("u6", "ml", "worker", 0, bad))
+        assert err.value.field == "ignoreK8sSuggestedNodes"
+    plain = G + "[{podNumber: 2, leafCellNumber: 1}]}\n"
+    a, b = req(pod("ua", "a", "vision", plain)), req(pod("ub", "b", "team", plain))
+    assert (a.request.name, b.request.name) == ("vision/g", "team/g")  # per namespace
+    assert req(pod("uc", "c", "vision", plain), ttl_seconds=60.0).request.ttl_seconds == 60.0
+
+
+def test_members_asked_with_one_node_list_share_the_narrowed_request() -> None:
+    podspec._parts.clear()
+    text = G + "[{podNumber: 2, leafCellNumber: 1}]}\n"
+    a, b = req(pod("ua", "a", "vision", text)), req(pod("ub", "b", "vision", text))
+    nodes, other = frozenset({"n1", "n2"}), frozenset({"n1", "n2"})
+    first = a.narrowed_to(nodes)
+    assert first.suggested_nodes is nodes and b.narrowed_to(nodes) is first  # the same gang and list
+    again = b.narrowed_to(other)  # an equal list that is not the shared one: a copy of its own
+    assert again is not first and again == first and again.suggested_nodes is other
+    lone = req(pod("uc", "c", "vision", "virtualCluster: vision\nleafCellNumber: 1\n"))
+    assert lone.narrowed_to(other).name == "vision/pod:c" and b.narrowed_to(other) is not again

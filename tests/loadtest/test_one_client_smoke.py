@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from loadtest import one_client
+from loadtest.servers import ROOT
 
 
 def test_one_client_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -28,3 +29,19 @@ def test_one_client_compares_mutual_tls_with_plain_http(
     assert [r.split()[0] for r in rows] == ["topogang", "mtls"]
     assert all("place p50/p90/p99" in r for r in rows)  # filters answered over both
     assert "all-filter p99 ratio of mtls to topogang per round" in out
+
+
+def test_one_client_serves_another_checkout_beside_this_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--against` serves a checkout's extender as a third server taking the same jobs (here this
+    very checkout: an older commit's worktree in use)."""
+    args = ["--nodes", "16", "--jobs", "3", "--rounds", "1", "--against", str(ROOT)]
+    assert one_client.main([*args, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln.startswith(("noop", "topogang", "against"))]
+    assert [r.split()[0] for r in rows] == ["noop", "topogang", "against"]
+    assert all("place p50/p90/p99 " in r and "nan" not in r for r in rows)
+    assert "all-filter p99 ratio of topogang to noop per round" in out
+    assert "all-filter p99 ratio of against to noop per round" in out
+    assert (tmp_path / "against.server.log").exists()

@@ -73,7 +73,7 @@ from topology.invariants import snapshot
 Obj = dict[str, Any]
 BINDING = r"/pods/[^/]+/binding$"
 MAX_ACTIVE_JOBS = 24
-BOUNDED_CACHES = (podspec._specs.clear, bindinfo._group_yaml.cache_clear)
+BOUNDED_CACHES = (podspec._specs.clear, podspec._parts.clear, bindinfo._group_yaml.cache_clear)
 MAX_VIOLATIONS_KEPT = 40
 SIGNING_KEY = b"soak-bind-signing-key-0123456789"  # recovery adopts only bind info it signed
 # the soak always prioritizes (a one-node answer too) and backs a pod off after preempting for it
