@@ -194,11 +194,28 @@ def run_arm(
             for i in outcome.unstarted
         ]
         extra["error_count"] = len(outcome.errors)
+        extra["gangs"] = outcome.gangs
+        for g in outcome.gangs:
+            if not g["warm"]:
+                say(f"{arm}: {gang_line(g)}")
         return outcome, extra
     finally:
         kids.stop_all()
         plane.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def gang_line(g: dict[str, Any]) -> str:
+    """One multi-node gang of `ArmRun.gang_log` in a line: each attempt's kind, fate and racks."""
+    parts = []
+    for a in g["attempts"]:
+        kind = "guaranteed" if a["guaranteed"] else "opportunistic"
+        where = " ".join(
+            f"{p['node']}" + ("" if p["on_quota"] is None else "/q" if p["on_quota"] else "/o")
+            for p in a["pods"]
+        )
+        parts.append(f"a{a['attempt']} {kind} {a['ended']} [{where}]")
+    return f"j{g['job']} {g['vc']} {g['gpus']} GPUs: " + "; ".join(parts)
 
 
 def parser() -> argparse.ArgumentParser:
