@@ -157,9 +157,10 @@ def test_higher_priority_gang_preempts_the_whole_lower_gang(
     assert_whole_gang(high_pods, 8)
     left = [n for n in low if n in pods_of(core, gang_ns, low)]
     assert not left, f"low-priority members not evicted: {left}"
-    # Two paths evict a victim, whichever comes first: the extender at filter time, or kube-scheduler's
-    # own preemption (the pods request nvidia.com/gpu, so its NodeResourcesFit sees the nodes full)
-    # deleting the victims the extender's preempt verb named. The other then finds the pod gone.
+    # Two paths may evict a victim, whichever comes first: the extender at filter time, or kube-scheduler's
+    # own preemption deleting the victims the extender's preempt verb named (which needs its
+    # NodeResourcesFit to see the nodes full: not while topogang's profile leaves nvidia.com/gpu to the
+    # extender). The other then finds the pod gone.
     log, sched_log = extender.log(), e2e_cluster.log("kube-scheduler")
     for n in low:
         by_extender = re.search(rf"evicting pod {gang_ns}/{n} .*preempted by gang {gang_ns}/high", log)
