@@ -23,8 +23,9 @@ placement it got. The report (`peers_report`) is the simulator's: queueing, JCT,
 stranded GPUs, locality, preemptions and lost GPU-hours, the sharing anomaly per VC against the
 simulator's private replay of the slice, the scheduling components' CPU, and the simulator's
 goals with the real Kueue as the peer. `--simulate` adds the simulator's own policies on the same
-slice beside the live arms. Writes `bench-peers.md`, `bench-peers.json` and each arm's logs under
-`--out`; every arm stops by itself at the slice's horizon.
+slice beside the live arms. Writes `bench-peers.md`, `bench-peers.json` (each live arm's `gangs`: every
+multi-node gang attempt by attempt, where its pods went; also one line per measured gang in the log)
+and each arm's logs under `--out`; every arm stops by itself at the slice's horizon.
 """
 
 from __future__ import annotations
