@@ -56,6 +56,7 @@ from loadtest.peers_cluster import (
     rack_name,
     topology_config,
 )
+from loadtest.peers_jobs import gang_line
 from loadtest.peers_pods import ARMS
 from loadtest.peers_report import ArmFigures, as_json, live_goals, markdown, simulated
 from loadtest.peers_slice import (
@@ -204,19 +205,6 @@ def run_arm(
         kids.stop_all()
         plane.close()
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def gang_line(g: dict[str, Any]) -> str:
-    """One multi-node gang of `ArmRun.gang_log` in a line: each attempt's kind, fate and racks."""
-    parts = []
-    for a in g["attempts"]:
-        kind = "guaranteed" if a["guaranteed"] else "opportunistic"
-        where = " ".join(
-            f"{p['node']}" + ("" if p["on_quota"] is None else "/q" if p["on_quota"] else "/o")
-            for p in a["pods"]
-        )
-        parts.append(f"a{a['attempt']} {kind} {a['ended']} [{where}]")
-    return f"j{g['job']} {g['vc']} {g['gpus']} GPUs: " + "; ".join(parts)
 
 
 def parser() -> argparse.ArgumentParser:

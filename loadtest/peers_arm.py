@@ -41,44 +41,15 @@ from typing import Any
 
 import orjson
 
-from extender.gangs.bindinfo import pod_bind_info
 from loadtest.kubeapi import KubeHttp, PodWatch, tls_context
-from loadtest.peers_cluster import COMPLETE_AT, namespace_of, rack_name
+from loadtest.peers_cluster import COMPLETE_AT, namespace_of
+from loadtest.peers_jobs import Attempt, JobState, gang_log, note_bind_info
 from loadtest.peers_pods import ISOLATION, RUN_LABEL, pods_for
 from loadtest.peers_slice import PeerSlice
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.engine import JobRecord, RunResult, Timeline
 from loadtest.simulate.policies import Placement
 from loadtest.simulate.slowdown import Slowdown, spread_level
-from loadtest.simulate.trace import Job
-
-
-@dataclass(slots=True)
-class Attempt:
-    number: int
-    guaranteed: bool
-    pods: list[str]  # pod names
-    bound: dict[str, tuple[int, tuple[int, ...] | None]] = field(default_factory=dict)  # pod -> node, GPUs
-    done: set[str] = field(default_factory=set)
-    start_real: float | None = None
-    end_real: float | None = None  # when its completion was set for
-    abandoned: bool = False  # deleted by the harness (preempted or re-submitted)
-    submit_real: float = 0.0
-    ended: str = ""  # "finished", "preempted", "resubmitted" ("" while waiting or running)
-    quota: dict[str, bool] = field(default_factory=dict)  # pod -> bound on its VC's cells (topogang)
-    planned: tuple[str, ...] = ()  # topogang: the gang's nodes, slot by slot, in its first pod's bind info
-
-
-@dataclass(slots=True)
-class JobState:
-    job: Job
-    record: JobRecord
-    attempts: list[Attempt] = field(default_factory=list)
-    finished: bool = False
-
-    @property
-    def current(self) -> Attempt:
-        return self.attempts[-1]
 
 
 @dataclass(slots=True)
@@ -91,7 +62,7 @@ class ArmOutcome:
     errors: list[str]
     pods_created: int
     no_indices: int
-    gangs: list[dict[str, Any]] = field(default_factory=list)  # `ArmRun.gang_log`
+    gangs: list[dict[str, Any]] = field(default_factory=list)  # `peers_jobs.gang_log`
 
 
 class ArmRun:
@@ -296,30 +267,13 @@ class ArmRun:
         gpus: tuple[int, ...] | None
         if self.arm == "topogang":
             gpus = _isolation(meta)
-            self._bind_info(att, name, meta)
+            note_bind_info(att, name, meta)
         else:
             gpus = tuple(self.free[n][:size])
             self.free[n] = self.free[n][size:]
         att.bound[name] = (n, gpus)
         self.used[n] += size
         self._timeline(real)
-
-    def _bind_info(self, att: Attempt, name: str, meta: Mapping[str, Any]) -> None:
-        """What topogang's bind info says of a gang's pod: whether its GPUs are on its VC's quota
-        cells (HiveD's `preassignedCellTypes`, "" when opportunistic) and, from the gang's first
-        bound pod, the node of every slot (so a pod bound elsewhere than its slot shows)."""
-        if len(att.pods) < 2:
-            return
-        try:
-            info = pod_bind_info(meta.get("annotations") or {})
-        except ValueError:
-            info = None
-        if info is None:
-            return
-        mine = [p for p in info.placements if p.node == info.node and p.gpus == info.gpus]
-        att.quota[name] = bool(mine) and any(mine[0].preassigned_cell_types)
-        if not att.planned:
-            att.planned = tuple(p.node for p in info.placements)
 
     def _started(self, st: JobState, att: Attempt, real: float) -> None:
         job, rec = st.job, st.record
@@ -378,63 +332,6 @@ class ArmRun:
             self._abandon(st, att)
             self.resubmitted += 1
             self._submit(st, real)
-
-    # ---------------------------------------------------------------- what the JSON shows
-    def gang_log(self) -> list[dict[str, Any]]:
-        """Every multi-node gang (warm ones too), attempt by attempt: guaranteed or opportunistic as
-        submitted, when it was submitted and started (trace hours), how it ended, and where each pod
-        went (node, rack, GPU indices; for topogang whether the bind info put it on its VC's quota
-        cells, and the slots' nodes as its first bound pod's bind info planned them)."""
-        names = self.cluster.node_names
-        per = self.cluster.gpus_per_node
-        out: list[dict[str, Any]] = []
-        for jid, st in sorted(self.jobs.items()):
-            job = st.job
-            if job.held_gpus <= per:
-                continue
-            attempts = []
-            for att in st.attempts:
-                pods = []
-                for p in att.pods:
-                    if p not in att.bound:
-                        continue
-                    n, gpus = att.bound[p]
-                    pods.append(
-                        {
-                            "pod": p,
-                            "node": names[n],
-                            "rack": rack_name(self.cluster, n),
-                            "gpus": None if gpus is None else list(gpus),
-                            "on_quota": att.quota.get(p),
-                        }
-                    )
-                racks = sorted({str(p["rack"]) for p in pods})
-                attempts.append(
-                    {
-                        "attempt": att.number,
-                        "guaranteed": att.guaranteed,
-                        "submitted_h": round(self.trace_now(att.submit_real) / 3600, 3),
-                        "started_h": None
-                        if att.start_real is None
-                        else round(self.trace_now(att.start_real) / 3600, 3),
-                        "ended": att.ended or ("running" if att.start_real is not None else "waiting"),
-                        "racks": racks,
-                        "one_rack": len(racks) == 1 and len(pods) == len(att.pods),
-                        "pods": pods,
-                        "planned": list(att.planned),
-                    }
-                )
-            out.append(
-                {
-                    "job": jid,
-                    "vc": job.vc,
-                    "gpus": job.gpus,
-                    "pods": len(job.pods),
-                    "warm": jid in self.sl.warm,
-                    "attempts": attempts,
-                }
-            )
-        return out
 
     # ---------------------------------------------------------------- the run
     def execute(self) -> ArmOutcome:
@@ -516,7 +413,7 @@ class ArmRun:
             self.errors,
             self.pods_created,
             self.no_indices,
-            self.gang_log(),
+            gang_log(self.jobs, self.cluster, self.sl.warm, self.trace_now),
         )
 
 

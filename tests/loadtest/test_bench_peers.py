@@ -14,8 +14,9 @@ import yaml
 
 from config.load import load_config
 from loadtest.kueue_plane import webhook_configurations
-from loadtest.peers_arm import ArmRun, JobState
+from loadtest.peers_arm import ArmRun
 from loadtest.peers_cluster import COMPLETE_AT, RACK_LABEL, kueue_objects, namespace_of, topology_config
+from loadtest.peers_jobs import JobState, gang_log
 from loadtest.peers_pods import KUEUE_GROUP, KUEUE_PREFERRED, SPEC, pods_for
 from loadtest.peers_slice import cut_slice
 from loadtest.simulate.cluster import shared_cluster
@@ -292,7 +293,7 @@ def test_gang_log_shows_each_attempt_its_fate_and_where_its_pods_went(trace: Pat
         run._handle("MODIFIED", pod_event(pod, node, annotations=ann), run.t0 + 1)
     run._handle("DELETED", pod_event(pods[0], "r01-n1"), run.t0 + 2)  # preempted
     assert len(st.attempts) == 2
-    log = run.gang_log()
+    log = gang_log(run.jobs, cluster, sl.warm, run.trace_now)
     assert [g["job"] for g in log] == [gang.id]  # multi-node gangs only
     first, second = log[0]["attempts"]
     assert first["ended"] == "preempted" and first["guaranteed"] is True
