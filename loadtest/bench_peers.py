@@ -23,8 +23,9 @@ placement it got. The report (`peers_report`) is the simulator's: queueing, JCT,
 stranded GPUs, locality, preemptions and lost GPU-hours, the sharing anomaly per VC against the
 simulator's private replay of the slice, the scheduling components' CPU, and the simulator's
 goals with the real Kueue as the peer. `--simulate` adds the simulator's own policies on the same
-slice beside the live arms. Writes `bench-peers.md`, `bench-peers.json` and each arm's logs under
-`--out`; every arm stops by itself at the slice's horizon.
+slice beside the live arms. Writes `bench-peers.md`, `bench-peers.json` (each live arm's `gangs`: every
+multi-node gang attempt by attempt, where its pods went; also one line per measured gang in the log)
+and each arm's logs under `--out`; every arm stops by itself at the slice's horizon.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from loadtest.peers_cluster import (
     rack_name,
     topology_config,
 )
+from loadtest.peers_jobs import gang_line
 from loadtest.peers_pods import ARMS
 from loadtest.peers_records import (
     JOBS_FILE,
@@ -209,6 +211,10 @@ def run_arm(
             for i in outcome.unstarted
         ]
         extra["error_count"] = len(outcome.errors)
+        extra["gangs"] = outcome.gangs
+        for g in outcome.gangs:
+            if not g["warm"]:
+                say(f"{arm}: {gang_line(g)}")
         return outcome, extra
     finally:
         kids.stop_all()

@@ -45,37 +45,13 @@ import orjson
 
 from loadtest.kubeapi import KubeHttp, PodWatch, tls_context
 from loadtest.peers_cluster import COMPLETE_AT, namespace_of
+from loadtest.peers_jobs import Attempt, JobState, gang_log, note_bind_info
 from loadtest.peers_pods import ISOLATION, RUN_LABEL, pods_for
 from loadtest.peers_slice import PeerSlice
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.engine import JobRecord, RunResult, Timeline
 from loadtest.simulate.policies import Placement
 from loadtest.simulate.slowdown import Slowdown, spread_level
-from loadtest.simulate.trace import Job
-
-
-@dataclass(slots=True)
-class Attempt:
-    number: int
-    guaranteed: bool
-    pods: list[str]  # pod names
-    bound: dict[str, tuple[int, tuple[int, ...] | None]] = field(default_factory=dict)  # pod -> node, GPUs
-    done: set[str] = field(default_factory=set)
-    start_real: float | None = None
-    end_real: float | None = None  # when its completion was set for
-    abandoned: bool = False  # deleted by the harness (preempted or re-submitted)
-
-
-@dataclass(slots=True)
-class JobState:
-    job: Job
-    record: JobRecord
-    attempts: list[Attempt] = field(default_factory=list)
-    finished: bool = False
-
-    @property
-    def current(self) -> Attempt:
-        return self.attempts[-1]
 
 
 @dataclass(slots=True)
@@ -88,6 +64,7 @@ class ArmOutcome:
     errors: list[str]
     pods_created: int
     no_indices: int
+    gangs: list[dict[str, Any]] = field(default_factory=list)  # `peers_jobs.gang_log`
 
 
 class ArmRun:
@@ -199,7 +176,7 @@ class ArmRun:
                 self.guaranteed_gpus[job.vc] = have + job.held_gpus
         number = len(st.attempts)
         pods = pods_for(self.arm, self.run, job, number, guaranteed)
-        att = Attempt(number, guaranteed, [p["metadata"]["name"] for p in pods])
+        att = Attempt(number, guaranteed, [p["metadata"]["name"] for p in pods], submit_real=real)
         st.attempts.append(att)
         st.record.queued_at = self.trace_now(real)
         for p in pods:
@@ -276,6 +253,7 @@ class ArmRun:
                 self._free_pod(st, att, name)
             if len(att.done) == len(att.pods):
                 st.finished = True
+                att.ended = "finished"
                 if self.arm == "topogang" and att.guaranteed:
                     self.guaranteed_gpus[st.job.vc] -= st.job.held_gpus
             self._timeline(real)
@@ -291,6 +269,7 @@ class ArmRun:
         gpus: tuple[int, ...] | None
         if self.arm == "topogang":
             gpus = _isolation(meta)
+            note_bind_info(att, name, meta)
         else:
             gpus = tuple(self.free[n][:size])
             self.free[n] = self.free[n][size:]
@@ -330,6 +309,7 @@ class ArmRun:
 
     def _preempted(self, st: JobState, att: Attempt, real: float) -> None:
         rec = st.record
+        att.ended = "preempted" if att.start_real is not None else "deleted before it started"
         if att.start_real is not None:
             rec.preempted += 1
             rec.lost_gpu_seconds += (real - att.start_real) * self.sl.factor * st.job.held_gpus
@@ -350,6 +330,7 @@ class ArmRun:
             vc = st.job.vc
             if self.guaranteed_gpus.get(vc, 0) + st.job.held_gpus > self.cluster.quota_gpus(vc):
                 continue
+            att.ended = "resubmitted"
             self._abandon(st, att)
             self.resubmitted += 1
             self._submit(st, real)
@@ -434,6 +415,7 @@ class ArmRun:
             self.errors,
             self.pods_created,
             self.no_indices,
+            gang_log(self.jobs, self.cluster, self.sl.warm, self.trace_now),
         )
 
 

@@ -14,8 +14,9 @@ import yaml
 
 from config.load import load_config
 from loadtest.kueue_plane import webhook_configurations
-from loadtest.peers_arm import ArmRun, JobState
+from loadtest.peers_arm import ArmRun
 from loadtest.peers_cluster import COMPLETE_AT, RACK_LABEL, kueue_objects, namespace_of, topology_config
+from loadtest.peers_jobs import JobState, gang_log
 from loadtest.peers_pods import KUEUE_GROUP, KUEUE_PREFERRED, SPEC, pods_for
 from loadtest.peers_slice import cut_slice
 from loadtest.simulate.cluster import shared_cluster
@@ -241,3 +242,65 @@ def test_replay_gives_device_plugin_gpus_and_reads_topogangs(trace: Path) -> Non
         assert st.record.placement is not None
         assert st.record.placement.pods == ((0, want),)
         assert st.record.run_seconds == pytest.approx(two.duration)  # one half: as traced
+
+
+def bind_info(node: str, nodes: tuple[str, ...], cell_type: str) -> str:
+    """A gang's `pod-bind-info` as topogang writes it: this pod's node, every slot's node and its
+    GPUs' quota cell type ("" when opportunistic)."""
+    gpus = list(range(8))
+    return yaml.safe_dump(
+        {
+            "node": node,
+            "leafCellIsolation": list(gpus),
+            "cellChain": "RACK",
+            "affinityGroupBindInfo": [
+                {
+                    "podPlacements": [
+                        {
+                            "physicalNode": n,
+                            "physicalLeafCellIndices": list(gpus),
+                            "preassignedCellTypes": [cell_type] * 8,
+                            "slot": i,
+                        }
+                        for i, n in enumerate(nodes)
+                    ]
+                }
+            ],
+        }
+    )
+
+
+def test_gang_log_shows_each_attempt_its_fate_and_where_its_pods_went(trace: Path) -> None:
+    cluster = shared_cluster()
+    sl = cut_slice(trace, cluster, start_hours=2, hours=1.5, factor=60, drain_hours=1)
+    run = Recorder(
+        "topogang", sl, cluster, make_slowdown("published"), {"API_PORT": "1"}, "r", say=lambda _: None
+    )
+    gang = next(j for j in sl.jobs if j.gpus == 16)
+    one = next(j for j in sl.jobs if j.gpus == 1)
+    for job in (gang, one):
+        st = JobState(job, JobRecord(job, queued_at=0.0))
+        run.jobs[job.id] = st
+        run._submit(st, run.t0)
+    st = run.jobs[gang.id]
+    pods = [f"j{gang.id}-a0-{i}" for i in range(2)]
+    planned = ("r01-n1", "r02-n1")
+    for pod, node in zip(pods, planned, strict=True):
+        ann = {
+            "topogang.io/pod-leaf-cell-isolation": "0,1,2,3,4,5,6,7",
+            "topogang.io/pod-bind-info": bind_info(node, planned, "RACK.NODE"),
+        }
+        run._handle("MODIFIED", pod_event(pod, node, annotations=ann), run.t0 + 1)
+    run._handle("DELETED", pod_event(pods[0], "r01-n1"), run.t0 + 2)  # preempted
+    assert len(st.attempts) == 2
+    log = gang_log(run.jobs, cluster, sl.warm, run.trace_now)
+    assert [g["job"] for g in log] == [gang.id]  # multi-node gangs only
+    first, second = log[0]["attempts"]
+    assert first["ended"] == "preempted" and first["guaranteed"] is True
+    assert first["racks"] == ["rack-01", "rack-02"] and first["one_rack"] is False
+    assert [(p["node"], p["rack"], p["on_quota"]) for p in first["pods"]] == [
+        ("r01-n1", "rack-01", True),
+        ("r02-n1", "rack-02", True),
+    ]
+    assert first["planned"] == list(planned) and first["started_h"] is not None
+    assert second["ended"] == "waiting" and second["pods"] == [] and second["one_rack"] is False
