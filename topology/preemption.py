@@ -32,6 +32,9 @@ from topology.state import NO_GANG, NO_OWNER
 from topology.victims import batches, cheapest_first, latest_decision, spread, work_lost
 
 DRY_RUN_GANG = -2  # gang id used for what-if placements; never stored
+# how many cells `_cheapest_cell` searches beyond the first plan (bounds a preemption's worst-case
+# latency on a large cluster, as `placement.MAX_DOMAIN_TRIALS` bounds a placement's)
+MAX_CELL_TRIALS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +131,8 @@ def _cheapest_cell(
     now: float,
 ) -> Plan:
     """`plan`, or a plan confined to one cell of the level the gang needs (its node, or its rack)
-    that loses less work. Cells go in order of their cheapest candidate, a bound on what they cost."""
+    that loses less work. Cells go in order of their cheapest candidate, a bound on what they cost,
+    at most `MAX_CELL_TRIALS` of them."""
     topo = cluster.topo
     ch = topo.chains[plan.chain]
     level = max(ch.node_level, target[0])
@@ -141,7 +145,8 @@ def _cheapest_cell(
         for c in {topo.ancestor_at(leaf, level) for leaf in g.held_leaves()}:
             if c >= 0 and topo.cell_chain[c] == plan.chain:
                 in_cell.setdefault(c, []).append(g)
-    for c in sorted(in_cell, key=lambda c: (work_lost(in_cell[c][0], now), c)):
+    ranked = sorted(in_cell, key=lambda c: (work_lost(in_cell[c][0], now), c))
+    for c in ranked[:MAX_CELL_TRIALS]:
         if work_lost(in_cell[c][0], now) >= cost:
             break
         nodes = frozenset(topo.nodes_within(c))
