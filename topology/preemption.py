@@ -29,9 +29,12 @@ from topology.placement import Shortfall
 from topology.requests import chains, level_named, suggested_ids, validate
 from topology.reservations import Gang, GangPhase
 from topology.state import NO_GANG, NO_OWNER
-from topology.victims import batches, cheapest_first, latest_decision, spread
+from topology.victims import batches, cheapest_first, latest_decision, spread, work_lost
 
 DRY_RUN_GANG = -2  # gang id used for what-if placements; never stored
+# how many cells `_cheapest_cell` searches beyond the first plan (bounds a preemption's worst-case
+# latency on a large cluster, as `placement.MAX_DOMAIN_TRIALS` bounds a placement's)
+MAX_CELL_TRIALS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,21 +87,79 @@ def find_plan(
 def _try(
     cluster: Cluster, req: GangRequest, owner: int, pool: list[Gang], suggested: frozenset[int] | None
 ) -> Plan | None:
-    """The cheapest prefix of `pool` (`victims.py`) over which the gang lands as close as it
-    would with the whole pool gone."""
-    order = cheapest_first(pool, latest_decision(cluster.reservations.by_id.values()))
+    """The plan over `pool` that loses the least work (`victims.py`) among those that land the gang
+    as close as it would with the whole pool gone."""
+    now = latest_decision(cluster.reservations.by_id.values())
+    order = cheapest_first(pool, now)
     ids = {g.id for g in pool}
     best = _dry_run(cluster, req, owner, order, len(order), ids, suggested)
     if best is None:
         return None
     target = spread(cluster.topo, best.leaves)
+    first = _cheapest_prefix(cluster, req, owner, order, ids, suggested, target)
+    if first is None:
+        return best
+    return _cheapest_cell(cluster, req, owner, order, ids, suggested, target, first, now)
+
+
+def _cheapest_prefix(
+    cluster: Cluster,
+    req: GangRequest,
+    owner: int,
+    order: list[Gang],
+    ids: set[int],
+    suggested: frozenset[int] | None,
+    target: tuple[int, int],
+) -> Plan | None:
+    """The shortest prefix of `order` (in doubling batches) over which the gang lands at `target`."""
     for upto in batches(len(order)):
-        if upto == len(order):
-            break
         plan = _dry_run(cluster, req, owner, order, upto, ids, suggested)
         if plan is not None and spread(cluster.topo, plan.leaves) <= target:
             return plan
-    return best
+    return None
+
+
+def _cheapest_cell(
+    cluster: Cluster,
+    req: GangRequest,
+    owner: int,
+    order: list[Gang],
+    ids: set[int],
+    suggested: frozenset[int] | None,
+    target: tuple[int, int],
+    plan: Plan,
+    now: float,
+) -> Plan:
+    """`plan`, or a plan confined to one cell of the level the gang needs (its node, or its rack)
+    that loses less work. Cells go in order of their cheapest candidate, a bound on what they cost,
+    at most `MAX_CELL_TRIALS` of them."""
+    topo = cluster.topo
+    ch = topo.chains[plan.chain]
+    level = max(ch.node_level, target[0])
+    if level > ch.top_level or len(ch.cells_by_level[level]) < 2 or not plan.victims:
+        return plan  # one cell holds every choice: the prefix search already compared them
+    by_id = cluster.reservations.by_id
+    cost = sum(work_lost(by_id[v], now) for v in plan.victims)
+    in_cell: dict[int, list[Gang]] = {}
+    for g in order:  # cheapest first, so each cell's list is too
+        for c in {topo.ancestor_at(leaf, level) for leaf in g.held_leaves()}:
+            if c >= 0 and topo.cell_chain[c] == plan.chain:
+                in_cell.setdefault(c, []).append(g)
+    ranked = sorted(in_cell, key=lambda c: (work_lost(in_cell[c][0], now), c))
+    for c in ranked[:MAX_CELL_TRIALS]:
+        if work_lost(in_cell[c][0], now) >= cost:
+            break
+        nodes = frozenset(topo.nodes_within(c))
+        within = nodes if suggested is None else nodes & suggested
+        if not within:
+            continue
+        got = _cheapest_prefix(cluster, req, owner, in_cell[c], ids, within, target)
+        if got is None:
+            continue
+        spent = sum(work_lost(by_id[v], now) for v in got.victims)
+        if spent < cost:
+            plan, cost = got, spent
+    return plan
 
 
 def _dry_run(

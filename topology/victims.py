@@ -8,6 +8,14 @@ lowest common cell, then its node count); the victims are the freed gangs its pl
 A long-running gang is then displaced only when the cheaper ones cannot make room, and never at the
 price of a more spread preemptor.
 
+The global order alone does not find the cheapest set: the placement picks its cell by fit, not by
+what the freed gangs cost, so a prefix that frees a cheap gang in one node (or rack) and a dear one
+in another may land on the dear one. The search therefore also compares the cells of the level the
+placement needs (its node for a gang of one node, its rack for a multi-node gang): in each cell the
+cheapest prefix of that cell's candidates, at the same spread, and keeps the plan that loses the
+least work in all. Cells are tried in order of their cheapest candidate (a cell's victims cost at
+least that much), and the search stops at the first cell that cannot beat the best plan found.
+
 The core has no clock of its own: the newest gang's creation time (every placement records the time
 of its decision) stands in for "now". Gangs created at the same time lose the same (zero) work and
 fall back to the smaller gang first, then the younger, then the id, so the order is deterministic.
@@ -19,6 +27,11 @@ from collections.abc import Iterable
 
 from topology.model import Topology
 from topology.reservations import Gang
+
+
+def work_lost(g: Gang, now: float) -> float:
+    """The GPU-time `g` would lose if displaced now: its leaf cells times the time it has run."""
+    return len(g.held_leaves()) * max(0.0, now - g.created)
 
 
 def cheapest_first(pool: Iterable[Gang], now: float) -> list[Gang]:

@@ -302,6 +302,10 @@ class Soak:
         self.restores: dict[str, float] = {}  # node -> when it is healthy again
         slack = expiry_interval(self.ttl) + 5.0  # the expiry sweep's period, and a margin
         self.partial = checks.PartialGangs(self.ttl, slack)
+        # gangs the core held whole right after a Binding, since the last check: one can be whole
+        # only between two checks (its last member binds while a failed member's deletion is still
+        # on its way to the extender's watch), and its TTL rightly starts again from there
+        self.whole_between: set[str] = set()
         self.logs = LogTally()
 
     # ------------------------------------------------------------------------------ plumbing
@@ -454,8 +458,8 @@ class Soak:
         ready = self.service is not None and self.s.ready
         watched = ready and self.kube is not None and self.kube.caught_up("/api/v1/pods")
         self.violate(checks.double_held(pods))
-        held = self.s.core.gangs() if ready else []
-        whole = frozenset(g.name for g in held if all(x.pod_uid is not None for x in g.slots))
+        whole = frozenset(self.whole_gangs() | self.whole_between)
+        self.whole_between.clear()
         self.violate(self.partial.check(pods, self.now(), watched=watched, whole=whole))
         self.violate(self.logs.errors)
         self.logs.errors.clear()
@@ -529,7 +533,14 @@ class Soak:
             self.retry_later(uid)
         else:
             self.report.outcomes["bind ok"] += 1
+            self.whole_between.update(self.whole_gangs())
         return r
+
+    def whole_gangs(self) -> set[str]:
+        """The gangs the core holds with every slot claimed (none while the extender is down)."""
+        if self.service is None or not self.s.ready:
+            return set()
+        return {g.name for g in self.s.core.gangs() if all(x.pod_uid is not None for x in g.slots)}
 
     async def preempt(self, pod: Obj, nodes: list[str]) -> None:
         await kubesched.drive_async(kubesched.preempt(pod, nodes, self.verbs), self.verbs)

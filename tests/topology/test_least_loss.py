@@ -90,3 +90,28 @@ def test_cheaper_victims_never_buy_a_more_spread_preemptor() -> None:
     placed = core.gang("a2")
     assert placed is not None and {core.slot_place(s)[0] for s in placed.slots} == {"r1-n0", "r1-n1"}
     assert core.gang("cheap") is not None and violations(core) == []
+
+
+def test_the_cheapest_node_is_found_when_the_cheapest_gangs_lie_apart() -> None:
+    """Freeing the cheapest gangs in order frees both nodes at once; the placement alone would take
+    the first, whose second gang has run long. The node-by-node comparison takes the cheap pair."""
+    core = Core(rack_cluster(racks=1, vcs={"a": [("NODE", 1)], "b": [("NODE", 3)]}))
+
+    def on(node: str, name: str, at: float, gpus: int, priority: int = -1) -> list[Bind]:
+        return start(
+            core, gang(name, "b", (1, gpus), priority=priority, suggested_nodes=frozenset({node})), at
+        )
+
+    on("r0-n2", "b-n2", 0.0, 8, priority=0)
+    on("r0-n3", "b-n3", 0.0, 8, priority=0)
+    dear = on("r0-n0", "dear", 0.0, 4)  # has run longest
+    cheap = on("r0-n1", "cheap1", 27.0, 4) + on("r0-n1", "cheap2", 28.0, 4)
+    on("r0-n0", "newest", 29.0, 4)  # the cheapest of all, beside the dear one
+    a1 = gang("a1", "a", (1, 8))
+    w = core.reserve(a1, 30.0)
+    assert isinstance(w, Wait) and w.reason.code is WaitCode.PREEMPTIBLE
+    assert {v.pod_uid for v in w.victims} == {b.pod_uid for b in cheap}
+    p = core.preempt(a1, 30.0)
+    assert isinstance(p, Preemption) and {v.pod_uid for v in p.victims} == {b.pod_uid for b in cheap}
+    assert core.gang("dear") is not None and core.gang("newest") is not None
+    assert violations(core) == [] and dear
