@@ -211,6 +211,7 @@ class ClusterSync:
         await self.refresh_nodes((node,))
 
     async def refresh_nodes(self, nodes: Iterable[str]) -> None:
+        self.s.metrics.outside_gpus.set(sum(self.outside.per_node.values()))
         async with self.s.lock:
             for node in nodes:
                 if node in self.health:

@@ -79,6 +79,13 @@ def test_a_plain_pod_holding_gpus_keeps_them_from_topogang_until_it_is_gone() ->
         put(kube, plain("trainer", node, 6))
         await until("the GPUs held", lambda: core.node_fill(node) == (2, 8))
         assert core.node_health(node) == (2, 3, 4, 5, 6, 7)
+        # the admin sees them: as bad GPUs in /v1/inspect and the metrics, and as their own gauge
+        kube.server.add_token("t-admin", "admin", audiences=("topogang",))
+        kube.server.grant("admin", "clusterstatus", "get")
+        doc = (await r.http.get("/v1/inspect", headers={"Authorization": "Bearer t-admin"})).json()
+        assert doc["gpus"]["bad"] == 6, doc
+        text = (await r.http.get("/metrics")).text
+        assert "topogang_outside_gpus 6.0" in text and 'topogang_cluster_gpus{state="bad"} 6.0' in text
         # a whole-node pod cannot go there; a 2-GPU one can, on the two GPUs left
         whole = submit(kube, "w0", "whole-0", NLP, spec(NLP, 8, 1, "nlp/whole"))
         assert await filtered(r, whole, node) == []
@@ -99,6 +106,7 @@ def test_a_plain_pod_holding_gpus_keeps_them_from_topogang_until_it_is_gone() ->
         put(kube, plain("trainer", node, 6, phase="Succeeded"))
         await until("the GPUs back", lambda: core.node_fill(node) == (6, 8))
         assert core.node_health(node) == ()
+        assert "topogang_outside_gpus 0.0" in (await r.http.get("/metrics")).text
         assert violations(core) == []
         await r.stop()
 
