@@ -10,8 +10,9 @@ numbered GPUs no gang holds are marked bad, through the same call as an allocata
 the pod finishes or is deleted. The device plugin does not say which GPUs it gave the pod; any free
 ones stand for them, since only their number matters to what fits.
 
-This module is the bookkeeping (which pod holds how many GPUs where) and the choice of GPUs; the
-sync (`extender.kube.sync`) feeds it pod events and applies the choice to the core.
+This module is the bookkeeping (which pod holds how many GPUs where, counted as topogang counts its
+own pods: `extender.gangs.optin.pod_gpus`) and the choice of GPUs; the sync (`extender.kube.sync`)
+feeds it pod events and applies the choice to the core.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.kube import pods as kpods
-from extender.kube.nodes import GPU_RESOURCE, count
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,37 +33,6 @@ class Held:
     name: str
     node: str
     gpus: int
-
-
-def _container_gpus(container: object, resource: str) -> int:
-    """A container's GPUs: its limit (an extended resource's request must equal it), else its request."""
-    if not isinstance(container, dict):
-        return 0
-    res = container.get("resources")
-    if not isinstance(res, dict):
-        return 0
-    for part in ("limits", "requests"):
-        values = res.get(part)
-        if isinstance(values, dict) and resource in values:
-            return count(values[resource]) or 0
-    return 0
-
-
-def gpu_request(pod: Mapping[str, Any], resource: str = GPU_RESOURCE) -> int:
-    """The GPUs the kubelet gives a pod, as it counts them: the app containers and the sidecars
-    (init containers that keep running) together, or the largest one-off init container if more."""
-    spec = pod.get("spec")
-    if not isinstance(spec, dict):
-        return 0
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
-    inits = spec.get("initContainers") if isinstance(spec.get("initContainers"), list) else []
-    sidecars = peak = 0  # sidecars started so far; the most any one-off init container saw
-    for c in inits or []:
-        if isinstance(c, dict) and c.get("restartPolicy") == "Always":
-            sidecars += _container_gpus(c, resource)
-        else:
-            peak = max(peak, sidecars + _container_gpus(c, resource))
-    return max(sidecars + sum(_container_gpus(c, resource) for c in containers or []), peak)
 
 
 def highest(unheld: Iterable[int], gpus: int) -> frozenset[int]:

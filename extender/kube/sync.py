@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from extender.gangs.bindsig import BindSigner, signed_by, verifier
+from extender.gangs.optin import pod_gpus
 from extender.gangs.podspec import is_enabled
 from extender.http import views
 from extender.http.verbs import Scheduler
@@ -34,7 +35,7 @@ from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
-from extender.kube.outside import Held, OutsidePods, gpu_request
+from extender.kube.outside import Held, OutsidePods
 from extender.kube.recovery import Claimed, RecoveryReport, Unverified, Verify, recover
 
 log = logging.getLogger("topogang.kube")
@@ -327,7 +328,7 @@ class ClusterSync:
             return None
         if not views.has_node(self.s.core, node):
             return None
-        gpus = gpu_request(pod)
+        gpus = pod_gpus(pod)
         if not gpus:
             return None
         held = self.outside.hold(pod, node, gpus)

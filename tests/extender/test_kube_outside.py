@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.kube.client import pod_path
-from extender.kube.outside import gpu_request, highest
+from extender.kube.outside import OutsidePods, highest
 from extender.kube.sync import ClusterSync
 from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, nodes, ready_node, run, spec
@@ -55,20 +55,16 @@ async def filtered(r: Running, p: dict[str, Any], node: str) -> list[str]:
     return list((await r.verb("filter", p, NodeNames=[node]))["NodeNames"] or [])
 
 
-def test_gpu_request_counts_as_the_kubelet_does() -> None:
-    assert gpu_request(plain("a", "n", 3)) == 3
-    assert gpu_request(plain("a", "n", 2, where="requests")) == 2
-    assert gpu_request({"spec": {"containers": [{"name": "c"}]}}) == 0
-    assert gpu_request({"spec": "nonsense"}) == 0
-    two = {"resources": {"limits": {"nvidia.com/gpu": 2}}}
-    five = {"resources": {"limits": {"nvidia.com/gpu": "5"}}}
-    assert gpu_request({"spec": {"containers": [two, two], "initContainers": [five]}}) == 5  # init peak
-    sidecar = {**two, "restartPolicy": "Always"}
-    assert gpu_request({"spec": {"containers": [two], "initContainers": [sidecar]}}) == 4  # runs along
-    assert gpu_request({"spec": {"containers": [two], "initContainers": [sidecar, five]}}) == 7
-    assert gpu_request({"spec": {"containers": [two], "initContainers": [five, sidecar]}}) == 5
-    assert gpu_request({"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "x"}}}]}}) == 0
+def test_the_gpus_to_mark_are_the_highest_unheld_ones() -> None:
     assert highest([0, 3, 5, 7], 2) == {5, 7} and highest([1], 3) == {1} and highest([4], 0) == frozenset()
+    out = OutsidePods()
+    a = out.hold(plain("a", "n", 3), "n", 3)
+    assert a is not None and out.hold(plain("a", "n", 3), "n", 3) is None  # told once
+    assert out.hold(plain("b", "n", 2), "n", 2) is not None and out.gpus_on("n") == 5
+    assert out.choose("n", [0, 1, 2, 6, 7]) == {0, 1, 2, 6, 7} and "n" not in out.short
+    assert out.choose("n", [6, 7]) == {6, 7} and "n" in out.short
+    assert out.forget("uid-a") == a and out.gpus_on("n") == 2 and out.forget("uid-a") is None
+    assert out.forget("uid-b") is not None and out.per_node == {}
 
 
 def test_a_plain_pod_holding_gpus_keeps_them_from_topogang_until_it_is_gone() -> None:
