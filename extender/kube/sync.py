@@ -213,6 +213,9 @@ class ClusterSync:
 
     async def refresh_nodes(self, nodes: Iterable[str]) -> None:
         self.s.metrics.outside_gpus.set(sum(self.outside.per_node.values()))
+        nodes = list(nodes)
+        if not nodes:  # the common case on a pod's deletion: no need to wait for the verbs' lock
+            return
         async with self.s.lock:
             for node in nodes:
                 if node in self.health:
