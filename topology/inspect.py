@@ -60,6 +60,16 @@ def cluster_leaves(core: Core) -> tuple[int, int, int]:
     )
 
 
+def node_unheld_gpus(core: Core, node: str) -> tuple[int, ...]:
+    """GPU indices of a node that no gang holds or is reserving (healthy or not): where GPUs another
+    scheduler's pods took can be marked bad without touching a placed gang."""
+    topo, st = core.topo, core.state
+    lg, lr = st.leaf_gang, st.leaf_reserver
+    return tuple(
+        topo.gpu_index[x] for x in topo.machine_leaves(node) if lg[x] == NO_GANG and lr[x] == NO_GANG
+    )
+
+
 # ------------------------------------------------------------------------------------ HiveD shapes
 def _priorities(core: Core) -> list[int]:
     """Highest leaf priority in each cell's subtree (ids are in preorder: children after parents)."""

@@ -16,6 +16,7 @@ from topology.core import Core
 from topology.inspect import cluster_leaves as cluster_leaves
 from topology.inspect import lca_type as lca_type
 from topology.inspect import level_usage as level_usage
+from topology.inspect import node_unheld_gpus as node_unheld_gpus
 from topology.inspect import physical_cluster as physical_cluster
 from topology.inspect import vc_usage as vc_usage
 from topology.inspect import virtual_clusters as virtual_clusters

@@ -41,6 +41,7 @@ from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, 
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quoted
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
+from extender.kube.outside import Held
 from extender.kube.recovery import Unverified
 from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
@@ -155,6 +156,15 @@ def kube_service(
         recorder.record(ref, "BindInfoUnverified", text, warning=True)
 
     sync.on_unverified = on_unverified
+
+    def on_outside(held: Held) -> None:
+        text = (
+            f"topogang: this pod is not topogang's and holds {held.gpus} nvidia.com/gpu of {held.node}: "
+            "as many of the node's GPUs are kept out of topogang's placements until the pod is gone"
+        )
+        recorder.record(ObjectRef("Pod", held.namespace, held.name, held.uid), "GpusHeldOutside", text)
+
+    sync.on_outside = on_outside
     dra_tasks = (
         dra_mode.attach(scheduler, sync, kube, loaded, dra, recorder, metrics) if dra is not None else []
     )

@@ -8,7 +8,10 @@ annotations (`recovery`). Then watch both from the lists' resourceVersions, list
   -> all its GPUs bad;
 - pod deleted -> its slot opens (`Core.release_pod`); pod Succeeded -> finished (released early with
   gangReleaseEnable); pod Failed -> its slot opens for the retry;
-- a bound pod the core does not hold (bound elsewhere, or missed) -> adopted.
+- a bound pod the core does not hold (bound elsewhere, or missed) -> adopted;
+- a bound, not finished pod that is not topogang's and asks for `nvidia.com/gpu` -> that many free
+  GPUs of its node marked bad until it finishes or goes (`extender.kube.outside`): topogang's
+  kube-scheduler profile leaves the resource to the extender, so nothing else counts them.
 
 Pod content is untrusted (`extender.kube.invalid`): a pod whose annotations cannot be used is
 skipped with a Warning Event saying why, and one pod's event that still fails to be handled is
@@ -20,10 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from extender.gangs.bindsig import BindSigner, signed_by, verifier
+from extender.gangs.optin import pod_gpus
 from extender.gangs.podspec import is_enabled
 from extender.http import views
 from extender.http.verbs import Scheduler
@@ -31,6 +35,7 @@ from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
+from extender.kube.outside import Held, OutsidePods
 from extender.kube.recovery import Claimed, RecoveryReport, Unverified, Verify, recover
 
 log = logging.getLogger("topogang.kube")
@@ -65,6 +70,8 @@ class ClusterSync:
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
         # DRA mode: how the start's recovery reads a pod's GPUs from its claims
         self.recovery_claims: Callable[[], Awaitable[Claimed]] | None = None
+        self.outside = OutsidePods()  # pods that are not topogang's holding GPUs of the config's nodes
+        self.on_outside: Callable[[Held], None] = lambda held: None  # told once per such pod
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -111,6 +118,9 @@ class ClusterSync:
         for line in report.lines():
             log.info("%s", line)
         self._tell_unverified(report)
+        # after recovery, so that the GPUs they stand for are ones no adopted gang holds
+        touched = {h.node for pod in pods if (h := self._hold_outside(pod)) is not None}
+        await self.refresh_nodes(touched)
         self.synced = True
         self.synced_event.set()
         self.refresh_ready()
@@ -185,13 +195,31 @@ class ClusterSync:
 
     def _set_health(self, node: str) -> None:
         healthy, gpus = self.health.get(node, (False, None))
-        self.s.core.set_node_health(node, healthy, bad_gpus=self.extra_bad(node), healthy_gpus=gpus)
+        bad = self.extra_bad(node)
+        if healthy and self.outside.gpus_on(node):
+            unheld = [i for i in views.node_unheld_gpus(self.s.core, node) if i not in bad]
+            picks = self.outside.choose(node, unheld)
+            bad = bad | picks
+            if gpus is not None:  # the allocatable shortfall is on top of what the pods hold
+                gpus = max(0, gpus - len(picks))
+        else:
+            self.outside.marked.pop(node, None)
+            self.outside.short.discard(node)
+        self.s.core.set_node_health(node, healthy, bad_gpus=bad, healthy_gpus=gpus)
 
     async def refresh_node(self, node: str) -> None:
-        """Node health again, after what `extra_bad` says of it changed."""
+        """Node health again, after what `extra_bad` or the outside pods say of it changed."""
+        await self.refresh_nodes((node,))
+
+    async def refresh_nodes(self, nodes: Iterable[str]) -> None:
+        self.s.metrics.outside_gpus.set(sum(self.outside.per_node.values()))
+        nodes = list(nodes)
+        if not nodes:  # the common case on a pod's deletion: no need to wait for the verbs' lock
+            return
         async with self.s.lock:
-            if node in self.health:
-                self._set_health(node)
+            for node in nodes:
+                if node in self.health:
+                    self._set_health(node)
 
     async def on_node(self, kind: str, node: dict[str, Any]) -> None:
         if kind == "DELETED":
@@ -250,6 +278,7 @@ class ClusterSync:
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         if not is_enabled(pod):
+            await self._outside_pod(kind, pod)
             return
         uid = kpods.uid(pod)
         if kind == "DELETED":
@@ -259,6 +288,7 @@ class ClusterSync:
             self.checked.pop(uid, None)
             # even when released as finished already: a late filter may have remembered it since
             await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
+            await self.refresh_nodes(list(self.outside.short))  # GPUs may be free for those pods now
             self.done.discard(uid)
             if self.on_gone is not None:
                 await self.on_gone(pod)
@@ -270,6 +300,7 @@ class ClusterSync:
             if uid not in self.done:
                 self.done.add(uid)
                 await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
+                await self.refresh_nodes(list(self.outside.short))
                 if self.on_gone is not None:
                     await self.on_gone(pod)
             return
@@ -291,6 +322,50 @@ class ClusterSync:
                 log.warning("%s", line)
         async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
             self.s.gang_ledger.observe(self.s.core, pod, self.s.waiting_of)
+
+    def _hold_outside(self, pod: Mapping[str, Any]) -> Held | None:
+        """Record a bound, not finished pod that is not topogang's and holds GPUs of a config node;
+        the record when it is new (logged and told once), else None."""
+        node = kpods.node_name(pod)
+        if node is None or kpods.finished(pod) or is_enabled(pod) or not kpods.uid(pod):
+            return None
+        if not views.has_node(self.s.core, node):
+            return None
+        gpus = pod_gpus(pod)
+        if not gpus:
+            return None
+        held = self.outside.hold(pod, node, gpus)
+        if held is not None:
+            log.warning(
+                "pod %s/%s (%s) is not topogang's and holds %d nvidia.com/gpu of %s: "
+                "as many of the node's GPUs are kept out of topogang's placements until it is gone",
+                held.namespace,
+                held.name,
+                held.uid,
+                gpus,
+                node,
+            )
+            self.on_outside(held)
+        return held
+
+    async def _outside_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
+        """A pod that is not topogang's: its GPUs held while it is bound and not finished."""
+        if kind == "DELETED" or kpods.finished(pod):
+            held = self.outside.forget(kpods.uid(pod))
+            if held is not None:
+                log.info(
+                    "pod %s/%s (%s) is gone or finished: %d GPUs of %s back to topogang",
+                    held.namespace,
+                    held.name,
+                    held.uid,
+                    held.gpus,
+                    held.node,
+                )
+                await self.refresh_node(held.node)
+            return
+        held = self._hold_outside(pod)
+        if held is not None:
+            await self.refresh_node(held.node)
 
     def _verify(self, pods: Sequence[Mapping[str, Any]], *, first: bool) -> Verify | None:
         """How recovery judges bind info. Unsigned bind info (HiveD's) is adopted only at the
@@ -323,6 +398,10 @@ class ClusterSync:
 
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}
+        for uid in [u for u in self.outside.held if u not in present]:
+            gone = self.outside.forget(uid)
+            if gone is not None:
+                await self.refresh_node(gone.node)
         for uid in [u for u in self.live if u not in present]:
             del self.live[uid]
             self.pods.pop(uid, None)

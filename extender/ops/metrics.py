@@ -110,6 +110,12 @@ class Metrics:
             "opt-in): their GPUs are held, with no quota or priority, until they are gone.",
             registry=self.registry,
         )
+        self.outside_gpus = Gauge(
+            "topogang_outside_gpus",
+            "nvidia.com/gpu held by bound, not finished pods that are not topogang's on the config's "
+            "nodes: as many GPUs of their nodes are marked bad until those pods are gone.",
+            registry=self.registry,
+        )
         self.dra_mismatch = Gauge(
             "topogang_dra_node_mismatch",
             "Nodes whose ResourceSlices contradict the config (DRA mode): their GPUs are not given out.",

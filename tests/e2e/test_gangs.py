@@ -16,6 +16,7 @@ from kubernetes import client
 
 from tests.e2e.conftest import E2ECluster, Extender, holds_nothing, priority_classes
 from tests.e2e.helpers import (
+    GPU,
     assert_whole_gang,
     delete_pods,
     gpu_collisions,
@@ -307,6 +308,42 @@ def test_not_ready_node_is_marked_bad_and_avoided_by_the_next_gang(
     core.patch_node(n1, {"metadata": {"annotations": {STATUS_ANNOTATION: None}}})
     wait_ready_again(core, n1)
     wait_until("the extender to mark the node good again", lambda: extender.summary()["gpus"]["bad"] == 0, 30)
+
+
+def test_gpus_held_by_a_pod_that_is_not_topogangs_are_not_given_out_again(
+    e2e_cluster: E2ECluster, extender: Extender, gang_ns: str
+) -> None:
+    """Plain pods (no opt-in, no topogang profile) created with `spec.nodeName` on the very nodes the
+    extender picks for a gang hold their 8 GPUs each. topogang's profile leaves `nvidia.com/gpu` to the
+    extender, so only the extender can keep the same gang shape off them: their GPUs count as bad
+    while the pods are there, and come back when they are deleted."""
+    core = e2e_cluster.core
+    chosen = first_choice(core, gang_ns, "probe", 2, "nlp")
+    wait_until("the probe gang released", lambda: holds_nothing(extender) is None, 30)
+    plain = [f"plain-{i}" for i in range(len(chosen))]
+    for name, node in zip(plain, chosen, strict=True):
+        pod = {
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": node,
+                "terminationGracePeriodSeconds": 0,
+                "containers": [
+                    {"name": "main", "image": "fake.invalid/other:1", "resources": {"limits": {GPU: "8"}}}
+                ],
+            },
+        }
+        core.create_namespaced_pod(gang_ns, client.V1Pod.model_validate(pod))
+    wait_until("the extender to hold their GPUs", lambda: extender.summary()["gpus"]["bad"] == 16, 30)
+
+    names = submit_gang(core, gang_ns, "after", 2, 8, "nlp")
+    pods = wait_running(core, gang_ns, names)
+    assert_whole_gang(pods, 8)
+    used = {str(p.node) for p in pods.values()}
+    assert not used & set(chosen), f"placed onto GPUs plain pods hold: {sorted(used & set(chosen))}"
+    assert not gpu_collisions(core)
+
+    wait_gone(core, gang_ns, delete_pods(core, gang_ns, plain))
+    wait_until("their GPUs back", lambda: extender.summary()["gpus"]["bad"] == 0, 30)
 
 
 # ------------------------------------------------------------------------------------------ 6. restart
