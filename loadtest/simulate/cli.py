@@ -29,8 +29,9 @@ from loadtest.simulate.engine import RunResult, simulate, simulate_private
 from loadtest.simulate.goals import evaluate_goals
 from loadtest.simulate.metrics import PolicyMetrics, policy_metrics
 from loadtest.simulate.policies import CorePolicy
-from loadtest.simulate.report import RunInfo, write_report
+from loadtest.simulate.report import write_report
 from loadtest.simulate.roster import make_policy
+from loadtest.simulate.runinfo import RunInfo
 from loadtest.simulate.slowdown import MODELS, make_slowdown
 from loadtest.simulate.trace import TraceError, load_trace
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -25,26 +25,9 @@ from loadtest.simulate.metrics import (
     Share,
     sharing_anomaly,
 )
-from loadtest.simulate.slowdown import LEVELS, Slowdown
-
-PLOTS = ("queueing_cdf.png", "vc_p95.png", "gpus_over_time.png")
-ORDER = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "kueue-like", "private")
-
-
-@dataclass(slots=True)
-class RunInfo:
-    """What was simulated, for the report's header."""
-
-    trace: str
-    jobs: int
-    skipped: dict[str, int]
-    window_hours: float
-    cluster: SimCluster
-    policies: list[str]
-    wall_seconds: float
-    core_fingerprint: str = ""
-    notes: list[str] = field(default_factory=list)
-    locality_model: Slowdown | None = None
+from loadtest.simulate.plots import plot
+from loadtest.simulate.runinfo import RunInfo, ordered
+from loadtest.simulate.slowdown import LEVELS
 
 
 def _h(seconds: float | None) -> str:
@@ -66,10 +49,6 @@ def _d(d: Delays | None, what: str) -> str:
     return _h(v)
 
 
-def _ordered(m: Mapping[str, PolicyMetrics]) -> list[str]:
-    return [p for p in ORDER if p in m] + sorted(p for p in m if p not in ORDER)
-
-
 def _refusal_cell(x: PolicyMetrics) -> str:
     if not x.refusals_tracked:
         return "n/a"
@@ -89,7 +68,7 @@ def _delay_cell(kind: str, group: str, stat: str) -> Callable[[PolicyMetrics], s
 
 def metric_rows(m: Mapping[str, PolicyMetrics]) -> list[tuple[str, list[str]]]:
     """(label, one cell per policy) for the main table."""
-    names = _ordered(m)
+    names = ordered(m)
     rows: list[tuple[str, Callable[[PolicyMetrics], str]]] = [
         ("jobs started (of admitted)", lambda x: f"{x.completed} / {x.admitted}"),
         ("jobs dropped as unschedulable", lambda x: str(sum(x.dropped.values()))),
@@ -132,7 +111,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def _anomaly_table(m: Mapping[str, PolicyMetrics], jobs: str, cluster: SimCluster) -> list[str]:
     pv = m["private"]
-    shared = [p for p in _ordered(m) if p != "private"]
+    shared = [p for p in ordered(m) if p != "private"]
     per = {p: {a.vc: a for a in sharing_anomaly(m[p], pv, jobs)} for p in shared}
     header = ["VC", "quota (nodes)", "jobs", "private p95 (h)"] + [f"{p} p95 (h), Δ, ratio" for p in shared]
     rows = []
@@ -154,7 +133,7 @@ def _anomaly_table(m: Mapping[str, PolicyMetrics], jobs: str, cluster: SimCluste
 
 
 def _per_vc_table(m: Mapping[str, PolicyMetrics]) -> list[str]:
-    names = _ordered(m)
+    names = ordered(m)
     vcs = sorted({vc for x in m.values() for vc in x.per_vc})
     header = ["VC"] + [f"{n}: mean / p95 all, mean / p95 multi (h)" for n in names]
     rows = []
@@ -175,7 +154,7 @@ def markdown(
     info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal], plots: Sequence[str]
 ) -> str:
     c = info.cluster
-    names = _ordered(m)
+    names = ordered(m)
     lines = [
         "# topogang trace simulation: placement quality",
         "",
@@ -310,7 +289,7 @@ def _jsonable(x: Any) -> Any:
 
 def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]) -> dict[str, Any]:
     policies: dict[str, Any] = {}
-    for name in _ordered(m):
+    for name in ordered(m):
         d = asdict(m[name])
         d.pop("queueing_values", None)
         for key, s in m[name].locality.items():
@@ -318,7 +297,7 @@ def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
         policies[name] = d
     anomaly: dict[str, Any] = {}
     if "private" in m:
-        for name in _ordered(m):
+        for name in ordered(m):
             if name == "private":
                 continue
             anomaly[name] = {
@@ -361,134 +340,6 @@ def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
         }
     )
     return out
-
-
-# ---------------------------------------------------------------------- plots
-# One look per policy in every plot. Lines that coincide (hived-like often matches private, or
-# topogang) stay visible: different dashes and markers, and the thinner, dashed lines drawn on top.
-STYLES: dict[str, dict[str, Any]] = {
-    "topogang": {"color": "tab:blue", "linestyle": "-", "linewidth": 2.4, "zorder": 2},
-    "hived-like": {"color": "tab:orange", "linestyle": "--", "linewidth": 1.6, "marker": "o", "zorder": 5},
-    "first-fit": {"color": "tab:green", "linestyle": "-.", "linewidth": 1.4, "marker": "s", "zorder": 4},
-    "first-fit-elastic": {"color": "tab:red", "linestyle": ":", "linewidth": 1.8, "marker": "^", "zorder": 4},
-    "private": {"color": "tab:purple", "linestyle": "-", "linewidth": 3.4, "alpha": 0.45, "zorder": 1},
-    "kueue-like": {"color": "tab:brown", "linestyle": (0, (5, 1, 1, 1)), "marker": "D", "zorder": 4},
-}
-
-
-def color_of(name: str) -> str:
-    """Its own colour, or a spare no listed policy has (matplotlib's first colour is topogang's blue)."""
-    own = STYLES.get(name, {}).get("color")
-    return str(own or ("olive", "cyan", "pink", "gray")[sum(map(ord, name)) % 4])
-
-
-def _style(name: str, markers: bool = True) -> dict[str, Any]:
-    style = dict(STYLES.get(name, {"linestyle": "-", "zorder": 3, "color": color_of(name)}))
-    if markers and "marker" in style:
-        style.update(markersize=4, markevery=0.1)
-    else:
-        style.pop("marker", None)
-    return style
-
-
-def queueing_cdf_figure(m: Mapping[str, PolicyMetrics]) -> Any:
-    """The queueing-delay CDFs, all jobs and multi-GPU jobs."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, group, title in zip(axes, ("all", "multi"), ("all jobs", "multi-GPU jobs"), strict=True):
-        for n in _ordered(m):
-            v = sorted(x / 3600 for x in m[n].queueing_values.get(group, []))
-            if not v:
-                continue
-            ys = [(i + 1) / len(v) for i in range(len(v))]
-            ax.step(v, ys, where="post", label=n, **_style(n))
-        ax.set_xscale("symlog", linthresh=0.1)
-        ax.set_xlabel("queueing delay (hours, symlog)")
-        ax.set_ylabel("share of jobs")
-        ax.set_title(f"Queueing delay CDF, {title}")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def vc_p95_figure(info: RunInfo, m: Mapping[str, PolicyMetrics]) -> Any:
-    """Per-VC p95 queueing, one bar per policy; a bar of height 0 is labelled "0" so it is seen."""
-    import matplotlib.pyplot as plt
-
-    names = _ordered(m)
-    vcs = sorted({vc for x in m.values() for vc in x.per_vc})
-    fig, ax = plt.subplots(figsize=(12, 4.5))
-    width = 0.8 / max(1, len(names))
-    for i, n in enumerate(names):
-        vals = []
-        for vc in vcs:
-            d = m[n].per_vc.get(vc, {}).get("all")
-            vals.append(0.0 if d is None else d.p95 / 3600)
-        xs = [k + (i - (len(names) - 1) / 2) * width for k in range(len(vcs))]
-        color = color_of(n)
-        ax.bar(xs, vals, width, label=n, color=color, edgecolor=color)
-        for x, v in zip(xs, vals, strict=True):
-            if v == 0:
-                ax.annotate(
-                    "0",
-                    (x, 0),
-                    xytext=(0, 2),
-                    textcoords="offset points",
-                    ha="center",
-                    fontsize=7,
-                    color=color,
-                )
-    ax.set_xticks(range(len(vcs)))
-    ax.set_xticklabels([f"{vc}\n({info.cluster.quotas.get(vc, 0)} nodes)" for vc in vcs], fontsize=8)
-    ax.set_ylabel("p95 queueing (hours; 0 marked)")
-    ax.set_title("Per-VC p95 queueing: shared policies vs each VC's private cluster")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    return fig
-
-
-def gpus_over_time_figure(info: RunInfo, m: Mapping[str, PolicyMetrics]) -> Any:
-    """Allocated and stranded GPUs over time, with the cluster's capacity as a labelled line."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 1, figsize=(12, 7), sharex=True)
-    total = info.cluster.total_gpus
-    axes[0].axhline(total, color="black", linewidth=0.8, label=f"capacity ({total} GPUs)")
-    for n in _ordered(m):
-        s = m[n].series
-        days = [h / 24 for h in s.get("hours", [])]
-        style = {**_style(n, markers=False), "linewidth": 1}
-        axes[0].plot(days, s.get("allocated", []), label=n, **style)
-        axes[1].plot(days, s.get("stranded", []), label=n, **style)
-    end = info.window_hours / 24
-    for ax, label in zip(axes, ("allocated GPUs", "stranded GPUs"), strict=True):
-        ax.axvline(end, color="grey", linestyle=":", linewidth=1, label="last submit")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-        ax.legend(loc="upper right")
-    axes[0].set_title("GPUs over time (bin averages)")
-    axes[1].set_xlabel("days since the first submit")
-    fig.tight_layout()
-    return fig
-
-
-def plot(out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics]) -> list[str]:
-    """Write the PNGs; return their file names (empty when matplotlib is missing)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    figures = (queueing_cdf_figure(m), vc_p95_figure(info, m), gpus_over_time_figure(info, m))
-    for name, fig in zip(PLOTS, figures, strict=True):
-        fig.savefig(out / name, dpi=110)
-        plt.close(fig)
-    return list(PLOTS)
 
 
 def write_report(

@@ -11,9 +11,10 @@ from loadtest.simulate.cli import DEFAULT_TRACE
 from loadtest.simulate.cluster import shared_cluster
 from loadtest.simulate.engine import simulate, simulate_private
 from loadtest.simulate.metrics import PolicyMetrics, policy_metrics
+from loadtest.simulate.plots import gpus_over_time_figure, queueing_cdf_figure, vc_p95_figure
 from loadtest.simulate.policies import CorePolicy
-from loadtest.simulate.report import RunInfo, gpus_over_time_figure, queueing_cdf_figure, vc_p95_figure
 from loadtest.simulate.roster import make_policy
+from loadtest.simulate.runinfo import RunInfo
 from loadtest.simulate.trace import load_trace
 
 plt = pytest.importorskip("matplotlib.pyplot")
@@ -81,7 +82,7 @@ def test_the_capacity_line_is_in_the_legend(run: tuple[RunInfo, dict[str, Policy
 def test_every_policy_has_a_colour_of_its_own() -> None:
     """kueue-like once had no entry and got matplotlib's first colour: topogang's blue."""
     from loadtest.simulate.cli import POLICIES
-    from loadtest.simulate.report import color_of
+    from loadtest.simulate.plots import color_of
 
     colours = [color_of(p) for p in POLICIES]
     assert len(set(colours)) == len(POLICIES), dict(zip(POLICIES, colours, strict=True))
