@@ -46,6 +46,7 @@ from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
 from extender.kube.sync import ClusterSync
 from extender.ops.background import every, expiry_interval
+from extender.ops.collector import collector_paused
 from extender.ops.metrics import Metrics
 from topology.core import Core
 
@@ -115,8 +116,10 @@ def kube_service(
         ref = ObjectRef("Pod", kpods.namespace(pod), kpods.name(pod), kpods.uid(pod))
         recorder.record(ref, bad.reason, bad.message(), warning=True)
 
+    with collector_paused():  # the topology model and its arrays: a build that frees nothing
+        core = Core(loaded.spec)
     scheduler = Scheduler(
-        Core(loaded.spec),
+        core,
         KubeBinder(kube),
         metrics=metrics,
         clock=clock,
