@@ -66,6 +66,8 @@ class ClusterSync:
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
         # DRA mode: how the start's recovery reads a pod's GPUs from its claims
         self.recovery_claims: Callable[[], Awaitable[Claimed]] | None = None
+        # run once the start's recovery is done, before ready (`topogang serve`: `gc.freeze`)
+        self.after_recovery: Callable[[], None] | None = None
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -84,6 +86,8 @@ class ClusterSync:
         await self.apply_nodes(nodes, full=True)
         with collector_paused():
             pods_rv, report = await self._recover()
+        if self.after_recovery is not None:
+            self.after_recovery()
         for line in report.lines():
             log.info("%s", line)
         self._tell_unverified(report)

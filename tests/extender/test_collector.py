@@ -62,3 +62,30 @@ def test_the_start_lists_and_recovers_with_the_collector_paused() -> None:
     with pytest.raises(RuntimeError, match="stop here"):
         asyncio.run(probe.start())
     assert seen == [False] and gc.isenabled()
+
+
+def test_the_hook_after_recovery_runs_once_with_the_collector_back_before_ready() -> None:
+    """`kube_service(freeze_after_recovery=True)` (what `topogang serve` asks) freezes what the
+    start built once recovery is done: the hook sees the collector resumed and the service not
+    yet ready."""
+    import asyncio
+
+    from extender.kube.service import kube_service
+    from extender.kube.sync import ClusterSync
+    from tests.extender.helpers import example, nodes
+    from tests.extender.test_kube_edge import apiserver, node
+
+    async def go() -> None:
+        kube = apiserver([], [node(n) for n in nodes()])
+        service = kube_service(example(), kube, freeze_after_recovery=True)
+        wired = service.scheduler.evictor.__self__  # type: ignore[union-attr]  # the service's own sync
+        assert isinstance(wired, ClusterSync) and wired.after_recovery is gc.freeze
+        assert kube_service(example(), kube).scheduler.evictor.__self__.after_recovery is None  # type: ignore[union-attr]
+        sync = ClusterSync(service.scheduler, kube)
+        seen: list[tuple[bool, bool]] = []
+        sync.after_recovery = lambda: seen.append((gc.isenabled(), service.scheduler.ready))
+        await sync.start()
+        assert seen == [(True, False)] and service.scheduler.ready
+
+    asyncio.run(go())
+    assert gc.isenabled()
