@@ -289,6 +289,7 @@ def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> S
         adopt_unsigned_bind_info=args.adopt_unsigned_bind_info,
         audience=args.token_audience,
         dra=dra,
+        freeze_after_recovery=True,  # as the model is frozen before serving (below)
     )
 
 

@@ -38,6 +38,7 @@ from extender.http.ports import BindError, BindTarget
 from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
 from extender.ops.background import every, expiry_interval
+from extender.ops.collector import collector_paused
 from extender.ops.metrics import Metrics
 from topology.core import Core
 
@@ -108,8 +109,10 @@ def build_standalone(
     extras = loaded.extras
     ttl = float(ttl_seconds if ttl_seconds is not None else extras.reservation_ttl_seconds)
     binder = MemoryBinder()
+    with collector_paused():  # the topology model and its arrays: a build that frees nothing
+        core = Core(loaded.spec)
     scheduler = Scheduler(
-        Core(loaded.spec),
+        core,
         binder,
         metrics=Metrics(),
         clock=clock,

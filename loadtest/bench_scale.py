@@ -52,25 +52,33 @@ def core_ratio(large: Path, small: Path, fill: float, decisions: int, reps: int)
 
     specs = {"large": load_config(large).spec, "small": load_config(small).spec}
     rates: dict[str, list[float]] = {"large": [], "small": []}
+    cpu: dict[str, list[float]] = {"large": [], "small": []}
     fill_reached = 0.0
     for rep in range(reps):
         for key in ("small", "large"):
             got = steady_rate(specs[key], fill, decisions, seed=7 + rep)
             rates[key].append(got["rate"])
+            cpu[key].append(got["cpu_rate"])
             if key == "large":
                 fill_reached = got["fill"]
     each = [a / b for a, b in zip(rates["large"], rates["small"], strict=True) if b]
     large_rate, small_rate = statistics.median(rates["large"]), statistics.median(rates["small"])
+    # per CPU second too: on a machine shared with other work the wall rates swing with its load
+    large_cpu, small_cpu = statistics.median(cpu["large"]), statistics.median(cpu["small"])
     return {
         "rate_large": large_rate,
         "rate_small": small_rate,
         "ratio": large_rate / small_rate if small_rate else 0.0,
         "low": min(each, default=0.0),
         "high": max(each, default=0.0),
+        "cpu_rate_large": large_cpu,
+        "cpu_rate_small": small_cpu,
+        "cpu_ratio": large_cpu / small_cpu if small_cpu else 0.0,
         "reps": reps,
         "decisions": decisions,
         "fill": fill_reached,
         "rates": rates,
+        "cpu_rates": cpu,
     }
 
 

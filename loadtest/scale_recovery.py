@@ -115,7 +115,7 @@ async def _restart(config: str, server: FakeApiServer) -> dict[str, Any]:
     t0 = time.perf_counter()
     loaded = load_config(config)
     kube = _TimedKube(server)
-    service = kube_service(loaded, kube, clock=time.monotonic)
+    service = kube_service(loaded, kube, clock=time.monotonic, freeze_after_recovery=True)  # as serve
     built = time.perf_counter()
     app = build_app(service)
     s = service.scheduler

@@ -161,6 +161,11 @@ def format_scale(
             f"{core['rate_large']:,.0f} decisions/s at {meta.get('nodes', 0):,} nodes, "
             f"{core['rate_small']:,.0f}/s at {meta.get('small', 1000):,} (medians of {core.get('reps', '?')})"
         )
+        if core.get("cpu_ratio") is not None:
+            lines.append(
+                f"  per CPU second: {core['cpu_rate_large']:,.0f}/s vs {core['cpu_rate_small']:,.0f}/s, "
+                f"{core['cpu_ratio']:.2f}x (for information: the goal reads the wall rates)"
+            )
     lines.append("goals:")
     lines.extend(g.line() for g in goals)
     return "\n".join(lines)

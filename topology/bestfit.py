@@ -59,23 +59,49 @@ class BestFitIndex:
     def key(self, group: int, node: int) -> int:
         return self._key.get(group, {}).get(node, 0)
 
+    def entries(self, group: int) -> dict[int, int]:
+        """Every node of `group` with its key (a copy; for the invariant checks)."""
+        return dict(self._key.get(group, {}))
+
     def first(self, group: int, keys: Iterable[int]) -> Iterator[int]:
-        """Nodes in `keys` order, lowest id first within a key; each valid node once per key."""
+        """Nodes in `keys` order, lowest id first within a key; each valid node once per key.
+
+        Lazy: a caller that stops after a few nodes pays for those few, not for sorting every
+        node of a key (thousands at 12,500 nodes). The walk reads a heap in place, so the index
+        must not change while it runs (every caller compares nodes, then acts after the loop):
+        a change is an error, as for a dict changed during iteration."""
         current = self._key.get(group, {})
         heaps = self._heaps.get(group, {})
         for k in keys:
             h = heaps.get(k)
             if not h:
                 continue
-            # drop stale heads so the heap stays small, then walk a sorted copy of what is left
+            # drop stale heads so the heap stays small, then walk what is left in order
             while h and current.get(h[0]) != k:
                 heapq.heappop(h)
             if not h:
                 continue
-            head = h[0]
-            yield head
-            seen = {head}
-            for node in sorted(h):
-                if node not in seen and current.get(node) == k:
-                    seen.add(node)
-                    yield node
+            yield from _in_order(h, current, k, self._pushes, group)
+
+
+def _in_order(
+    h: list[int], current: dict[int, int], k: int, pushes: dict[int, int], group: int
+) -> Iterator[int]:
+    """The valid entries of heap `h` (nodes whose key is still `k`) in ascending order, each once,
+    without changing `h`: a frontier of heap positions, smallest node first, costs O(log) per node
+    taken. A node pushed twice with the same key surfaces twice in a row and is yielded once."""
+    size, before = len(h), pushes.get(group, 0)
+    frontier = [(h[0], 0)]
+    last = -1
+    while frontier:
+        node, i = heapq.heappop(frontier)
+        left = 2 * i + 1
+        if left < size:
+            heapq.heappush(frontier, (h[left], left))
+            if left + 1 < size:
+                heapq.heappush(frontier, (h[left + 1], left + 1))
+        if node != last and current.get(node) == k:
+            last = node
+            yield node
+            if len(h) != size or pushes.get(group, 0) != before:
+                raise RuntimeError("BestFitIndex changed while one of its walks was running")

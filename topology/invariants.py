@@ -25,6 +25,7 @@ def violations(core: Core) -> list[str]:
     out += _quotas(core)
     out += _safety(core)
     out += _counters(core)
+    out += _indexes(core)
     return out
 
 
@@ -176,6 +177,30 @@ def _counters(core: Core) -> list[str]:
         for lvl, cells in enumerate(st.pool[ch.index]):
             if any(topo.level[c] != lvl or not st.in_pool[c] for c in cells):
                 out.append(f"pool list of chain {ch.name} level {lvl} is inconsistent")
+    return out
+
+
+def _indexes(core: Core) -> list[str]:
+    """The lookups placement reads instead of scanning agree with the counters: each VC's nodes by
+    its free leaves, the opportunistic view of the nodes, the free pool by used leaves."""
+    out = []
+    topo, st = core.topo, core.state
+    for o, owned in enumerate(st.owned_free):
+        if st.nodes_by_free.entries(o) != owned:
+            out.append(f"best-fit index of owner {o} disagrees with its free leaves")
+    for ch in topo.chains:
+        group = st.opp_group(ch.index)
+        expect = {n: k for n in topo.nodes_in_chain(ch.index) if (k := st.opp_key(n))}
+        if st.nodes_by_free.entries(group) != expect:
+            out.append(f"opportunistic best-fit index of chain {ch.name} disagrees with the free leaves")
+    pool = {
+        c: topo.leaf_count[c] - st.free[c]
+        for ch in topo.chains
+        for level in range(ch.node_level, ch.top_level + 1)
+        for c in st.pool[ch.index][level]
+    }
+    if st.pool_order.kept() != pool:
+        out.append("the free pool's order by used leaves disagrees with the pool")
     return out
 
 

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from topology.bestfit import BestFitIndex
 from topology.core import Core
 from topology.placement import Placer
+from topology.poolorder import PoolOrder
 from topology.reservations import Gang, Reservations, Slot
 from topology.state import CellState
 
@@ -78,6 +79,7 @@ STATE_FIELDS: dict[str, Callable[[Any], Any]] = {
     "owned_free": _nested,
     "owned_cells": _nested,
     "nodes_by_free": BestFitIndex.compacted,
+    "pool_order": PoolOrder.compacted,
     "_log": _empty,
     "_marks": _empty,
     "recent_binds": _empty,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from topology.bestfit import BestFitIndex
 from topology.model import Topology
+from topology.poolorder import PoolOrder
 
 NO_GANG = -1
 NO_OWNER = -1
@@ -81,6 +82,7 @@ class CellState:
         self._log: list[Callable[[], None]] = []
         self._marks: list[tuple[int, int]] = []
         self.recent_binds: list[int] = []  # cells bound inside open transactions
+        self.pool_order = PoolOrder(topo)  # the pool's cells by used leaves (`buddy.binding_order`)
         for ch in range(n_chains):
             for top in topo.chains[ch].tops:
                 self._pool_add(top)
@@ -116,10 +118,12 @@ class CellState:
     def _pool_add(self, c: int) -> None:
         self.in_pool[c] = True
         self.pool[self.topo.cell_chain[c]][self.topo.level[c]].add(c)
+        self.pool_order.track(c, self.free[c])
 
     def _pool_remove(self, c: int) -> None:
         self.in_pool[c] = False
         self.pool[self.topo.cell_chain[c]][self.topo.level[c]].discard(c)
+        self.pool_order.track(c, None)
 
     def _add_pool_leaves(self, c: int, delta: int) -> None:
         parent = self.topo.parent
@@ -409,6 +413,8 @@ class CellState:
                 self.nodes_by_free.update(owner, node, self.owned_free[owner].get(node, 0))
             if node != last:
                 self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+                if (root := self.pool_root(topo.node_cell[node])) >= 0:
+                    self.pool_order.track(root, self.free[root])
                 last = node
 
     def set_reserver(self, leaf: int, gang: int) -> None:
@@ -437,6 +443,8 @@ class CellState:
             self._owned_free_add(owner, topo.cell_node[leaf], -d)
         node = topo.cell_node[leaf]
         self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+        if (root := self.pool_root(topo.node_cell[node])) >= 0:
+            self.pool_order.track(root, self.free[root])
         self._record(lambda: self.set_leaf_bad(leaf, not bad))
 
     # ------------------------------------------------------------------ views

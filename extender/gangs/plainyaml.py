@@ -4,9 +4,10 @@ A restart reads one `pod-bind-info` annotation per bound pod, and a YAML parser 
 PyYAML's constructor and the limits walk of `config.untrusted`) costs ~0.35 ms each: at 80,000
 GPUs in bound pods that alone is most of the time to ready. What topogang writes there
 (`extender.gangs.bindinfo`, PyYAML's block style) uses a tiny part of YAML: mappings of simple keys,
-block sequences, integers, `''` and plain words. `read_plain` reads exactly that part and answers
-None for anything else (a quote, a comment, flow style, a tab, a duplicate key, a word the YAML
-resolver would not read as a string, ...), and the caller then reads the text with the full parser.
+block sequences, integers, `''` and plain words (letters, digits and `_./:-`, not ending in `:`).
+`read_plain` reads exactly that part and answers None for anything else (a quote, a comment, flow
+style, a tab, a duplicate key, a word the YAML resolver would not read as a string, ...), and the
+caller then reads the text with the full parser.
 Within that part, the value is the one `yaml.safe_load` gives (a property test holds the two side by
 side), so which reader read a text never changes what it means.
 """
@@ -21,7 +22,9 @@ import yaml
 
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _INT = re.compile(r"-?(?:0|[1-9][0-9]*)\Z")
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_./-]*\Z")
+# a colon inside a word is the word's in block YAML (a one-pod gang is `<namespace>/pod:<pod>`); one
+# at its end would start a mapping value, so the parser decides those
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_./:-]*(?<!:)\Z")
 MAX_DEPTH = 16  # deeper than anything topogang writes: the full parser (and its limits) decides
 # longer than any word topogang writes (a gang is namespace/name, 253 characters each): the cache of
 # words read below stays small whatever a tenant writes into its pod's annotations

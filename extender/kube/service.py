@@ -14,6 +14,7 @@ one, this replica leads from the start.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -47,6 +48,7 @@ from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
 from extender.kube.sync import ClusterSync
 from extender.ops.background import every, expiry_interval
+from extender.ops.collector import collector_paused
 from extender.ops.metrics import Metrics
 from topology.core import Core
 
@@ -75,6 +77,7 @@ def kube_service(
     adopt_unsigned_bind_info: bool = False,
     audience: str = DEFAULT_AUDIENCE,
     dra: DraSettings | None = None,
+    freeze_after_recovery: bool = False,
 ) -> Service:
     """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one). `namespace` holds the
     extender's own objects (GangReservations, the Lease); `lease` turns on leader election, and
@@ -84,7 +87,12 @@ def kube_service(
     HiveD's at the first start of a switch-over.
     `audience`: the audience of the tokens its readers present (TokenReview; "" for the API
     server's own), `extender.http.doors` says who may read what.
-    `dra`: DRA mode, topogang allocating its pods' ResourceClaims (`extender.kube.dra_mode`)."""
+    `dra`: DRA mode, topogang allocating its pods' ResourceClaims (`extender.kube.dra_mode`).
+    `freeze_after_recovery`: once the start's recovery is done, what it built (the recovered gangs,
+    the ledger) is moved out of the cyclic collector's reach (`gc.freeze`): at 80,000 GPUs in
+    bound pods a full collection would otherwise walk it all, ~1-2 s, on whichever call triggers
+    it. For a process that lives as long as that state (`topogang serve`), not for tests that
+    start many services in one process."""
     extras = loaded.extras
     ttl = float(extras.reservation_ttl_seconds)
     frameworks: dict[tuple[str, str], tuple[float, Mapping[str, Any] | None]] = {}
@@ -116,8 +124,10 @@ def kube_service(
         ref = ObjectRef("Pod", kpods.namespace(pod), kpods.name(pod), kpods.uid(pod))
         recorder.record(ref, bad.reason, bad.message(), warning=True)
 
+    with collector_paused():  # the topology model and its arrays: a build that frees nothing
+        core = Core(loaded.spec)
     scheduler = Scheduler(
-        Core(loaded.spec),
+        core,
         KubeBinder(kube),
         metrics=metrics,
         clock=clock,
@@ -138,6 +148,8 @@ def kube_service(
 
     scheduler.entitlement.on_refused = on_refused
     sync = ClusterSync(scheduler, kube)
+    if freeze_after_recovery:
+        sync.after_recovery = gc.freeze
     scheduler.promotions.locate.insert(0, sync.live.get)  # every opted-in pod of the cluster, by UID
     sync.on_invalid = on_invalid
     if signing_key is not None:
@@ -314,6 +326,7 @@ def build_kube_service(
     adopt_unsigned_bind_info: bool = False,
     audience: str = DEFAULT_AUDIENCE,
     dra: DraSettings | None = None,
+    freeze_after_recovery: bool = False,
 ) -> Service:
     return kube_service(
         loaded,
@@ -325,4 +338,5 @@ def build_kube_service(
         adopt_unsigned_bind_info=adopt_unsigned_bind_info,
         audience=audience,
         dra=dra,
+        freeze_after_recovery=freeze_after_recovery,
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from extender.gangs.bindsig import BindSigner, signed_by, verifier
@@ -37,6 +37,7 @@ from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.outside import Held, OutsidePods
 from extender.kube.recovery import Claimed, RecoveryReport, Unverified, Verify, recover
+from extender.ops.collector import collector_paused
 
 log = logging.getLogger("topogang.kube")
 
@@ -72,6 +73,8 @@ class ClusterSync:
         self.recovery_claims: Callable[[], Awaitable[Claimed]] | None = None
         self.outside = OutsidePods()  # pods that are not topogang's holding GPUs of the config's nodes
         self.on_outside: Callable[[Held], None] = lambda held: None  # told once per such pod
+        # run once the start's recovery is done, before ready (`topogang serve`: `gc.freeze`)
+        self.after_recovery: Callable[[], None] | None = None
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -81,10 +84,26 @@ class ClusterSync:
 
     # ------------------------------------------------------------------------------ start-up
     async def start(self) -> tuple[str, str]:
-        """List nodes and pods, recover, turn ready; the resourceVersions to watch from."""
+        """List nodes and pods, recover, turn ready; the resourceVersions to watch from.
+
+        Without the cyclic collector from the pod list to the end of recovery: a batch that builds
+        (the listed pods, the core's gangs) and frees nearly nothing (`extender.ops.collector`)."""
         self.s.not_ready_reason = "listing nodes"
         nodes, nodes_rv = await self.kube.list(NODES)
         await self.apply_nodes(nodes, full=True)
+        with collector_paused():
+            pods_rv, report = await self._recover()
+        if self.after_recovery is not None:
+            self.after_recovery()
+        for line in report.lines():
+            log.info("%s", line)
+        self._tell_unverified(report)
+        self.synced = True
+        self.synced_event.set()
+        self.refresh_ready()
+        return nodes_rv, pods_rv
+
+    async def _recover(self) -> tuple[str, RecoveryReport]:
         self.s.not_ready_reason = "listing pods and recovering allocations"
         pods, pods_rv = await self.kube.list(PODS)
         claimed = None
@@ -106,25 +125,24 @@ class ClusterSync:
                     self._guarded(
                         "observing", pod, self.s.gang_ledger.observe, self.s.core, pod, self.s.waiting_of
                     )
+        self._keep_listed(pods, report.bind_info_read)
+        # after recovery, so that the GPUs they stand for are ones no adopted gang holds
+        touched = {h.node for pod in pods if (h := self._hold_outside(pod)) is not None}
+        await self.refresh_nodes(touched)
+        return pods_rv, report
+
+    def _keep_listed(self, pods: list[dict[str, Any]], judged: Container[str]) -> None:
+        """The start's pods as the watch goes on from them; those whose bind info recovery read
+        (`judged`) are checked already, by that bind info."""
         for pod in pods:
             if is_enabled(pod) and not kpods.finished(pod):
                 uid = kpods.uid(pod)
                 self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
                 self.pods[uid] = kpods.kept(pod)
-                if uid in report.bind_info_read:  # judged by that bind info, which recovery just read
+                if uid in judged:
                     self.checked[uid] = fingerprint(pod)
                 else:
                     self._guarded("checking", pod, self.check, pod)
-        for line in report.lines():
-            log.info("%s", line)
-        self._tell_unverified(report)
-        # after recovery, so that the GPUs they stand for are ones no adopted gang holds
-        touched = {h.node for pod in pods if (h := self._hold_outside(pod)) is not None}
-        await self.refresh_nodes(touched)
-        self.synced = True
-        self.synced_event.set()
-        self.refresh_ready()
-        return nodes_rv, pods_rv
 
     async def run(self) -> None:
         backoff = 1.0

@@ -33,4 +33,10 @@ def test_the_steady_rate_is_timed_after_the_cluster_is_filled() -> None:
     r = bench_core.steady_rate(generate_spec(nodes=16, rack_size=8), 0.5, 200, seed=3)
     assert r["decisions"] == 200 and r["gpus"] == 128
     assert 0.4 <= r["fill"] <= 0.5  # warmed up to the fill before the clock started
-    assert r["placed"] > 100 and r["rate"] > 0
+    assert r["placed"] > 100 and r["rate"] > 0 and r["cpu_rate"] > 0
+
+
+def test_the_job_stream_is_made_lazily_and_holds_the_same_jobs() -> None:
+    stream = bench_core.job_stream(["a", "b"], 50, seed=3)
+    assert not isinstance(stream, list)
+    assert list(stream) == bench_core.make_jobs(["a", "b"], 50, seed=3)

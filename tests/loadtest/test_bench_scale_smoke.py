@@ -28,6 +28,8 @@ def test_bench_scale_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureF
         "core decisions/s vs the 16-node cluster",
     ]
     assert {"filter p99 @1 user vs no-op", "bind p99 @1 user vs no-op"} <= set(names)
+    core = doc["core"]  # the goal reads wall rates; rates per CPU second are printed beside them
+    assert core["cpu_rate_large"] > 0 and core["cpu_rate_small"] > 0 and "per CPU second" in out
     assert all(g["target"] == P99_RATIO_GOAL for g in doc["goals"] if "p99" in g["goal"])
     for g in doc["goals"]:
         assert ("PASS" if g["pass"] else "FAIL") in out
