@@ -230,10 +230,12 @@ class ClusterSync:
         await self.refresh_nodes((node,))
 
     async def refresh_nodes(self, nodes: Iterable[str]) -> None:
-        self.s.metrics.outside_gpus.set(sum(self.outside.per_node.values()))
+        """Node health again for `nodes`; the outside pods' gauge with it, since only a change of
+        what they hold brings a node here (nothing to do, and no lock, for none)."""
         nodes = list(nodes)
-        if not nodes:  # the common case on a pod's deletion: no need to wait for the verbs' lock
+        if not nodes:
             return
+        self.s.metrics.outside_gpus.set(sum(self.outside.per_node.values()))
         async with self.s.lock:
             for node in nodes:
                 if node in self.health:
@@ -306,7 +308,8 @@ class ClusterSync:
             self.checked.pop(uid, None)
             # even when released as finished already: a late filter may have remembered it since
             await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
-            await self.refresh_nodes(list(self.outside.short))  # GPUs may be free for those pods now
+            if self.outside.short:  # GPUs may be free for those pods now
+                await self.refresh_nodes(list(self.outside.short))
             self.done.discard(uid)
             if self.on_gone is not None:
                 await self.on_gone(pod)
@@ -318,7 +321,8 @@ class ClusterSync:
             if uid not in self.done:
                 self.done.add(uid)
                 await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
-                await self.refresh_nodes(list(self.outside.short))
+                if self.outside.short:
+                    await self.refresh_nodes(list(self.outside.short))
                 if self.on_gone is not None:
                     await self.on_gone(pod)
             return
