@@ -70,6 +70,7 @@ class Topology:
         # of dicts that every full garbage collection would walk (a restart's recovery took 3x as long
         # with it held), so it goes once compiled and is built again, from the same spec, when asked.
         self._graph: nx.DiGraph | None = None
+        self._nodes_at: dict[int, list[int]] = {}
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -251,6 +252,15 @@ class Topology:
         while c >= 0 and lv[c] < level:
             c = parent[c]
         return c
+
+    def nodes_at(self, level: int) -> list[int]:
+        """Each node's ancestor-or-self at `level` (-1 above its chain's top), by node id: the
+        multi-node search sums a VC's free leaves per rack over every node it holds, and a list
+        index per node is several times cheaper than walking up from each (built once per level)."""
+        table = self._nodes_at.get(level)
+        if table is None:
+            table = self._nodes_at[level] = [self.ancestor_at(nc, level) for nc in self.node_cell]
+        return table
 
     # ------------------------------------------------------------------ queries (cold path)
     def ancestors(self, c: int) -> list[int]:

@@ -371,9 +371,10 @@ class Placer:
             for c in cells:
                 cap[c] = st.free[c]
         else:
+            at, cell_chain = topo.nodes_at(lvl), topo.cell_chain
             for n, k in st.owned_free[owner].items():
-                a = topo.ancestor_at(topo.node_cell[n], lvl)
-                if a >= 0 and topo.cell_chain[a] == chain:
+                a = at[n]
+                if a >= 0 and cell_chain[a] == chain:
                     cap[a] = cap.get(a, 0) + k
             if q is not None:
                 pool = st.pool_leaves

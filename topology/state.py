@@ -70,11 +70,12 @@ class CellState:
         self.owned_cells: list[set[int]] = [set() for _ in owners]
         # best-fit node lookup: group = owner id (key: owned free leaves), or opp_group(chain) (key:
         # free leaves, plus a penalty when the node has guaranteed work, so idle nodes come first)
-        # per leaf, how many of its cells (itself up) lie below its node: `_count_leaves` walks those
-        # per leaf, and the node and above once per node
-        self._below_node: list[int] = [0] * n
+        # per leaf, its cells (itself up) below its node: `_count_leaves` walks those per leaf, and
+        # the node and above once per node
+        self._below_node: list[tuple[int, ...]] = [()] * n
         for leaf in topo.leaves:
-            self._below_node[leaf] = topo.up[leaf].index(topo.node_cell[topo.cell_node[leaf]])
+            path = topo.up[leaf]
+            self._below_node[leaf] = path[: path.index(topo.node_cell[topo.cell_node[leaf]])]
         self.nodes_by_free = BestFitIndex()
         self.opp_penalty = topo.node_leaf_max + 1
         for n, nc in enumerate(topo.node_cell):
@@ -337,7 +338,7 @@ class CellState:
         node and its ancestors once per run of a node's leaves, each owner's free count once per
         node (what `_set_leaf` does leaf by leaf, in bulk: a pod's leaves share their node)."""
         topo = self.topo
-        up, cell_node, below = topo.up, topo.cell_node, self._below_node
+        cell_node, below = topo.cell_node, self._below_node
         free, leaf_bad, leaf_owner = self.free, self.leaf_bad, self.leaf_owner
         d_use = -d_free
         owned: dict[tuple[int, int], int] = {}
@@ -349,7 +350,7 @@ class CellState:
                 if run_node >= 0:
                     self._count_above(run_node, run_free, usage, run_use)
                 run_node, run_free, run_use = node, 0, 0
-            cells = up[leaf][: below[leaf]]
+            cells = below[leaf]
             for c in cells:
                 usage[c] += d_use
             run_use += d_use
@@ -406,11 +407,13 @@ class CellState:
         topo = self.topo
         cell_node, leaf_owner = topo.cell_node, self.leaf_owner
         last = -1
+        last_owned = (-1, NO_OWNER)
         for leaf in leaves:
             node = cell_node[leaf]
             owner = leaf_owner[leaf]
-            if owner != NO_OWNER:
+            if owner != NO_OWNER and (node, owner) != last_owned:  # a pod's leaves: one key per node
                 self.nodes_by_free.update(owner, node, self.owned_free[owner].get(node, 0))
+                last_owned = (node, owner)
             if node != last:
                 self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
                 if (root := self.pool_root(topo.node_cell[node])) >= 0:
