@@ -382,7 +382,9 @@ class Placer:
                     p = pool[c]
                     if p:
                         cap[c] = cap.get(c, 0) + p
-        return [c for _, c in sorted((v, c) for c, v in cap.items() if v >= total)]
+        fits = [(v, c) for c, v in cap.items() if v >= total]  # a list, not a generator: ~100 racks
+        fits.sort()
+        return [c for _, c in fits]
 
     def _unbound_leaves(self, owner: int, chain: int) -> int:
         q = self._quota(owner, chain)
