@@ -223,7 +223,10 @@ class ClusterSync:
         else:
             self.outside.marked.pop(node, None)
             self.outside.short.discard(node)
+        free = self.s.core.node_fill(node)[0]
         self.s.core.set_node_health(node, healthy, bad_gpus=bad, healthy_gpus=gpus)
+        if self.s.core.node_fill(node)[0] > free:  # GPUs back (healed, or an outside pod gone)
+            self.s.requeue.freed()
 
     async def refresh_node(self, node: str) -> None:
         """Node health again, after what `extra_bad` or the outside pods say of it changed."""
@@ -297,6 +300,8 @@ class ClusterSync:
             )
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self.s.requeue.passed(kpods.uid(pod))  # nothing left to requeue, opted in or not
         if not is_enabled(pod):
             await self._outside_pod(kind, pod)
             return
@@ -420,6 +425,7 @@ class ClusterSync:
 
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}
+        self.s.requeue.keep_only(present)
         for uid in [u for u in self.outside.held if u not in present]:
             gone = self.outside.forget(uid)
             if gone is not None:
