@@ -10,8 +10,10 @@ annotations (`recovery`). Then watch both from the lists' resourceVersions, list
   gangReleaseEnable); pod Failed -> its slot opens for the retry;
 - a bound pod the core does not hold (bound elsewhere, or missed) -> adopted;
 - a bound, not finished pod that is not topogang's and asks for `nvidia.com/gpu` -> that many free
-  GPUs of its node marked bad until it finishes or goes (`extender.kube.outside`): the core's state
-  would not see them otherwise.
+  GPUs of its node marked bad until it finishes or goes (`extender.kube.outside`): topogang's
+  kube-scheduler profile leaves the resource to the extender, so nothing else counts them;
+- a node's free GPUs rise, a gang is released, a slot's pod goes -> the pods the filter turned away
+  for lack of room are requeued (`extender.kube.requeue`).
 
 Pod content is untrusted (`extender.kube.invalid`): a pod whose annotations cannot be used is
 skipped with a Warning Event saying why, and one pod's event that still fails to be handled is

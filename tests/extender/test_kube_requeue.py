@@ -128,3 +128,28 @@ def test_only_waits_that_room_can_end_are_kept() -> None:
     assert waits_for_room(WaitCode.PREEMPTING, guaranteed, 16)
     assert not waits_for_room(WaitCode.NO_SUGGESTED_NODE, guaranteed, 16)  # kube-scheduler's filters
     assert not waits_for_room(WaitCode.EXPIRED, guaranteed, 16)
+
+
+def test_only_a_pod_the_api_server_has_as_the_body_names_it_can_be_marked() -> None:
+    """Whoever reaches the filter names the pod in the body; a pod the API server does not have under
+    that UID, namespace and name is answered as unknown and never recorded, so no release marks it."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        r = await start(kube, clock)
+        text = spec(NLP, 8, 3, "nlp/blocker")
+        for i in range(3):
+            await r.place(submit(kube, f"b{i}", f"blocker-{i}", NLP, text))
+        victim = submit(kube, "v0", "victim", "vision", spec("vision", 8))
+        forged = submit(kube, "w0", "waiter", NLP, spec(NLP, 8))
+        forged = {**forged, "metadata": {**forged["metadata"], "namespace": "vision", "name": "victim"}}
+        got = await r.verb("filter", forged)
+        assert not got["NodeNames"] and "not known" in str(got["Error"]), got
+        assert r.s.requeue.counts() == (0, 0)
+        for i in range(3):
+            kube.server.delete(pod_path(NLP, f"blocker-{i}"), {"gracePeriodSeconds": 0})
+        await until("the blocker released", lambda: r.s.core.gang("nlp/blocker") is None)
+        assert mark_of(kube, "vision", "victim") is None and victim["metadata"]["uid"] == "v0"
+        await r.stop()
+
+    run(go())
