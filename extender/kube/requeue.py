@@ -80,15 +80,20 @@ class Requeuer:
         return "patched" if got is not None else "gone"
 
     async def run(self) -> None:
-        """Mark due pods as they come, `rate` a second at most (`rate` at once after a pause)."""
+        """Mark due pods as they come, `rate` a second at most (`rate` at once after a pause). A
+        failure is the one pod's (logged, counted): the task goes on for the others."""
         burst = max(1, int(self.rate))
         while True:
             await self.requeue.wake.wait()
-            for pod in self.requeue.take(burst):
+            batch = self.requeue.take(burst)
+            for pod in batch:
                 try:
                     outcome = await self.patch(pod)
-                except (OSError, TimeoutError) as exc:
+                except (OSError, TimeoutError) as exc:  # the API server unreachable for now
                     log.warning("cannot requeue pod %s/%s: %s", pod.namespace, pod.name, exc)
                     outcome = "failed"
+                except Exception:
+                    log.exception("cannot requeue pod %s/%s", pod.namespace, pod.name)
+                    outcome = "failed"
                 self.metrics.requeues.labels(outcome).inc()
-            await asyncio.sleep(burst / self.rate)
+            await asyncio.sleep(len(batch) / self.rate)

@@ -4,6 +4,7 @@ gets the pod filtered again when the extender's watch, not kube-scheduler's, see
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from extender.http.turned_away import Requeue, TurnedAway, waits_for_room
@@ -11,6 +12,7 @@ from extender.kube.client import pod_path
 from extender.kube.requeue import ANNOTATION, Requeuer
 from extender.ops.metrics import Metrics
 from loadtest.kubefake import FakeKube
+from loadtest.kubefake.client import Fault
 from tests.extender.helpers import Clock, run, spec
 from tests.extender.test_kube_durable import Running, cluster, start, submit, until
 from topology.decisions import GangRequest, Member, WaitCode
@@ -151,5 +153,27 @@ def test_only_a_pod_the_api_server_has_as_the_body_names_it_can_be_marked() -> N
         await until("the blocker released", lambda: r.s.core.gang("nlp/blocker") is None)
         assert mark_of(kube, "vision", "victim") is None and victim["metadata"]["uid"] == "v0"
         await r.stop()
+
+    run(go())
+
+
+def test_a_failed_patch_is_counted_and_the_others_are_still_marked() -> None:
+    async def go() -> None:
+        kube = FakeKube()
+        for uid, name in (("u0", "slow"), ("u1", "denied"), ("u2", "fine")):
+            submit(kube, uid, name, NLP, spec(NLP, 8))
+        kube.inject(Fault("PATCH", "/slow$", "timeout"))
+        kube.inject(Fault("PATCH", "/denied$", "error", status=403))
+        metrics, book = Metrics(), Requeue()
+        task = asyncio.create_task(Requeuer(book, kube, metrics, rate=1000.0).run())
+        for uid, name in (("u0", "slow"), ("u1", "denied"), ("u2", "fine")):
+            book.turned_away(TurnedAway(NLP, name, uid, f"nlp/pod:{name}"))
+        book.freed()
+        await until("the fine pod marked", lambda: mark_of(kube, NLP, "fine") is not None)
+        assert mark_of(kube, NLP, "slow") is None and mark_of(kube, NLP, "denied") is None
+        text = metrics.render().decode()
+        assert 'topogang_requeues_total{outcome="failed"} 2.0' in text
+        assert 'topogang_requeues_total{outcome="patched"} 1.0' in text
+        task.cancel()
 
     run(go())
