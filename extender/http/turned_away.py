@@ -1,15 +1,15 @@
 """Pods the filter turned away for lack of room, to be requeued once room may have freed.
 
-kube-scheduler parks a pod an extender turned away in its unschedulable queue, and moves it back only
-on a cluster event it sees (any event, since no plugin named what would help) or after its 5-minute
-flush. The extender learns that room freed from its own watch, which may run behind kube-scheduler's
-informer: a victim's deletion can requeue the pod in kube-scheduler, the filter turn it away again
-because the extender has not seen that deletion yet, and then nothing is left to happen. So the
-filter records each pod it turns away for lack of room (`turned_away`), whatever frees room says so
-(`freed`: a gang released, a node's GPUs healthy again; a slot's pod gone, for its own gang), and
-every pod recorded before that is due for a requeue (`take`): `extender.kube.requeue` marks it with
-an annotation, an update of the pod itself, which moves it out of kube-scheduler's unschedulable
-queue.
+kube-scheduler parks a pod an extender turned away in its unschedulable queue, and moves it back
+only on a cluster event it sees (any event: the rejector it records, `Extender`, answers Queue to
+all) or after its 5-minute flush. The extender learns that room freed from its own watch, which may
+run behind kube-scheduler's informer: a victim's deletion can requeue the pod in kube-scheduler,
+the filter turn it away again because the extender has not seen that deletion yet, and then nothing
+is left to happen. So the filter records each pod it turns away for lack of room (`turned_away`),
+whatever frees room says so (`freed`: a gang released, a node's GPUs healthy again; a slot's pod
+gone, for its own gang), and every pod recorded before that is due for a requeue (`take`):
+`extender.kube.requeue` marks it with an annotation, an update of the pod itself, which moves it
+out of kube-scheduler's unschedulable queue.
 
 A pod is due at most once per time it was turned away: filtered again (placed, or turned away once
 more, which records it anew), deleted, or requeued, it leaves. Only lack of room counts: a wait that
