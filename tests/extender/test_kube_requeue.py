@@ -13,8 +13,9 @@ from extender.kube.requeue import ANNOTATION, Requeuer
 from extender.ops.metrics import Metrics
 from loadtest.kubefake import FakeKube
 from loadtest.kubefake.client import Fault
-from tests.extender.helpers import Clock, run, spec
+from tests.extender.helpers import Clock, nodes, run, spec
 from tests.extender.test_kube_durable import Running, cluster, start, submit, until
+from tests.extender.test_kube_outside import OTHER, plain, put
 from topology.decisions import GangRequest, Member, WaitCode
 
 NLP = "nlp"  # 24 GPUs of quota in the example config: three whole nodes
@@ -175,5 +176,25 @@ def test_a_failed_patch_is_counted_and_the_others_are_still_marked() -> None:
         assert 'topogang_requeues_total{outcome="failed"} 2.0' in text
         assert 'topogang_requeues_total{outcome="patched"} 1.0' in text
         task.cancel()
+
+    run(go())
+
+
+def test_gpus_coming_back_on_a_node_mark_the_pods_turned_away() -> None:
+    """Every GPU is held by pods that are not topogang's: a topogang pod is turned away; one of them
+    goes, its node's GPUs come back (no release of topogang's), and the pod is marked."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        r = await start(kube, clock)
+        for i, node in enumerate(nodes()):
+            put(kube, plain(f"other-{i}", node, 8))
+        await until("every GPU held", lambda: all(r.s.core.node_fill(n)[0] == 0 for n in nodes()))
+        waiter = submit(kube, "w0", "waiter", NLP, spec(NLP, 8))
+        await turned_away(r, waiter)
+        assert r.s.requeue.counts() == (1, 0)
+        kube.server.delete(pod_path(OTHER, "other-0"), {"gracePeriodSeconds": 0})
+        await until("the waiter marked", lambda: mark_of(kube, NLP, "waiter") is not None)
+        await r.stop()
 
     run(go())
