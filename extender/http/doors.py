@@ -3,7 +3,9 @@
     open     no tenant data: health, readiness, metrics (labels: phase, VC, chain/level/cell type,
              verb, outcome, reason, result, route; never a gang's or a pod's name), the index of
              paths, the cluster view's static files
-    verbs    kube-scheduler's verbs: kept by their own listener (client certificates), not here
+    verbs    kube-scheduler's verbs: kept by their own listener (client certificates), not here. What
+             they lead to on pods (Bindings, evictions, the requeue mark on a pod the filter turned
+             away, `extender.kube.requeue`) is for pods the API server has as the body names them
     tenant   what a job pod reads about its own gang: the gang ledger's `/v1/gangs/{ns}/{name}` and
              the Framework proxy. A pod's ServiceAccount token (TokenReview, the chart's audience)
              names the pod; the pod must exist with that UID, and the gang it is a member of must be

@@ -169,3 +169,12 @@ async def for_bind(s: Reader, args: wire.BindingArgs) -> PodRequest | str:
         return await s.request_of(wp)
     except UserError as err:
         return user_error(wp.key, annotation_of(pod), err)
+
+
+def may_preempt(pod: Mapping[str, Any]) -> bool:
+    """Whether filter-time preemption (Kubernetes mode) may evict for this pod: kube-scheduler's own
+    dry run only reaches the preempt verb when its in-tree filters see the node full, which pods
+    that request only the virtual opt-in resource never make it see. A pod may refuse
+    (`preemptionPolicy: Never`)."""
+    spec = pod.get("spec")
+    return not (isinstance(spec, dict) and spec.get("preemptionPolicy") == "Never")

@@ -35,10 +35,11 @@ from extender.http import podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
-from extender.http.podrequests import member_ask
+from extender.http.podrequests import may_preempt, member_ask
 from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
 from extender.http.promises import Promises
 from extender.http.promotions import PromotionWriter, known_names
+from extender.http.turned_away import Requeue, TurnedAway
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
 from topology.asks import FilterAsk, IdentityError, Slots, Waits
@@ -101,6 +102,7 @@ class Scheduler:
         self.promotions = PromotionWriter(
             binder, known_names(self.pods, self.gang_ledger), metrics=self.metrics
         )
+        self.requeue = Requeue()  # pods turned away for lack of room, requeued once room frees
 
     # ------------------------------------------------------------------------------ the core
     @property
@@ -169,7 +171,7 @@ class Scheduler:
             now = self.clock()
             ask = FilterAsk(
                 member_ask(pr, self.node_lists.node_set(names)),
-                preempt=self._may_preempt(args.pod.raw),
+                preempt=self.preempt_on_filter and may_preempt(args.pod.raw),
                 supersede=attempt.superseded,
                 abandon=left,
                 place=len(unknown) < len(names),  # nothing to place on: no reservation, no wait
@@ -204,10 +206,12 @@ class Scheduler:
                 if out.preempted is not None:
                     self._preempted(out.preempted, pr.gang, "filter")
                 self._count("filter", "wait")
+                self.requeue.waits(pr, out)
                 return self._wait_answer(args, pr, out, names, unknown, now)
             self.waiting.pop(pr.gang, None)
             self.gang_ledger.placed(self.core, pr.gang, self.waiting_of, Known(out.gang))
-            if not out.slots:
+            if not out.slots:  # its slot's holder, or another member, must go first
+                self.requeue.turned_away(TurnedAway.of(pr))
                 self._count("filter", "wait")
                 text = slots_taken(pr.gang, pr.slot_key, out.holder, pr.leaf_number)
                 return replies.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
@@ -219,6 +223,7 @@ class Scheduler:
                 else [n for n in names if n in slot_nodes]  # a name given twice: keep both
             )
             self._count("filter", "placed" if passed else "rejected")
+            self.requeue.passed(pr.uid)
             self.promises.promise(pr, out, now)
             if passed:
                 # kube-scheduler reads why nodes failed only when none passes, and counts a dropped,
@@ -228,15 +233,6 @@ class Scheduler:
             unresolvable = dict.fromkeys(names, slot_rejected(pr.gang, slot_nodes))
             unresolvable.update(unknown)
             return replies.filter_result(args, (), {}, unresolvable)
-
-    def _may_preempt(self, pod: Mapping[str, Any]) -> bool:
-        """Filter-time preemption (Kubernetes mode): kube-scheduler's own dry run only reaches the
-        preempt verb when its in-tree filters see the node full, which pods that request only the
-        virtual opt-in resource never make it see. A pod may refuse (`preemptionPolicy: Never`)."""
-        if not self.preempt_on_filter:
-            return False
-        spec = pod.get("spec")
-        return not (isinstance(spec, dict) and spec.get("preemptionPolicy") == "Never")
 
     def _preempted(self, p: Preemption, gang: str, verb: str) -> dict[str, tuple[str, ...]]:
         """Evict the victims a preemption named (filter-time, or the preempt verb's)."""
@@ -432,6 +428,7 @@ class Scheduler:
         """A pod was deleted (or completed): its slot opens, and its gang goes when no member is left."""
         async with self.lock:
             cached = self.cached(uid)
+            self.requeue.gone(uid, g.name if (g := self.core.gang_of_pod(uid)) else None, finished=finished)
             released = self.core.release_pod(uid, self.clock(), finished=finished)
             if released is None and cached is not None and not finished:
                 released = self._abandoned(cached.gang, uid)
@@ -469,6 +466,7 @@ class Scheduler:
 
     def _released(self, released: Released | None) -> None:
         if released is not None:
+            self.requeue.freed()
             self.metrics.releases.labels(released.reason).inc()
             self.gang_ledger.released(self.core, released, self.waiting_of)
             self.promises.drop_gang(released.gang)

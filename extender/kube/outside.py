@@ -1,7 +1,7 @@
 """GPUs held by pods that are not topogang's.
 
-The core does not see a device-plugin GPU that a pod without topogang's opt-in holds (and, where a
-profile leaves `nvidia.com/gpu` to the extender with `ignoredByScheduler`, nothing else does): one
+topogang's kube-scheduler profile leaves `nvidia.com/gpu` to the extender (`ignoredByScheduler`), so
+nothing in that profile counts a device-plugin GPU that a pod without topogang's opt-in holds: one
 the default scheduler placed, or one created with `spec.nodeName`. The kubelet has given those GPUs
 away all the same, and a topogang pod bound onto them fails with UnexpectedAdmissionError. So, in
 Kubernetes mode, every bound, not finished pod that is not topogang's and asks for the GPU resource

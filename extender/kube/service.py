@@ -44,6 +44,7 @@ from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.outside import Held
 from extender.kube.recovery import Unverified
+from extender.kube.requeue import Requeuer
 from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
 from extender.kube.sync import ClusterSync
@@ -194,10 +195,12 @@ def kube_service(
             for fw in [k for k, (t, _) in frameworks.items() if now - t >= FRAMEWORK_TTL]:
                 del frameworks[fw]  # re-read on the next lookup anyway; kept, every one would stay
 
+    requeuer = Requeuer(scheduler.requeue, kube, metrics)  # pods turned away, once room frees
     leader_tasks = [
         lambda: every(expiry_interval(ttl), scheduler.expire, "reservation expiry"),
         lambda: gangs.run(scheduler),
         store.run,
+        requeuer.run,
     ]
     # the Lease is judged against other processes: real time, whatever clock the scheduler runs on
     elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None

@@ -10,8 +10,10 @@ annotations (`recovery`). Then watch both from the lists' resourceVersions, list
   gangReleaseEnable); pod Failed -> its slot opens for the retry;
 - a bound pod the core does not hold (bound elsewhere, or missed) -> adopted;
 - a bound, not finished pod that is not topogang's and asks for `nvidia.com/gpu` -> that many free
-  GPUs of its node marked bad until it finishes or goes (`extender.kube.outside`): the core's state
-  would not see them otherwise.
+  GPUs of its node marked bad until it finishes or goes (`extender.kube.outside`): topogang's
+  kube-scheduler profile leaves the resource to the extender, so nothing else counts them;
+- a node's free GPUs rise, a gang is released, a slot's pod goes -> the pods the filter turned away
+  for lack of room are requeued (`extender.kube.requeue`).
 
 Pod content is untrusted (`extender.kube.invalid`): a pod whose annotations cannot be used is
 skipped with a Warning Event saying why, and one pod's event that still fails to be handled is
@@ -223,7 +225,10 @@ class ClusterSync:
         else:
             self.outside.marked.pop(node, None)
             self.outside.short.discard(node)
+        free = self.s.core.node_fill(node)[0]
         self.s.core.set_node_health(node, healthy, bad_gpus=bad, healthy_gpus=gpus)
+        if self.s.core.node_fill(node)[0] > free:  # GPUs back (healed, or an outside pod gone)
+            self.s.requeue.freed()
 
     async def refresh_node(self, node: str) -> None:
         """Node health again, after what `extra_bad` or the outside pods say of it changed."""
@@ -297,6 +302,8 @@ class ClusterSync:
             )
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            self.s.requeue.passed(kpods.uid(pod))  # nothing left to requeue, opted in or not
         if not is_enabled(pod):
             await self._outside_pod(kind, pod)
             return
@@ -420,6 +427,7 @@ class ClusterSync:
 
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}
+        self.s.requeue.keep_only(present)
         for uid in [u for u in self.outside.held if u not in present]:
             gone = self.outside.forget(uid)
             if gone is not None:

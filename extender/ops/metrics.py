@@ -127,6 +127,13 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.requeues = Counter(
+            "topogang_requeues",
+            "Pods the filter turned away for lack of room, marked (an annotation patch) so that "
+            "kube-scheduler filters them again once room may have freed, by outcome.",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.internal_errors = Counter(
             "topogang_internal_errors",
             "Requests that met an unexpected exception (answered with a clear error, logged), by route.",

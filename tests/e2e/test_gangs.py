@@ -172,6 +172,40 @@ def test_higher_priority_gang_preempts_the_whole_lower_gang(
     assert not gpu_collisions(core)
 
 
+def test_guaranteed_gang_reclaims_a_rack_from_opportunistic_gangs_on_full_nodes(
+    e2e_cluster: E2ECluster, extender: Extender, gang_ns: str
+) -> None:
+    """Every node is held by opportunistic 2-pod gangs (priority -1, one rack each) of pods that
+    request `nvidia.com/gpu` and carry no PriorityClass, as a device-plugin user writes them. A
+    guaranteed 2-pod gang of nlp must still start: the extender preempts one opportunistic gang
+    whole and the new gang binds in one rack. This needs kube-scheduler to leave GPU counting to
+    the extender in topogang's profile (`managedResources` nvidia.com/gpu `ignoredByScheduler`):
+    when its NodeResourcesFit counts them, every node is full, no node reaches the extender's
+    filter (so no filter-time preemption) and, all pods being of one pod priority, its own
+    preemption finds no victim; the gang would wait for nodes to free by themselves and then take
+    whatever free nodes there are, across racks (what `make bench-peers` showed live)."""
+    core = e2e_cluster.core
+    rack = racks(e2e_cluster.env["TOPOLOGY"])
+    fillers: list[str] = []
+    for i in range(len(rack) // 2):
+        fillers += submit_gang(core, gang_ns, f"guest{i}", 2, 8, "vision", priority=-1)
+    guests = wait_running(core, gang_ns, fillers)
+    assert len({p.node for p in guests.values()}) == len(rack), "the guests must fill every node"
+    assert extender.summary()["gpus"]["free"] == 0
+
+    names = submit_gang(core, gang_ns, "owner", 2, 8, "nlp")
+    pods = wait_running(core, gang_ns, names, timeout=90)
+    assert_whole_gang(pods, 8)
+    used = {str(p.node) for p in pods.values()}
+    assert len({rack[n] for n in used}) == 1, f"not under one rack: {sorted((n, rack[n]) for n in used)}"
+    left = pods_of(core, gang_ns, fillers)
+    gone = sorted(set(fillers) - set(left))
+    assert len(gone) == 2 and gone[0].rsplit("-", 1)[0] == gone[1].rsplit("-", 1)[0], (
+        f"exactly one guest gang must be preempted, whole: {gone}"
+    )
+    assert not gpu_collisions(core)
+
+
 # ------------------------------------------------------------------------------------------ 5. node health
 def test_unschedulable_node_is_avoided_by_the_next_gang(
     e2e_cluster: E2ECluster, extender: Extender, gang_ns: str, node_marks: set[str]

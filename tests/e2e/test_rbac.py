@@ -16,7 +16,7 @@ pytestmark = pytest.mark.e2e
 NEEDED = [
     ("watch", "", "pods", ""),
     ("delete", "", "pods", ""),
-    ("patch", "", "pods", ""),  # a promoted gang's bind info
+    ("patch", "", "pods", ""),  # a promoted gang's bind info; the requeue mark on a pod turned away
     ("create", "", "pods", "binding"),
     ("watch", "", "nodes", ""),
     ("create", "", "events", ""),

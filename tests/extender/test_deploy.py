@@ -50,7 +50,7 @@ def test_kube_scheduler_configuration_follows_the_protocol_rules() -> None:
     assert set(ext["tlsConfig"]) == {"serverName", "caFile", "certFile", "keyFile"}
     assert ext["httpTimeout"] == "5s"
     managed = {r["name"]: r["ignoredByScheduler"] for r in ext["managedResources"]}
-    assert managed == {**dict.fromkeys(ENABLE_RESOURCES, True), "nvidia.com/gpu": False}
+    assert managed == {**dict.fromkeys(ENABLE_RESOURCES, True), "nvidia.com/gpu": True}
 
 
 def test_the_service_behind_the_url_prefix_exists() -> None:

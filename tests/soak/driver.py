@@ -919,6 +919,8 @@ class Soak:
             "events.sent": len(closure(s.on_wait, "recorder").sent),
             "frameworks.cache": len(closure(s.framework_lookup, "frameworks")),
             "reservations.written": len(self.store().written),
+            "requeue.turned_away": s.requeue.counts()[0],
+            "requeue.due": s.requeue.counts()[1],
         }
 
 

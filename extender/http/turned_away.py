@@ -1,0 +1,136 @@
+"""Pods the filter turned away for lack of room, to be requeued once room may have freed.
+
+kube-scheduler parks a pod an extender turned away in its unschedulable queue, and moves it back
+only on a cluster event it sees (any event: the rejector it records, `Extender`, answers Queue to
+all) or after its 5-minute flush. The extender learns that room freed from its own watch, which may
+run behind kube-scheduler's informer: a victim's deletion can requeue the pod in kube-scheduler,
+the filter turn it away again because the extender has not seen that deletion yet, and then nothing
+is left to happen. So the filter records each pod it turns away for lack of room (`turned_away`),
+whatever frees room says so (`freed`: a gang released, a node's GPUs healthy again; a slot's pod
+gone, for its own gang), and every pod recorded before that is due for a requeue (`take`):
+`extender.kube.requeue` marks it with an annotation, an update of the pod itself, which moves it
+out of kube-scheduler's unschedulable queue.
+
+A pod is due at most once per time it was turned away: filtered again (placed, or turned away once
+more, which records it anew), deleted, or requeued, it leaves. Only lack of room counts: a wait that
+can never end, or one that only kube-scheduler's own filters or time can end, is not recorded.
+Everything here runs under the verbs' lock (or, single-threaded, between two awaits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from extender.gangs.podspec import PodRequest
+from topology.asks import Waits
+from topology.decisions import GangRequest, WaitCode
+
+# waits that end when room frees: capacity or quota returns, a node heals, victims or a slot's
+# holder go. Not NO_SUGGESTED_NODE (kube-scheduler's filters; their events requeue) nor EXPIRED
+# (its reservation is placed again after a time, not after a release).
+ROOM_CODES = frozenset(
+    {
+        WaitCode.INSUFFICIENT_QUOTA,
+        WaitCode.INSUFFICIENT_CAPACITY,
+        WaitCode.BAD_HARDWARE,
+        WaitCode.RESERVED,
+        WaitCode.PREEMPTIBLE,
+        WaitCode.PREEMPTING,
+    }
+)
+
+
+def waits_for_room(code: WaitCode, request: GangRequest, vc_quota: int) -> bool:
+    """Whether a gang waiting with `code` may fit once room frees: not a guaranteed gang larger than
+    its VC's whole quota (it can never run)."""
+    if code not in ROOM_CODES:
+        return False
+    return request.opportunistic or request.leaf_total <= vc_quota
+
+
+@dataclass(frozen=True, slots=True)
+class TurnedAway:
+    """A pod the filter turned away, as the API server names it (the verbs trust its copy)."""
+
+    namespace: str
+    name: str
+    uid: str
+    gang: str
+
+    @classmethod
+    def of(cls, pr: PodRequest) -> TurnedAway:
+        return cls(pr.namespace, pr.name, pr.uid, pr.gang)
+
+
+class Requeue:
+    """The pods turned away since room last freed, and those due for a requeue."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, TurnedAway] = {}
+        self._due: dict[str, TurnedAway] = {}
+        self.wake = asyncio.Event()  # set while some pod is due
+
+    def turned_away(self, pod: TurnedAway) -> None:
+        """The filter turned `pod` away for lack of room: it saw the room as it is now."""
+        self._due.pop(pod.uid, None)
+        self._waiting[pod.uid] = pod
+        self._sync_wake()
+
+    def waits(self, pr: PodRequest, w: Waits) -> None:
+        """The filter's answer for a pod whose gang waits: recorded if room may end the wait."""
+        if waits_for_room(w.wait.reason.code, pr.request, w.vc_quota):
+            self.turned_away(TurnedAway.of(pr))
+        else:
+            self.passed(pr.uid)
+
+    def gone(self, uid: str, gang: str | None, *, finished: bool) -> None:
+        """A pod is gone: it leaves; the slot it held (in `gang`) opens for that gang's pods; a
+        finished pod's GPUs may free at once (gangReleaseEnable)."""
+        self.passed(uid)
+        if finished:
+            self.freed()
+        elif gang is not None:
+            self.freed(gang)
+
+    def passed(self, uid: str) -> None:
+        """The pod was filtered and not turned away (or is gone): nothing to requeue."""
+        self._waiting.pop(uid, None)
+        self._due.pop(uid, None)
+        self._sync_wake()
+
+    def freed(self, gang: str | None = None) -> None:
+        """Room may have freed: every pod turned away before now is due (only the pods of `gang`
+        when what freed is one of its own slots, which no other gang may take)."""
+        if gang is None:
+            self._due.update(self._waiting)
+            self._waiting.clear()
+        else:
+            for uid in [u for u, p in self._waiting.items() if p.gang == gang]:
+                self._due[uid] = self._waiting.pop(uid)
+        self._sync_wake()
+
+    def take(self, limit: int) -> list[TurnedAway]:
+        """Up to `limit` due pods, the longest due first; they leave."""
+        out: list[TurnedAway] = []
+        for uid in list(self._due)[:limit]:
+            out.append(self._due.pop(uid))
+        self._sync_wake()
+        return out
+
+    def keep_only(self, present: set[str]) -> None:
+        """Forget every pod whose UID is not in `present` (a relist: deletions the watch missed)."""
+        for book in (self._waiting, self._due):
+            for uid in [u for u in book if u not in present]:
+                del book[uid]
+        self._sync_wake()
+
+    def counts(self) -> tuple[int, int]:
+        """(turned away, due)."""
+        return len(self._waiting), len(self._due)
+
+    def _sync_wake(self) -> None:
+        if self._due:
+            self.wake.set()
+        else:
+            self.wake.clear()
