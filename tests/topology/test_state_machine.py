@@ -238,12 +238,21 @@ class CoreMachine(RuleBasedStateMachine):
         req = self.requests[name]
         was = self.core.gang(name)
         deadline = was.deadline if was is not None else None
+        # HiveD's rule: a preemption whose placement now needs a bad GPU is cancelled and the gang
+        # placed afresh (`gangs.existing`); any other gang keeps its reservation and its deadline
+        broken = (
+            was is not None
+            and bool(was.pending)
+            and any(self.core.state.leaf_bad[leaf] for s in was.slots for leaf in s.leaves)
+        )
         try:
             got = self.core.reserve(req, self.now)
         except UserError:  # a reload shrank its VC
             return
         now_gang = self.core.gang(name)
-        if was is not None:
+        if was is not None and broken:
+            assert now_gang is not was, "a preemption that needs a bad GPU was kept"
+        elif was is not None:
             assert now_gang is was and was.deadline == deadline, "a filter moved the deadline"
         elif self.now < self.cooled.get(name, float("-inf")):
             assert isinstance(got, Wait) and got.reason.code is WaitCode.EXPIRED, got
