@@ -17,11 +17,15 @@ its own VC included: the guests in its cells can still be preempted when it need
 promoted to its requested priority in place (`promotion.py`) once a release gives its VC unbound
 quota and its GPUs lie in the free pool on nodes no other gang uses.
 
-The trade: the victims' work is kept now, against the risk that the guest is preempted later, which
-loses only its own work, and the least-loss victim order takes young guests first. The gang goes in
-as a guest only when the cheapest preemption plan would end running work (at least `MIN_LOSS_HOURS`
-of GPU-time): a preemption that only cancels reservations, or ends runs younger than that, costs
-less than the guest's risk and is taken as before. HiveD has no such rule: its guaranteed gang
+Only a gang that opts in does this (`promote_when_quota`, `promoteWhenQuota` in the pod spec): it
+accepts running unguaranteed for a while. The trade: the victims' work is kept now, against the
+risk that the guest is preempted later, which loses only its own work, and the least-loss victim
+order takes young guests first. The gang goes in as a guest only when the cheapest preemption plan
+would end more than `MIN_LOSS_HOURS` of running work (none: any): a preemption that only cancels
+reservations, or ends runs that started at this very moment, costs nothing and is taken as before.
+A VC that runs part of its quota as such guests counts them against its quota (`over_quota`), as a
+quota counted in GPUs does: without that, the guests filled the free room and the VC's next gangs
+preempted in its cells all the same. HiveD has no such rule: its guaranteed gang
 preempts the opportunistic pods in the VC cells its intra-VC placement picks (buddy binding prefers
 physical cells with fewer opportunistic leaves, which is `buddy.binding_order`'s rule here).
 """
