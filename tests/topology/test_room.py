@@ -7,8 +7,13 @@ from __future__ import annotations
 from tests.topology.fixtures import gang, rack_cluster
 from tests.topology.test_promotion import start
 from topology.core import Core
-from topology.decisions import GangPlacement, Wait, WaitCode
+from topology.decisions import GangPlacement, Preemption, Wait, WaitCode
 from topology.invariants import violations
+from topology.room import MIN_LOSS_HOURS
+
+# x (4 GPUs, started at 0) has run 3 h at LONG: 12 GPU-hours; 1 h at SHORT: 4 GPU-hours
+LONG = 3 * 3600.0
+SHORT = 3600.0
 
 
 def crowded() -> tuple[Core, set[str]]:
@@ -24,23 +29,27 @@ def crowded() -> tuple[Core, set[str]]:
     return core, mine
 
 
+def test_the_times_lie_on_both_sides_of_the_threshold() -> None:
+    assert 4 * SHORT / 3600.0 < MIN_LOSS_HOURS < 4 * LONG / 3600.0
+
+
 def test_without_the_opt_in_the_gang_preempts_the_guest_in_its_cells() -> None:
     core, _ = crowded()
-    got = core.reserve(gang("a2", "a", (1, 4)), 10.0)
+    got = core.reserve(gang("a2", "a", (1, 4)), LONG)
     assert isinstance(got, Wait) and got.reason.code is WaitCode.PREEMPTIBLE
     assert {v.gang for v in got.victims} == {"x"}
 
 
 def test_an_opted_in_gang_starts_as_a_guest_in_free_room_and_the_guest_keeps_running() -> None:
     core, mine = crowded()
-    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), 10.0)
+    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), LONG)
     assert isinstance(got, GangPlacement) and got.priority < 0
     assert not {p.node for p in got.pods} & mine  # in the free room, not in a's node
     assert core.gang("x") is not None and violations(core) == []
     g = core.gang("a2")
     assert g is not None and g.guest and "guest" in g.history[-1]
     # the preempting phase answers the same gang, and preempts nobody
-    again = core.preempt(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), 11.0)
+    again = core.preempt(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), LONG + 1.0)
     assert isinstance(again, GangPlacement) and core.gang("x") is not None
 
 
@@ -51,12 +60,25 @@ def test_a_preemption_that_ends_no_work_is_taken_as_before() -> None:
     assert isinstance(got, Wait) and got.reason.code is WaitCode.PREEMPTIBLE
 
 
+def test_a_preemption_that_ends_less_than_the_threshold_is_taken_as_before() -> None:
+    core, mine = crowded()
+    req = gang("a2", "a", (1, 4), priority=10, promote_when_quota=True)
+    got = core.reserve(req, SHORT)  # x would lose 4 GPU-hours: not worth the guest's risk
+    assert isinstance(got, Wait) and got.reason.code is WaitCode.PREEMPTIBLE
+    assert {v.gang for v in got.victims} == {"x"}
+    taken = core.preempt(req, SHORT)  # the preempting phase ends x on a's node
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"x"}
+    assert {v.node for v in taken.victims} <= mine
+    g = core.gang("a2")
+    assert g is None or not g.guest
+
+
 def test_the_guest_is_promoted_to_the_priority_it_asked_for_when_its_vc_has_room() -> None:
     core, _ = crowded()
-    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), 10.0)
+    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), LONG)
     assert isinstance(got, GangPlacement)
     for p in got.pods:
-        core.claim("a2", f"a2-{p.slot}", len(p.gpu_indices), 10.0, node=p.node)
+        core.claim("a2", f"a2-{p.slot}", len(p.gpu_indices), LONG, node=p.node)
     core.delete_gang("a1")  # a's node holds only x now: a's quota cell is given back
     g = core.gang("a2")
     assert g is not None and g.priority < 0  # another guest shares its node: not yet
@@ -71,11 +93,11 @@ def test_the_guest_is_promoted_to_the_priority_it_asked_for_when_its_vc_has_room
 
 def test_a_vc_running_its_quota_partly_as_guests_does_not_preempt_for_more() -> None:
     core, _ = crowded()
-    got = core.reserve(gang("a2", "a", (1, 4), promote_when_quota=True), 10.0)
+    got = core.reserve(gang("a2", "a", (1, 4), promote_when_quota=True), LONG)
     assert isinstance(got, GangPlacement) and got.priority < 0
     # a runs 4 GPUs in its node and 4 as a guest: its whole quota of 8; x is not preempted for more
     for req in (gang("a3", "a", (1, 4), promote_when_quota=True), gang("a3", "a", (1, 4))):
-        assert isinstance(core.reserve(req, 20.0), Wait)
-        assert isinstance(core.preempt(req, 20.0), Wait)
+        assert isinstance(core.reserve(req, LONG + 10.0), Wait)
+        assert isinstance(core.preempt(req, LONG + 10.0), Wait)
         assert core.gang("x") is not None and core.gang("a3") is None
     assert violations(core) == []
