@@ -152,7 +152,7 @@ def _reserve(cluster: Cluster, req: GangRequest, now: float, checked: bool) -> G
     lazily = preemption.lazy_place(cluster, req, now, suggested)  # HiveD does this in filter too
     if lazily is not None:
         return lazily
-    return preemption.preemptible(cluster, req, got, suggested)
+    return preemption.preemptible(cluster, req, got, suggested, now)
 
 
 def promoting(cluster: Cluster, released: Released | None) -> Released | None:

@@ -28,6 +28,7 @@ from topology.gangs import existing, live_victims, place_new, placement_of, reco
 from topology.placement import Shortfall
 from topology.requests import chains, level_named, suggested_ids, validate
 from topology.reservations import Gang, GangPhase
+from topology.room import over_quota, start_as_guest
 from topology.state import NO_GANG, NO_OWNER
 from topology.victims import batches, cheapest_first, latest_decision, spread, work_lost
 
@@ -240,6 +241,13 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
         st.commit()
         return placed
     plan = find_plan(cluster, req, owner, suggested)
+    if plan is not None and over_quota(cluster, req, plan.victims):
+        plan = None
+    # free room first (`room.py`); not after a lazy downgrade, which made room in the VC's cells
+    guest = start_as_guest(cluster, req, plan.victims, now, suggested) if plan and not lazy else None
+    if guest is not None:
+        st.commit()
+        return placement_of(cluster, guest)
     if plan is None:
         st.rollback()
         for g, o, p in lazy:
@@ -348,12 +356,18 @@ def wait_preempting(cluster: Cluster, g: Gang) -> Wait:
     return Wait(WaitReason(WaitCode.PREEMPTING, g.request.vc, msg, needed=len(g.pending)), victims)
 
 
-def preemptible(cluster: Cluster, req: GangRequest, wait: Wait, suggested: frozenset[int] | None) -> Wait:
-    """The filtering phase's answer for a gang that does not fit: Wait(PREEMPTIBLE) naming the
-    victims when it would fit by preempting them (nothing is reserved yet), else `wait` as it is."""
+def preemptible(
+    cluster: Cluster, req: GangRequest, wait: Wait, suggested: frozenset[int] | None, now: float
+) -> Gang | Wait:
+    """The filtering phase's answer for a gang that does not fit: the gang started as a guest in
+    free room when the preemption would end running work (`room.py`), else Wait(PREEMPTIBLE) naming
+    the victims when it would fit by preempting them (nothing is reserved yet), else `wait`."""
     plan = find_plan(cluster, req, cluster.owner_of(req), suggested)
-    if plan is None:
+    if plan is None or over_quota(cluster, req, plan.victims):
         return wait
+    guest = start_as_guest(cluster, req, plan.victims, now, suggested)
+    if guest is not None:
+        return guest
     victims = live_victims(cluster, plan.victims)
     r = wait.reason
     msg = (

@@ -10,9 +10,10 @@ quota stays satisfiable) and the gang becomes guaranteed in place, no longer any
 pods do not move.
 
 Only gangs whose request sets `promote_when_quota` are promoted (the edge decides; an opportunistic
-job that should stay out of its VC's quota does not opt in). A gang waiting for victims, being
-evicted, or downgraded by lazy preemption is left alone. The gangs that have run longest go first:
-they have the most work to lose.
+job that should stay out of its VC's quota does not opt in). A guaranteed gang that opted in and was
+started as a guest rather than preempt (`room.py`) is promoted to the priority it asked for. A gang
+waiting for victims, being evicted, or downgraded by lazy preemption is left alone. The gangs that
+have run longest go first: they have the most work to lose.
 """
 
 from __future__ import annotations
@@ -56,11 +57,12 @@ def promote_waiting(cluster: Cluster) -> list[str]:
         if not bind_for(st, owner, sorted(leaves)):
             st.rollback()
             continue
+        priority = max(PROMOTED_PRIORITY, g.request.priority)
         for leaf in leaves:
             st.release_leaf(leaf)
-            st.allocate_leaf(leaf, g.id, PROMOTED_PRIORITY)
+            st.allocate_leaf(leaf, g.id, priority)
         st.commit()
-        g.owner, g.priority = owner, PROMOTED_PRIORITY
+        g.owner, g.priority = owner, priority
         g.history.append("promoted to guaranteed: its VC had quota for it")
         res.promoted.add(g.id)
         out.append(g.name)

@@ -28,7 +28,7 @@ def validate(cluster: Cluster, req: GangRequest, leaf_number: int | None = None)
     """Raise `UserError` naming the field when `req` can never be scheduled as written."""
     if leaf_number is None and req.name and _shape_key(req) in cluster.valid_shapes:
         return  # its shape passed both before (the ranges are the shape's, but for the name)
-    check_ranges(req, leaf_number, contract=False)
+    check_ranges(req, leaf_number)
     fits(cluster, req)
 
 
@@ -49,13 +49,12 @@ def check_ranges(
     *,
     members_of: str | None = None,
     members_field: str = "affinityGroup.members",
-    contract: bool = True,
 ) -> None:
     """Every rule on the request's own values, in HiveD's order and words; `leaf_number`: the pod's
     own leaf cells, one of its gang's members. `members_of` names where a convention's members came
-    from (its words for a pod that is none of them, naming `members_field`). `contract`: a pod's
-    request, which may ask for promotion only when opportunistic (the core itself lets any request
-    carry the flag: promotion only ever looks at opportunistic gangs)."""
+    from (its words for a pod that is none of them, naming `members_field`). `promote_when_quota`
+    is allowed at any priority: an opportunistic gang is promoted into its VC's quota, a guaranteed
+    one may start as a guest in free room rather than preempt running work (`topology.room`)."""
     check_name(req.name)
     if not req.vc:
         raise UserError("virtualCluster", "is empty")
@@ -70,12 +69,6 @@ def check_ranges(
         check_contains(req.members, leaf_number, members_of=members_of, field=members_field)
     if req.slot_keys is not None and len(req.slot_keys) != req.pod_count:
         raise UserError("slotKeys", f"{len(req.slot_keys)} keys for {req.pod_count} pods")
-    if contract and req.promote_when_quota and not req.opportunistic:
-        raise UserError(
-            "promoteWhenQuota",
-            "only an opportunistic gang (priority -1) can be promoted into its VC's quota; "
-            f"priority is {req.priority}",
-        )
 
 
 def check_name(name: str) -> None:

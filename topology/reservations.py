@@ -54,6 +54,7 @@ class Gang:
     placement: GangPlacement | None = None  # cached: it never changes once the slots are set
     evicting: bool = False  # its pods are being evicted: each slot's GPUs are freed as its pod goes
     gone: bool = False  # let go (released, expired, cancelled): an answer holding it is out of date
+    guest: bool = False  # guaranteed, started as a guest in free room instead of preempting (`room`)
 
     @property
     def phase(self) -> GangPhase:

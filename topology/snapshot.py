@@ -120,6 +120,7 @@ GANG_FIELDS: dict[str, Callable[[Any], Any]] = {
     "placement": _same,
     "evicting": _same,
     "gone": _same,
+    "guest": _same,
 }
 
 

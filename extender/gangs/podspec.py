@@ -13,8 +13,9 @@ with HiveD's fields and defaults (HiveD's doc/user-manual.md; every field in doc
 read in the pod's own namespace (`extender.gangs.identity`). topogang additions: an empty
 `virtualCluster` falls back to the namespace's VC (`topogang.namespaceVirtualClusters`); members may
 name their `taskRole`, which gives every FrameworkController task its own slot (`<role>/<index>`);
-`promoteWhenQuota: true` (opportunistic gangs only, priority -1) lets the gang become guaranteed
-where it runs once its VC has quota for it (`topology/promotion.py`; HiveD never promotes).
+`promoteWhenQuota: true` lets an opportunistic gang become guaranteed where it runs once its VC has
+quota for it (`topology/promotion.py`; HiveD never promotes), and lets a guaranteed gang start as a
+guest in free room rather than preempt running guests in its VC's cells (`topology/room.py`).
 
 FrameworkController pods (annotations `FC_FRAMEWORK_NAMESPACE`, `FC_FRAMEWORK_NAME`,
 `FC_FRAMEWORK_ATTEMPT_INSTANCE_UID`, `FC_TASKROLE_NAME`, `FC_TASK_INDEX`) form one gang per framework

@@ -3,8 +3,9 @@
 - `topogang`: the real `Core`, VC quotas as node cells. A job runs guaranteed (priority 0) inside
   its VC's cells when they can hold it; otherwise, if its VC has room in count but the cells are
   borrowed, it preempts opportunistic gangs (through `Core.preempt` when the core names victims,
-  else by the simulator's own what-if, below); failing that it runs opportunistically (priority −1)
-  on idle cells of any VC, and can be preempted later.
+  else by the simulator's own what-if, below), unless the core starts it as a guest in free room
+  instead (its request sets `promote_when_quota`, `topology.room`); failing that it runs
+  opportunistically (priority −1) on idle cells of any VC, and can be preempted later.
 - `hived-like`: the same core with borrowing off: a job waits for its own VC's cells.
 - `first-fit`: topology-blind. A VC may hold up to its quota's GPU count anywhere; a pod takes the
   first node (in node order) with enough free GPUs, and the lowest-numbered free GPUs there.
@@ -225,7 +226,9 @@ class CorePolicy(Policy):
 
     # ------------------------------------------------------------------ start
     def _place(self, job: Job, now: float) -> Placement | None:
-        req = GangRequest(job.name, job.vc, members(job.pods))
+        # with borrowing, the job may start as a guest in free room rather than preempt running
+        # work, and is promoted when its VC has room (`topology.room`)
+        req = GangRequest(job.name, job.vc, members(job.pods), promote_when_quota=self.borrowing)
         wait: Wait | None = None
         # quota in count is a necessary condition the simulator can check for free; asking the core
         # anyway would cost a failed search (and, with preemption, a victim dry run) per attempt

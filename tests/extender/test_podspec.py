@@ -71,6 +71,14 @@ def test_promote_when_quota_is_read_for_opportunistic_gangs(extra: str, promote:
     assert req(pod("u2", "other", "team", as_json)).request.promote_when_quota
 
 
+@pytest.mark.parametrize("priority", ["", "priority: 5\n"])
+def test_promote_when_quota_is_read_for_guaranteed_gangs(priority: str) -> None:
+    # a guaranteed gang that opts in may start as a guest in free room rather than preempt
+    text = "virtualCluster: nlp\nleafCellNumber: 2\n" + priority + "promoteWhenQuota: true\n"
+    r = req(pod("u1", "solo", "team", text))
+    assert not r.request.opportunistic and r.request.promote_when_quota
+
+
 def test_yaml_group_with_legacy_keys_and_merged_members() -> None:
     text = """
 virtualCluster: vision
@@ -151,16 +159,6 @@ def test_framework_without_group_takes_its_shape_from_the_framework_object() -> 
             "virtualCluster: a\nleafCellNumber: 1\nlazyPreemptionEnable: maybe",
             "lazyPreemptionEnable",
             "true or false",
-        ),
-        (
-            "virtualCluster: a\nleafCellNumber: 1\npromoteWhenQuota: true",
-            "promoteWhenQuota",
-            "only an opportunistic gang (priority -1)",
-        ),
-        (
-            "virtualCluster: a\nleafCellNumber: 1\npriority: 5\npromoteWhenQuota: yes",
-            "promoteWhenQuota",
-            "priority is 5",
         ),
         (
             "virtualCluster: a\nleafCellNumber: 1\npriority: -1\npromoteWhenQuota: later",

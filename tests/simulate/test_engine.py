@@ -79,7 +79,9 @@ def test_fifo_per_vc_head_blocks_its_own_vc_only() -> None:
         assert first[2] >= first[1], policy  # never overtakes the head of its own VC
     assert starts(run("hived-like", tiny({"a": 1, "b": 1}), js)) == {0: 0.0, 1: 100.0, 2: 110.0, 3: 3.0}
     # topogang: the head borrows b's node at 1, so the 1-GPU job starts at 2 in a's quota; b's job
-    # takes its node back at 3 and the borrower runs again when it ends at 8
+    # takes its node back at 3 and the borrower runs again when it ends at 8 (the borrower has run
+    # 2 s: far less than `topology.room.MIN_LOSS_HOURS`, so b's job preempts rather than start as a
+    # guest in the free GPUs of a's node)
     assert starts(run("topogang", tiny({"a": 1, "b": 1}), js)) == {0: 0.0, 1: 8.0, 2: 2.0, 3: 3.0}
 
 

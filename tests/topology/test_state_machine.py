@@ -33,6 +33,7 @@ from topology.decisions import (
 from topology.invariants import snapshot, violations
 from topology.reconfigure import reconfigure
 from topology.reservations import Gang, GangPhase
+from topology.state import NO_OWNER
 
 SPEC = rack_cluster(
     racks=2,
@@ -137,19 +138,30 @@ class CoreMachine(RuleBasedStateMachine):
             assert self.core.gang(req.name) is None
         else:
             assert len(got.pods) == req.pod_count
+            self._guest_only_if_asked(req, got)
+
+    def _guest_only_if_asked(self, req: GangRequest, got: GangPlacement) -> None:
+        """A guaranteed gang runs opportunistic only when it opted in (`topology.room`), and then as
+        a guest that binds no quota: VC safety (`guarantees_hold`) is checked after every step."""
+        if got.priority < 0 and not req.opportunistic:
+            g = self.core.gang(req.name)
+            assert req.promote_when_quota and g is not None and g.guest and g.owner == NO_OWNER
 
     @rule(
         vc=st.sampled_from(["a", "b", "c"]),
         prio=st.sampled_from([0, 10, 100, 1000]),
         ms=members,
         kill=st.booleans(),
+        promote=st.booleans(),
     )
-    def preempt(self, vc: str, prio: int, ms: list[tuple[int, int]], kill: bool) -> None:
-        req = self._request(vc, prio, ms, False, False, 50.0, False)
+    def preempt(self, vc: str, prio: int, ms: list[tuple[int, int]], kill: bool, promote: bool) -> None:
+        req = self._request(vc, prio, ms, False, False, 50.0, False, promote)
         before = snapshot(self.core)
         got = self.core.preempt(req, self.now)
         if isinstance(got, Wait):
             assert snapshot(self.core) == before, "a failed preemption must change nothing"
+        elif isinstance(got, GangPlacement):
+            self._guest_only_if_asked(req, got)
         elif isinstance(got, Preemption):
             for v in got.victims:
                 g = self.core.gang(v.gang)

@@ -1,0 +1,117 @@
+"""Reclaim only when the cluster has no room: a guaranteed gang whose only way into its VC's cells is
+to end running work starts as a guest in free room instead, and is promoted when its VC has room.
+
+A VC's quota is bound cell by cell (`buddy`), and the cells it has bound keep guests (other VCs'
+opportunistic gangs) on the GPUs its own jobs leave idle. When every quota cell of the VC is bound
+and partly used, its next gang fits the quota by GPU count but not in the cells' free GPUs, so it
+preempts the guests there, often runs of tens of hours, while GPUs stand idle elsewhere. A quota that
+counts GPUs (Kueue's) places that job in the idle GPUs.
+
+Lending those idle GPUs to the VC as quota is not possible without breaking VC safety when the
+quotas add up to the cluster (the usual configuration, and the simulated one): every free pool cell
+is then promised to some VC's unbound quota, and the per-level check (`buddy.can_bind`) leaves no
+slack to lend. So the gang is not given more quota: it runs where the room is, at opportunistic
+priority, as any guest does (a later guaranteed gang of any VC may preempt it, the cheapest victim
+first, `victims.py`; it binds nothing, so every VC can still get its whole quota at every moment,
+its own VC included: the guests in its cells can still be preempted when it needs them). It is
+promoted to its requested priority in place (`promotion.py`) once a release gives its VC unbound
+quota and its GPUs lie in the free pool on nodes no other gang uses.
+
+Only a gang that opts in does this (`promote_when_quota`, `promoteWhenQuota` in the pod spec): it
+accepts running unguaranteed for a while. The trade: the victims' work is kept now, against the
+risk that the guest is preempted later, which loses only its own work, and the least-loss victim
+order takes young guests first. The gang goes in as a guest only when the cheapest preemption plan
+would end more than `MIN_LOSS_HOURS` (8) GPU-hours of running work: a preemption that only cancels
+reservations, or ends short runs (young or small guests), costs less than the guest's risk and is
+taken as before. With no threshold (any running work) the guests crowded the free room and a VC's
+short jobs waited behind them (one week's p95 queueing went above its private cluster's); why 8 and
+on which weeks it was measured is said at the constant.
+A VC that runs part of its quota as such guests counts them against its quota (`over_quota`), as a
+quota counted in GPUs does: without that, the guests filled the free room and the VC's next gangs
+preempted in its cells all the same. HiveD has no such rule: its guaranteed gang
+preempts the opportunistic pods in the VC cells its intra-VC placement picks (buddy binding prefers
+physical cells with fewer opportunistic leaves, which is `buddy.binding_order`'s rule here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from topology.cluster import Cluster
+from topology.decisions import OPPORTUNISTIC_PRIORITY, GangRequest
+from topology.gangs import record_gang
+from topology.placement import Shortfall
+from topology.requests import chains, placement_top
+from topology.reservations import Gang
+from topology.state import NO_OWNER
+from topology.victims import work_lost
+
+# The GPU-time (in GPU-hours) the cheapest preemption must end before the gang starts as a guest
+# instead. It weighs the victims' work kept now against what the guest risks: running unguaranteed,
+# it may be preempted later, and its VC, counting it against its quota, preempts for nothing more
+# meanwhile. Measured on the eight simulated weeks: 0 (any running work) ended G3c all-jobs on
+# 2017-12-04 (PASS -> FAIL), 1 ended G3c-multi on 2017-10-23; 8 turns no verdict that passed into a
+# FAIL. It was chosen on those eight weeks, so the four held-out weeks are no longer fully held out
+# for this value.
+MIN_LOSS_HOURS = 8.0
+
+
+def loss_of(cluster: Cluster, victims: list[int], now: float) -> float:
+    """GPU-seconds of work the victims would lose if preempted now (a victim that runs nothing, a
+    reservation, loses none)."""
+    by_id = cluster.reservations.by_id
+    return sum(work_lost(by_id[v], now) for v in victims if by_id[v].live_slots())
+
+
+def over_quota(cluster: Cluster, req: GangRequest, victims: list[int]) -> bool:
+    """Would the gang's VC, with the gang and without `victims`, run more GPUs than its quota, counting
+    its gangs started as guests? Only a VC that has such gangs is checked: it runs part of its quota
+    in free room, and its next gang preempting for more would take room beyond its quota."""
+    if req.opportunistic or req.pinned_cell_id is not None:
+        return False
+    guests = sum(len(g.held_leaves()) for g in _guests_of(cluster, req.vc))
+    if not guests:
+        return False
+    st = cluster.state
+    owner = cluster.vc_owner[req.vc]
+    by_id = cluster.reservations.by_id
+    running = guests + sum(st.used_guaranteed[c] for c in st.owned_cells[owner])
+    freed = sum(len(by_id[v].held_leaves()) for v in victims if by_id[v].owner == owner)
+    need = sum(m.leaf_number * m.pod_number for m in req.members)
+    return running - freed + need > cluster.vc_quota_leaves[req.vc]
+
+
+def _guests_of(cluster: Cluster, vc: str) -> list[Gang]:
+    """The VC's guaranteed gangs running as guests (`start_as_guest`), not yet promoted."""
+    gangs = cluster.reservations.by_id.values()
+    return [g for g in gangs if g.guest and g.priority < 0 and g.request.vc == vc]
+
+
+def start_as_guest(
+    cluster: Cluster,
+    req: GangRequest,
+    victims: list[int],
+    now: float,
+    suggested: frozenset[int] | None,
+) -> Gang | None:
+    """Start the guaranteed gang `req` as a guest in free room, promoted when its VC has room,
+    instead of preempting `victims`; None (nothing changed) when the preemption ends no running
+    work worth keeping, the request is for a pinned cell, or the gang does not fit in free room."""
+    if req.opportunistic or req.pinned_cell_id is not None or not req.promote_when_quota:
+        return None
+    if loss_of(cluster, victims, now) <= MIN_LOSS_HOURS * 3600.0:
+        return None
+    sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
+    as_guest = replace(req, priority=OPPORTUNISTIC_PRIORITY)
+    gang_id = cluster.reservations.new_id()
+    for ch in chains(cluster, req):
+        top = placement_top(cluster.topo.chains[ch], as_guest, sum(sizes))
+        got = cluster.placer.place(NO_OWNER, ch, sizes, gang_id, OPPORTUNISTIC_PRIORITY, suggested, top)
+        if isinstance(got, Shortfall):
+            continue
+        gang = record_gang(cluster, gang_id, req, NO_OWNER, ch, got, now)
+        gang.priority = OPPORTUNISTIC_PRIORITY
+        gang.guest = True
+        gang.history.append(f"started as a guest in free room rather than preempt {len(victims)} gangs")
+        return gang
+    return None
