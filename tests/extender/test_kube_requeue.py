@@ -31,14 +31,18 @@ async def turned_away(r: Running, p: dict[str, Any]) -> None:
     assert not got["NodeNames"], got
 
 
+async def fill_with_blockers(r: Running, kube: FakeKube) -> None:
+    """A 3-pod gang of whole nodes of NLP placed: what a waiter of NLP is then turned away for."""
+    text = spec(NLP, 8, 3, "nlp/blocker")
+    for i in range(3):
+        await r.place(submit(kube, f"b{i}", f"blocker-{i}", NLP, text))
+
+
 def test_a_pod_turned_away_is_marked_once_when_the_watch_sees_room_free() -> None:
     async def go() -> None:
         kube, clock = cluster(), Clock()
         r = await start(kube, clock)
-        text = spec(NLP, 8, 3, "nlp/blocker")
-        blockers = [submit(kube, f"b{i}", f"blocker-{i}", NLP, text) for i in range(3)]
-        for b in blockers:
-            await r.place(b)
+        await fill_with_blockers(r, kube)
         waiter = submit(kube, "w0", "waiter", NLP, spec(NLP, 8))
         await turned_away(r, waiter)  # nlp's quota is held by the blocker
         never = submit(kube, "n0", "never-0", NLP, spec(NLP, 8, 4, "nlp/never"))
@@ -68,9 +72,7 @@ def test_a_pod_filtered_again_or_deleted_before_room_frees_is_not_marked() -> No
     async def go() -> None:
         kube, clock = cluster(), Clock()
         r = await start(kube, clock)
-        text = spec(NLP, 8, 3, "nlp/blocker")
-        for i in range(3):
-            await r.place(submit(kube, f"b{i}", f"blocker-{i}", NLP, text))
+        await fill_with_blockers(r, kube)
         first = submit(kube, "w0", "waiter", NLP, spec(NLP, 8))
         await turned_away(r, first)
         # deleted and created again under the same name: the new pod was never turned away
@@ -140,9 +142,7 @@ def test_only_a_pod_the_api_server_has_as_the_body_names_it_can_be_marked() -> N
     async def go() -> None:
         kube, clock = cluster(), Clock()
         r = await start(kube, clock)
-        text = spec(NLP, 8, 3, "nlp/blocker")
-        for i in range(3):
-            await r.place(submit(kube, f"b{i}", f"blocker-{i}", NLP, text))
+        await fill_with_blockers(r, kube)
         victim = submit(kube, "v0", "victim", "vision", spec("vision", 8))
         forged = submit(kube, "w0", "waiter", NLP, spec(NLP, 8))
         forged = {**forged, "metadata": {**forged["metadata"], "namespace": "vision", "name": "victim"}}
