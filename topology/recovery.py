@@ -173,6 +173,9 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
     for leaf in claimed:
         st.allocate_leaf(leaf, gid, priority)
     chain = topo.cell_chain[claimed[0]] if claimed else 0
+    # a guaranteed gang that opted in and comes back on no quota cell ran as a guest (`room`): its
+    # VC counts it against its quota again (`room.over_quota`), as before the restart
+    guest = owner == NO_OWNER and not req.opportunistic and req.promote_when_quota
     gang = Gang(
         id=gid,
         name=req.name,
@@ -186,6 +189,7 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
         lca_level=topo.lca_level(claimed) if claimed else 0,
         history=history,
         lost=lost + max(0, req.pod_count - len(pods)),
+        guest=guest,
     )
     if not slots:
         gang.history.append("nothing left to adopt")

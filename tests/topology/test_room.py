@@ -7,9 +7,10 @@ from __future__ import annotations
 from tests.topology.fixtures import gang, rack_cluster
 from tests.topology.test_promotion import start
 from topology.core import Core
-from topology.decisions import GangPlacement, Preemption, Wait, WaitCode
+from topology.decisions import AdoptedPod, GangPlacement, Preemption, Wait, WaitCode
+from topology.gangs import placement_of
 from topology.invariants import violations
-from topology.room import MIN_LOSS_HOURS
+from topology.room import MIN_LOSS_HOURS, over_quota
 
 # x (4 GPUs, started at 0) has run 3 h at LONG: 12 GPU-hours; 1 h at SHORT: 4 GPU-hours
 LONG = 3 * 3600.0
@@ -101,3 +102,23 @@ def test_a_vc_running_its_quota_partly_as_guests_does_not_preempt_for_more() -> 
         assert isinstance(core.preempt(req, LONG + 10.0), Wait)
         assert core.gang("x") is not None and core.gang("a3") is None
     assert violations(core) == []
+
+
+def test_a_guest_comes_back_a_guest_after_a_restart_and_still_counts_against_its_quota() -> None:
+    """Its pods were bound through no quota cell (what the bind annotations record), so a restart
+    adopts it as opportunistic: it is a guest again, and its VC does not preempt for more."""
+    core, _ = crowded()
+    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), LONG)
+    assert isinstance(got, GangPlacement) and got.priority < 0
+    fresh = Core(core.topo.spec)
+    for other in core.gangs():  # every gang as its pods' bind annotations give it back
+        placed = placement_of(core, other)
+        pods = [
+            AdoptedPod(f"{other.name}-{p.slot}", p.node, p.gpu_indices, cell_types=p.cell_types)
+            for p in placed.pods
+        ]
+        fresh.adopt(other.request, pods, LONG)
+    back = fresh.gang("a2")
+    assert back is not None and back.guest and back.priority < 0
+    assert over_quota(fresh, gang("a3", "a", (1, 4)), [])  # a runs its whole quota, 4 of it as a guest
+    assert violations(fresh) == []
