@@ -20,6 +20,7 @@ from dataclasses import replace
 from topology.buddy import unbind_unused
 from topology.cluster import Cluster
 from topology.decisions import (
+    OPPORTUNISTIC_PRIORITY,
     Bind,
     GangPlacement,
     GangRequest,
@@ -80,20 +81,36 @@ def place_new(
 def place_gang(
     cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None
 ) -> Gang | Wait:
-    """`place_new`, answered with the recorded gang: its placement is built when first read
-    (`placement_of`), so a filter, which answers with the open slots, does not build it."""
-    owner = cluster.owner_of(req)
+    """`place_new` with the recorded gang, its placement built when first read (`placement_of`)."""
+    got = place_on_chains(cluster, req, now, suggested)
+    return got if isinstance(got, Gang) else Wait(wait_reason(cluster, req, got, suggested))
+
+
+def place_on_chains(
+    cluster: Cluster,
+    req: GangRequest,
+    now: float,
+    suggested: frozenset[int] | None,
+    *,
+    as_guest: bool = False,
+) -> Gang | list[tuple[int, Shortfall]]:
+    """The gang placed whole on the first chain that takes it, recorded; else each chain's shortfall.
+    `as_guest`: placed as opportunistic, its request kept as asked (`room.start_as_guest`)."""
+    placing = replace(req, priority=OPPORTUNISTIC_PRIORITY) if as_guest else req
+    owner = cluster.owner_of(placing)
     sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
     gang_id = cluster.reservations.new_id()
     shortfalls: list[tuple[int, Shortfall]] = []
     for ch in chains(cluster, req):
-        top = placement_top(cluster.topo.chains[ch], req, sum(sizes))
-        got = cluster.placer.place(owner, ch, sizes, gang_id, req.priority, suggested, top)
+        top = placement_top(cluster.topo.chains[ch], placing, req.leaf_total)
+        got = cluster.placer.place(owner, ch, sizes, gang_id, placing.priority, suggested, top)
         if isinstance(got, Shortfall):
             shortfalls.append((ch, got))
             continue
-        return record_gang(cluster, gang_id, req, owner, ch, got, now)
-    return Wait(wait_reason(cluster, req, shortfalls, suggested))
+        gang = record_gang(cluster, gang_id, req, owner, ch, got, now)
+        gang.priority, gang.guest = placing.priority, as_guest
+        return gang
+    return shortfalls
 
 
 def record_gang(

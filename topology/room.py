@@ -35,15 +35,10 @@ physical cells with fewer opportunistic leaves, which is `buddy.binding_order`'s
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from topology.cluster import Cluster
-from topology.decisions import OPPORTUNISTIC_PRIORITY, GangRequest
-from topology.gangs import record_gang
-from topology.placement import Shortfall
-from topology.requests import chains, placement_top
+from topology.decisions import GangRequest
+from topology.gangs import place_on_chains
 from topology.reservations import Gang
-from topology.state import NO_OWNER
 from topology.victims import work_lost
 
 # The GPU-time (in GPU-hours) the cheapest preemption must end before the gang starts as a guest
@@ -77,8 +72,7 @@ def over_quota(cluster: Cluster, req: GangRequest, victims: list[int]) -> bool:
     by_id = cluster.reservations.by_id
     running = guests + sum(st.used_guaranteed[c] for c in st.owned_cells[owner])
     freed = sum(len(by_id[v].held_leaves()) for v in victims if by_id[v].owner == owner)
-    need = sum(m.leaf_number * m.pod_number for m in req.members)
-    return running - freed + need > cluster.vc_quota_leaves[req.vc]
+    return running - freed + req.leaf_total > cluster.vc_quota_leaves[req.vc]
 
 
 def _guests_of(cluster: Cluster, vc: str) -> list[Gang]:
@@ -101,17 +95,8 @@ def start_as_guest(
         return None
     if loss_of(cluster, victims, now) <= MIN_LOSS_HOURS * 3600.0:
         return None
-    sizes = [m.leaf_number for m in req.members for _ in range(m.pod_number)]
-    as_guest = replace(req, priority=OPPORTUNISTIC_PRIORITY)
-    gang_id = cluster.reservations.new_id()
-    for ch in chains(cluster, req):
-        top = placement_top(cluster.topo.chains[ch], as_guest, sum(sizes))
-        got = cluster.placer.place(NO_OWNER, ch, sizes, gang_id, OPPORTUNISTIC_PRIORITY, suggested, top)
-        if isinstance(got, Shortfall):
-            continue
-        gang = record_gang(cluster, gang_id, req, NO_OWNER, ch, got, now)
-        gang.priority = OPPORTUNISTIC_PRIORITY
-        gang.guest = True
-        gang.history.append(f"started as a guest in free room rather than preempt {len(victims)} gangs")
-        return gang
-    return None
+    gang = place_on_chains(cluster, req, now, suggested, as_guest=True)
+    if not isinstance(gang, Gang):
+        return None
+    gang.history.append(f"started as a guest in free room rather than preempt {len(victims)} gangs")
+    return gang

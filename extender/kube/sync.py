@@ -302,9 +302,9 @@ class ClusterSync:
             )
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        if kind == "DELETED":
-            self.s.requeue.passed(kpods.uid(pod))  # nothing left to requeue, opted in or not
         if not is_enabled(pod):
+            if kind == "DELETED":  # turned away while it opted in, maybe (`pod_gone` does the others)
+                self.s.requeue.passed(kpods.uid(pod))
             await self._outside_pod(kind, pod)
             return
         uid = kpods.uid(pod)
