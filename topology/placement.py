@@ -359,30 +359,30 @@ class Placer:
 
     # ------------------------------------------------------------------ several nodes
     def _domains(self, owner: int, chain: int, lvl: int, total: int) -> Iterable[int]:
-        """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first."""
+        """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first.
+
+        A cell's room is what the owner holds free in it plus, when it has quota left to bind, the
+        cell's free-pool leaves; each is read in one comprehension over the level (~100 racks)."""
         topo, st = self.topo, self.state
         ch = topo.chains[chain]
         if lvl > ch.top_level:
             return [-1]
         cells = ch.cells_by_level[lvl]
-        q = self._quota(owner, chain)
-        cap: dict[int, int] = {}
         if owner == NO_OWNER:
-            for c in cells:
-                cap[c] = st.free[c]
+            free = st.free
+            fits = [(v, c) for c in cells if (v := free[c]) >= total]
         else:
+            cap: dict[int, int] = {}
             at, cell_chain = topo.nodes_at(lvl), topo.cell_chain
             for n, k in st.owned_free[owner].items():
                 a = at[n]
                 if a >= 0 and cell_chain[a] == chain:
                     cap[a] = cap.get(a, 0) + k
-            if q is not None:
+            if self._quota(owner, chain) is not None:
                 pool = st.pool_leaves
-                for c in cells:
-                    p = pool[c]
-                    if p:
-                        cap[c] = cap.get(c, 0) + p
-        fits = [(v, c) for c, v in cap.items() if v >= total]  # a list, not a generator: ~100 racks
+                fits = [(v, c) for c in cells if (v := cap.get(c, 0) + pool[c]) >= total]
+            else:
+                fits = [(v, c) for c, v in cap.items() if v >= total]
         fits.sort()
         return [c for _, c in fits]
 

@@ -337,6 +337,8 @@ class CellState:
         `usage` the one usage counter they leave or enter: the cells below a node per leaf, the
         node and its ancestors once per run of a node's leaves, each owner's free count once per
         node (what `_set_leaf` does leaf by leaf, in bulk: a pod's leaves share their node)."""
+        if self._count_whole_node(leaves, d_free, usage):
+            return
         topo = self.topo
         cell_node, below = topo.cell_node, self._below_node
         free, leaf_bad, leaf_owner = self.free, self.leaf_bad, self.leaf_owner
@@ -365,6 +367,32 @@ class CellState:
             self._count_above(run_node, run_free, usage, run_use)
         for (owner, node), d in owned.items():
             self._owned_free_count(owner, node, d)
+
+    def _count_whole_node(self, leaves: Sequence[int], d_free: int, usage: list[int]) -> bool:
+        """`_count_leaves` for the leaves of one whole healthy node with one owner (the pod that
+        fills a node, as most multi-node gangs' pods do), or False: each cell below the node moves
+        by its leaf count at once rather than once per leaf under it."""
+        topo = self.topo
+        node = topo.cell_node[leaves[0]] if leaves else -1
+        if node < 0:
+            return False
+        nc = topo.node_cell[node]
+        leaf_count = topo.leaf_count
+        if len(leaves) != leaf_count[nc] or self.bad_count[nc]:
+            return False
+        cell_node, leaf_owner = topo.cell_node, self.leaf_owner
+        owner = leaf_owner[leaves[0]]
+        if any(leaf_owner[leaf] != owner or cell_node[leaf] != node for leaf in leaves):
+            return False
+        free, n = self.free, len(leaves)
+        for c in range(nc + 1, topo.cell_end[nc]):
+            k = leaf_count[c]
+            usage[c] -= d_free * k
+            free[c] += d_free * k
+        self._count_above(node, d_free * n, usage, -d_free * n)
+        if owner != NO_OWNER:
+            self._owned_free_count(owner, node, d_free * n)
+        return True
 
     def _count_above(self, node: int, d_free: int, usage: list[int], d_use: int) -> None:
         """A run's sums on its node's cell and every ancestor."""
@@ -483,6 +511,12 @@ class CellState:
         root = self.binding_root(c)
         if root >= 0:
             return self.free[c] if self.bound_owner[root] == owner else 0
+        node = topo.cell_node[c]
+        if node < 0 or topo.node_cell[node] == c:
+            # a node or a cell above: the owner's per-node counts say it (a rack is 8 nodes, not
+            # 64 leaves to look at)
+            owned = self.owned_free[owner]
+            return sum(owned.get(n, 0) for n in topo.nodes_within(c))
         n = 0
         lg, lb, lo = self.leaf_gang, self.leaf_bad, self.leaf_owner
         for leaf in topo.leaves[topo.leaf_lo[c] : topo.leaf_hi[c]]:
