@@ -15,8 +15,10 @@ does not keep; this keeps one implementation of every counter instead of a shado
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import itemgetter
 
 from topology.buddy import apply_binds, bind_plan, binding_order
 from topology.linkpick import prefer_linked
@@ -362,15 +364,16 @@ class Placer:
         """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first.
 
         A cell's room is what the owner holds free in it plus, when it has quota left to bind, the
-        cell's free-pool leaves; each is read in one comprehension over the level (~100 racks)."""
+        cell's free-pool leaves. Read, sorted and cut at `total` by C loops (`map`, `sorted`,
+        `bisect`) rather than a Python loop over the level's ~100 racks: the search mostly takes
+        the first cell."""
         topo, st = self.topo, self.state
         ch = topo.chains[chain]
         if lvl > ch.top_level:
             return [-1]
-        cells = ch.cells_by_level[lvl]
+        cells = ch.cells_by_level[lvl]  # ascending ids
         if owner == NO_OWNER:
-            free = st.free
-            fits = [(v, c) for c in cells if (v := free[c]) >= total]
+            room = list(map(st.free.__getitem__, cells))
         else:
             cap: dict[int, int] = {}
             at, cell_chain = topo.nodes_at(lvl), topo.cell_chain
@@ -378,13 +381,13 @@ class Placer:
                 a = at[n]
                 if a >= 0 and cell_chain[a] == chain:
                     cap[a] = cap.get(a, 0) + k
-            if self._quota(owner, chain) is not None:
-                pool = st.pool_leaves
-                fits = [(v, c) for c in cells if (v := cap.get(c, 0) + pool[c]) >= total]
-            else:
-                fits = [(v, c) for c, v in cap.items() if v >= total]
-        fits.sort()
-        return [c for _, c in fits]
+            if self._quota(owner, chain) is None:
+                return [c for _, c in sorted((v, c) for c, v in cap.items() if v >= total)]
+            room = list(map(st.pool_leaves.__getitem__, cells))
+            for c, k in cap.items():
+                room[bisect_left(cells, c)] += k
+        ranked = sorted(zip(room, cells))
+        return map(itemgetter(1), ranked[bisect_left(ranked, (total, -1)) :])
 
     def _unbound_leaves(self, owner: int, chain: int) -> int:
         q = self._quota(owner, chain)
@@ -434,6 +437,14 @@ class Placer:
             candidates: Iterable[int] = nodes
             if ordered:
                 candidates = whole_node_order(st, owner, chain, domain, size, used, not no_quota)
+            elif whole and size == topo.chain_node_max[chain]:
+                # a pod as large as the chain's largest node: the first node (in id order) it fits
+                # whole without binding is the least key (every such node ties on all but its id,
+                # any other choice must bind), so the search stops there (a multi-node gang's pods)
+                first = self._first_whole(nodes, size, used, owned, suggested)
+                if first >= 0:
+                    nc = topo.node_cell[first]
+                    best, best_node, candidates = _Choice((True, start, 0, size, nc), nc, []), first, ()
             for n in candidates:
                 if suggested is not None and n not in suggested:
                     continue
@@ -477,6 +488,23 @@ class Placer:
             out.append(got)
             used.add(best_node)
         return out
+
+    def _first_whole(
+        self,
+        nodes: Iterable[int],
+        size: int,
+        used: set[int],
+        owned: dict[int, int] | None,
+        suggested: frozenset[int] | None,
+    ) -> int:
+        """The first node of `nodes` not in `used` (and suggested) with `size` usable leaves, or -1."""
+        free, node_cell = self.state.free, self.topo.node_cell
+        for n in nodes:
+            if n in used or (suggested is not None and n not in suggested):
+                continue
+            if (free[node_cell[n]] if owned is None else owned.get(n, 0)) >= size:
+                return n
+        return -1
 
     # ------------------------------------------------------------------ results
     @staticmethod
