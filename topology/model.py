@@ -290,8 +290,15 @@ class Topology:
         return a
 
     def lca_level(self, cells: list[int]) -> int:
-        """Level of the lowest common ancestor; one above the chain's top when there is none."""
-        a = self.lca(cells)
+        """Level of the lowest common ancestor; one above the chain's top when there is none.
+
+        Cells (a gang's leaves) on two or more nodes have the lca of those nodes: the climb starts
+        from a cell per node, not per leaf."""
+        nodes = set(map(self.cell_node.__getitem__, cells))
+        if len(nodes) > 1 and -1 not in nodes:
+            a = self.lca(list(map(self.node_cell.__getitem__, sorted(nodes))))
+        else:
+            a = self.lca(cells)
         if a is not None:
             return self.level[a]
         return self.chains[self.cell_chain[cells[0]]].top_level + 1

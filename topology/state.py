@@ -371,25 +371,33 @@ class CellState:
     def _count_whole_node(self, leaves: Sequence[int], d_free: int, usage: list[int]) -> bool:
         """`_count_leaves` for the leaves of one whole healthy node with one owner (the pod that
         fills a node, as most multi-node gangs' pods do), or False: each cell below the node moves
-        by its leaf count at once rather than once per leaf under it."""
+        by its leaf count at once rather than once per leaf under it (by slice when the node was
+        wholly free: its cells then go from all free and unused to none free and all used)."""
         topo = self.topo
         node = topo.cell_node[leaves[0]] if leaves else -1
         if node < 0:
             return False
         nc = topo.node_cell[node]
         leaf_count = topo.leaf_count
-        if len(leaves) != leaf_count[nc] or self.bad_count[nc]:
+        n = len(leaves)
+        if n != leaf_count[nc] or self.bad_count[nc]:
             return False
-        cell_node, leaf_owner = topo.cell_node, self.leaf_owner
-        owner = leaf_owner[leaves[0]]
-        if any(leaf_owner[leaf] != owner or cell_node[leaf] != node for leaf in leaves):
+        if len(set(map(topo.cell_node.__getitem__, leaves))) != 1:
             return False
-        free, n = self.free, len(leaves)
-        for c in range(nc + 1, topo.cell_end[nc]):
-            k = leaf_count[c]
-            usage[c] -= d_free * k
-            free[c] += d_free * k
+        owners = set(map(self.leaf_owner.__getitem__, leaves))
+        if len(owners) != 1:
+            return False
+        free, lo, hi = self.free, nc + 1, topo.cell_end[nc]
+        if d_free < 0 and free[nc] == n:
+            free[lo:hi] = [0] * (hi - lo)
+            usage[lo:hi] = leaf_count[lo:hi]
+        else:
+            for c in range(lo, hi):
+                k = leaf_count[c]
+                usage[c] -= d_free * k
+                free[c] += d_free * k
         self._count_above(node, d_free * n, usage, -d_free * n)
+        owner = owners.pop()
         if owner != NO_OWNER:
             self._owned_free_count(owner, node, d_free * n)
         return True
@@ -431,22 +439,22 @@ class CellState:
                 uo[c] += d_o
 
     def _reindex(self, leaves: Sequence[int]) -> None:
-        """Best-fit keys of the nodes of `leaves`, for their owners and for opportunistic use."""
+        """Best-fit keys of the nodes of `leaves`, for their owners and for opportunistic use: once
+        per (node, owner) and once per node, grouped by C loops (a pod's leaves share one node and
+        mostly one owner; the index's answers do not depend on the order of its updates)."""
         topo = self.topo
-        cell_node, leaf_owner = topo.cell_node, self.leaf_owner
-        last = -1
-        last_owned = (-1, NO_OWNER)
-        for leaf in leaves:
-            node = cell_node[leaf]
-            owner = leaf_owner[leaf]
-            if owner != NO_OWNER and (node, owner) != last_owned:  # a pod's leaves: one key per node
-                self.nodes_by_free.update(owner, node, self.owned_free[owner].get(node, 0))
-                last_owned = (node, owner)
-            if node != last:
-                self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
-                if (root := self.pool_root(topo.node_cell[node])) >= 0:
-                    self.pool_order.track(root, self.free[root])
-                last = node
+        index, owned_free = self.nodes_by_free, self.owned_free
+        nodes = list(map(topo.cell_node.__getitem__, leaves))
+        pairs = dict.fromkeys(zip(nodes, map(self.leaf_owner.__getitem__, leaves)))
+        for node, owner in pairs:
+            if owner != NO_OWNER:
+                index.update(owner, node, owned_free[owner].get(node, 0))
+        node_cell, cell_chain = topo.node_cell, topo.cell_chain
+        for node in dict.fromkeys(nodes):
+            nc = node_cell[node]
+            index.update(self.opp_group(cell_chain[nc]), node, self.opp_key(node))
+            if (root := self.pool_root(nc)) >= 0:
+                self.pool_order.track(root, self.free[root])
 
     def set_reserver(self, leaf: int, gang: int) -> None:
         old = self.leaf_reserver[leaf]
