@@ -15,10 +15,8 @@ does not keep; this keeps one implementation of every counter instead of a shado
 from __future__ import annotations
 
 import itertools
-from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass
-from operator import itemgetter
 
 from topology.buddy import apply_binds, bind_plan, binding_order
 from topology.linkpick import prefer_linked
@@ -364,16 +362,15 @@ class Placer:
         """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first.
 
         A cell's room is what the owner holds free in it plus, when it has quota left to bind, the
-        cell's free-pool leaves. Read, sorted and cut at `total` by C loops (`map`, `sorted`,
-        `bisect`) rather than a Python loop over the level's ~100 racks: the search mostly takes
-        the first cell."""
+        cell's free-pool leaves; each is read in one comprehension over the level (~100 racks)."""
         topo, st = self.topo, self.state
         ch = topo.chains[chain]
         if lvl > ch.top_level:
             return [-1]
-        cells = ch.cells_by_level[lvl]  # ascending ids
+        cells = ch.cells_by_level[lvl]
         if owner == NO_OWNER:
-            room = list(map(st.free.__getitem__, cells))
+            free = st.free
+            fits = [(v, c) for c in cells if (v := free[c]) >= total]
         else:
             cap: dict[int, int] = {}
             at, cell_chain = topo.nodes_at(lvl), topo.cell_chain
@@ -381,13 +378,13 @@ class Placer:
                 a = at[n]
                 if a >= 0 and cell_chain[a] == chain:
                     cap[a] = cap.get(a, 0) + k
-            if self._quota(owner, chain) is None:
-                return [c for _, c in sorted((v, c) for c, v in cap.items() if v >= total)]
-            room = list(map(st.pool_leaves.__getitem__, cells))
-            for c, k in cap.items():
-                room[bisect_left(cells, c)] += k
-        ranked = sorted(zip(room, cells))
-        return map(itemgetter(1), ranked[bisect_left(ranked, (total, -1)) :])
+            if self._quota(owner, chain) is not None:
+                pool = st.pool_leaves
+                fits = [(v, c) for c in cells if (v := cap.get(c, 0) + pool[c]) >= total]
+            else:
+                fits = [(v, c) for c, v in cap.items() if v >= total]
+        fits.sort()
+        return [c for _, c in fits]
 
     def _unbound_leaves(self, owner: int, chain: int) -> int:
         q = self._quota(owner, chain)

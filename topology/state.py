@@ -439,22 +439,22 @@ class CellState:
                 uo[c] += d_o
 
     def _reindex(self, leaves: Sequence[int]) -> None:
-        """Best-fit keys of the nodes of `leaves`, for their owners and for opportunistic use: once
-        per (node, owner) and once per node, grouped by C loops (a pod's leaves share one node and
-        mostly one owner; the index's answers do not depend on the order of its updates)."""
+        """Best-fit keys of the nodes of `leaves`, for their owners and for opportunistic use."""
         topo = self.topo
-        index, owned_free = self.nodes_by_free, self.owned_free
-        nodes = list(map(topo.cell_node.__getitem__, leaves))
-        pairs = dict.fromkeys(zip(nodes, map(self.leaf_owner.__getitem__, leaves)))
-        for node, owner in pairs:
-            if owner != NO_OWNER:
-                index.update(owner, node, owned_free[owner].get(node, 0))
-        node_cell, cell_chain = topo.node_cell, topo.cell_chain
-        for node in dict.fromkeys(nodes):
-            nc = node_cell[node]
-            index.update(self.opp_group(cell_chain[nc]), node, self.opp_key(node))
-            if (root := self.pool_root(nc)) >= 0:
-                self.pool_order.track(root, self.free[root])
+        cell_node, leaf_owner = topo.cell_node, self.leaf_owner
+        last = -1
+        last_owned = (-1, NO_OWNER)
+        for leaf in leaves:
+            node = cell_node[leaf]
+            owner = leaf_owner[leaf]
+            if owner != NO_OWNER and (node, owner) != last_owned:  # a pod's leaves: one key per node
+                self.nodes_by_free.update(owner, node, self.owned_free[owner].get(node, 0))
+                last_owned = (node, owner)
+            if node != last:
+                self.nodes_by_free.update(self.opp_group(topo.cell_chain[leaf]), node, self.opp_key(node))
+                if (root := self.pool_root(topo.node_cell[node])) >= 0:
+                    self.pool_order.track(root, self.free[root])
+                last = node
 
     def set_reserver(self, leaf: int, gang: int) -> None:
         old = self.leaf_reserver[leaf]
