@@ -362,7 +362,7 @@ class Placer:
         """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first.
 
         A cell's room is what the owner holds free in it plus, when it has quota left to bind, the
-        cell's free-pool leaves; each is read in one comprehension over the level (~100 racks)."""
+        cell's free-pool leaves; the level (~100 racks) is read in one comprehension."""
         topo, st = self.topo, self.state
         ch = topo.chains[chain]
         if lvl > ch.top_level:
@@ -380,7 +380,9 @@ class Placer:
                     cap[a] = cap.get(a, 0) + k
             if self._quota(owner, chain) is not None:
                 pool = st.pool_leaves
-                fits = [(v, c) for c in cells if (v := cap.get(c, 0) + pool[c]) >= total]
+                fits = [(v, c) for c in cells if (v := pool[c]) >= total and c not in cap]
+                # the few cells the owner holds leaves in: their room is both parts
+                fits += [(v, c) for c, k in cap.items() if (v := k + pool[c]) >= total]
             else:
                 fits = [(v, c) for c, v in cap.items() if v >= total]
         fits.sort()
