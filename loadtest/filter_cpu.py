@@ -8,6 +8,12 @@ times each filter call in the thread's CPU time (`time.thread_time`), which othe
 move: the middleware, the body's parsing, the pod's request, the core's question and the answer, as
 the server runs them, without uvicorn and the client. Run it on two checkouts (or with `--noop`, the
 no-op extender's app) one after the other, alternating, to compare them.
+
+`--cold` writes a buffer larger than the caches before each verb call, so each filter starts with
+its data out of the CPU caches, as a server does that waits for its client between requests. In
+process and warm, a placing filter's CPU is most of its cost beyond the no-op's; cold, the memory
+it touches costs as much again (the no-op's filter, touching little, barely moves). That is why CPU
+cuts found here show less over HTTP (`loadtest.one_client`): the cold figure is the closer one.
 """
 
 from __future__ import annotations
@@ -31,11 +37,15 @@ from loadtest.servers import ROOT
 KINDS = ("place", "member")
 
 
+COLD_BYTES = 32 << 20  # written before each call with `--cold`: more than a server CPU's caches
+
+
 class InProcess:
     """An app called as ASGI on one event loop; each filter's thread CPU time (ms) by kind."""
 
-    def __init__(self, verbs: ASGIApp, reads: ASGIApp) -> None:
+    def __init__(self, verbs: ASGIApp, reads: ASGIApp, *, cold: bool = False) -> None:
         self.verbs, self.reads = verbs, reads
+        self.evict = bytearray(COLD_BYTES) if cold else None
         self.loop = asyncio.new_event_loop()
         self.times: dict[str, list[float]] = {k: [] for k in KINDS}
         self.seen: set[str] = set()
@@ -56,6 +66,8 @@ class InProcess:
         async def send(message: Message) -> None:
             out.append(message)
 
+        if self.evict is not None and self.timing:
+            self.evict[::64] = bytes(len(self.evict[::64]))  # a write per cache line, outside the timing
         headers = [(b"host", b"127.0.0.1")]
         if body is not None:
             headers += [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
@@ -106,30 +118,30 @@ class InProcess:
         return cluster_from(summary, self.call("GET", "/v1/inspect/clusterstatus/physicalcluster")[1])
 
 
-def serve(config: Path, noop: bool) -> InProcess:
+def serve(config: Path, noop: bool, cold: bool = False) -> InProcess:
     """The verbs and read apps `topogang serve` serves for `config`, started (or the no-op's app)."""
     if noop:
         from loadtest.noop import build_noop_app, node_list
 
         app = build_noop_app(node_list(str(config), 0))
-        return InProcess(app, app)
+        return InProcess(app, app, cold=cold)
     from config.load import load_config
     from extender.http.app import build_apps
     from extender.standalone import build_standalone
 
     service = build_standalone(load_config(str(config)))
     built = build_apps(service)
-    ip = InProcess(built.verbs, built.reads)
+    ip = InProcess(built.verbs, built.reads, cold=cold)
     for start in service.on_start:  # ready (the background loops, expiry and reload, are not run)
         ip.loop.run_until_complete(start())
     return ip
 
 
 def measure(
-    config: Path, jobs: int, *, noop: bool = False, fill: float = 0.3, seed: int = 1
+    config: Path, jobs: int, *, noop: bool = False, fill: float = 0.3, seed: int = 1, cold: bool = False
 ) -> dict[str, list[float]]:
     """Pre-fill to `fill` (the Philly mix), then schedule `jobs` 4 x 8-GPU gangs: filter CPU (ms) by kind."""
-    ip = serve(config, noop)
+    ip = serve(config, noop, cold)
     cluster = ip.cluster()
     target, used = round(fill * cluster.total_gpus), cluster.used_gpus
     fleet, mix, rng = Fleet(cluster, 1.0), JobMix(cluster, "philly", seed=seed), random.Random(seed)
@@ -152,18 +164,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=400, help="4-pod gangs timed after the pre-fill")
     ap.add_argument("--noop", action="store_true", help="the no-op extender's app instead")
+    ap.add_argument("--cold", action="store_true", help="each call starts with the CPU caches flushed")
     ap.add_argument("--out", default=str(ROOT / "results" / "filter-cpu"))
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = out / f"cluster-{args.nodes}.yaml"
     cfg.write_text(generate_yaml(nodes=args.nodes, rack_size=rack_size_for(args.nodes)))
-    times = measure(cfg, args.jobs, noop=args.noop)
+    times = measure(cfg, args.jobs, noop=args.noop, cold=args.cold)
     parts = [
         f"{k} n={len(times[k])} p50 {statistics.median(times[k]):.3f} ms" if times[k] else f"{k} n=0"
         for k in KINDS
     ]
-    print(f"{'noop' if args.noop else 'topogang'} filter CPU, {args.nodes} nodes at 30%: " + "  ".join(parts))
+    name = ("noop" if args.noop else "topogang") + (" cold" if args.cold else "")
+    print(f"{name} filter CPU, {args.nodes} nodes at 30%: " + "  ".join(parts))
     return 0
 
 
