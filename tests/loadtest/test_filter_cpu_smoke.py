@@ -28,3 +28,12 @@ def test_the_extender_in_process_places_gangs_and_fills_the_cluster(tmp_path: Pa
     times = filter_cpu.measure(cfg, 2)
     assert len(times["place"]) == 2 and len(times["member"]) == 6
     assert all(t > 0 for k in filter_cpu.KINDS for t in times[k])
+
+
+def test_cold_calls_flush_the_caches_outside_the_timing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--nodes", "32", "--jobs", "2", "--out", str(tmp_path), "--cold"]
+    assert filter_cpu.main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("topogang cold filter CPU") and "place n=2 p50" in out
