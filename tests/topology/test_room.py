@@ -93,7 +93,7 @@ def test_the_threshold_falls_with_the_share_of_wholly_free_nodes() -> None:
     core, _ = crowded()
     assert min_loss_hours(core, req) == MIN_LOSS_HOURS  # no node wholly free: the whole threshold
     core, _ = roomy()
-    assert min_loss_hours(core, req) == MIN_LOSS_HOURS * (2 / 8) ** 2  # 6 of 8 nodes wholly free
+    assert min_loss_hours(core, req) == MIN_LOSS_HOURS * 2 / 8  # 6 of 8 nodes wholly free
     assert min_loss_hours(Core(rack_cluster(racks=2)), req) == 0.0  # an idle cluster
 
 
@@ -105,9 +105,9 @@ def test_with_most_nodes_wholly_free_a_smaller_loss_starts_the_gang_as_a_guest()
     assert isinstance(got, GangPlacement) and got.priority < 0
     assert not {p.node for p in got.pods} & mine
     assert core.gang("x") is not None and violations(core) == []
-    # a loss under even the scaled threshold (x has run 5 minutes: 1/3 GPU-hour) is still preempted
+    # a loss under even the scaled threshold (x has run 15 minutes: 1 GPU-hour) is still preempted
     core, _ = roomy()
-    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), SHORT / 12)
+    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), SHORT / 4)
     assert isinstance(got, Wait) and got.reason.code is WaitCode.PREEMPTIBLE
 
 
