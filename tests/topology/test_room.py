@@ -10,7 +10,7 @@ from topology.core import Core
 from topology.decisions import AdoptedPod, GangPlacement, Preemption, Wait, WaitCode
 from topology.gangs import placement_of
 from topology.invariants import violations
-from topology.room import MIN_LOSS_HOURS, over_quota
+from topology.room import MIN_LOSS_HOURS, min_loss_hours, over_quota
 
 # x (4 GPUs, started at 0) has run 3 h at LONG: 12 GPU-hours; 1 h at SHORT: 4 GPU-hours
 LONG = 3 * 3600.0
@@ -72,6 +72,43 @@ def test_a_preemption_that_ends_less_than_the_threshold_is_taken_as_before() -> 
     assert {v.node for v in taken.victims} <= mine
     g = core.gang("a2")
     assert g is None or not g.guest
+
+
+def roomy() -> tuple[Core, set[str]]:
+    """As `crowded`, on two racks (8 nodes): a owns 1 node, b 7; b's 14 guests fill the 7 pool nodes,
+    so b's guest `x` lands in a's node beside a's own 4 GPUs; then 12 of those guests leave, and 6
+    of the 8 nodes are wholly free. Returns the core and a's node."""
+    core = Core(rack_cluster(racks=2, vcs={"a": [("NODE", 1)], "b": [("NODE", 7)]}))
+    mine = start(core, gang("a1", "a", (1, 4)), 0.0)
+    for i in range(14):
+        start(core, gang(f"b{i}", "b", (1, 4), priority=-1), 0.0)
+    assert start(core, gang("x", "b", (1, 4), priority=-1), 0.0) == mine
+    for i in range(12):
+        core.delete_gang(f"b{i}")
+    return core, mine
+
+
+def test_the_threshold_falls_with_the_share_of_wholly_free_nodes() -> None:
+    req = gang("a2", "a", (1, 4), priority=10, promote_when_quota=True)
+    core, _ = crowded()
+    assert min_loss_hours(core, req) == MIN_LOSS_HOURS  # no node wholly free: the whole threshold
+    core, _ = roomy()
+    assert min_loss_hours(core, req) == MIN_LOSS_HOURS * 2 / 8  # 6 of 8 nodes wholly free
+    assert min_loss_hours(Core(rack_cluster(racks=2)), req) == 0.0  # an idle cluster
+
+
+def test_with_most_nodes_wholly_free_a_smaller_loss_starts_the_gang_as_a_guest() -> None:
+    """x would lose 4 GPU-hours: under the whole threshold (a busy cluster preempts it, above), over
+    the threshold of a cluster whose nodes are mostly wholly free, where a guest risks little."""
+    core, mine = roomy()
+    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), SHORT)
+    assert isinstance(got, GangPlacement) and got.priority < 0
+    assert not {p.node for p in got.pods} & mine
+    assert core.gang("x") is not None and violations(core) == []
+    # a loss under even the scaled threshold (x has run 15 minutes: 1 GPU-hour) is still preempted
+    core, _ = roomy()
+    got = core.reserve(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), SHORT / 4)
+    assert isinstance(got, Wait) and got.reason.code is WaitCode.PREEMPTIBLE
 
 
 def test_the_guest_is_promoted_to_the_priority_it_asked_for_when_its_vc_has_room() -> None:
