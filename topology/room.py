@@ -123,7 +123,9 @@ def start_as_guest(
     work worth keeping, the request is for a pinned cell, or the gang does not fit in free room."""
     if req.opportunistic or req.pinned_cell_id is not None or not req.promote_when_quota:
         return None
-    if loss_of(cluster, victims, now) <= min_loss_hours(cluster, req) * 3600.0:
+    loss = loss_of(cluster, victims, now)
+    # the threshold is at most MIN_LOSS_HOURS: a larger loss needs no count of whole free nodes
+    if loss <= MIN_LOSS_HOURS * 3600.0 and loss <= min_loss_hours(cluster, req) * 3600.0:
         return None
     gang = place_on_chains(cluster, req, now, suggested, as_guest=True)
     if not isinstance(gang, Gang):
