@@ -15,10 +15,11 @@ does not keep; this keeps one implementation of every counter instead of a shado
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from topology.buddy import apply_binds, bind_plan, binding_order
+from topology.domains import first_whole_node, ranked_cells
 from topology.linkpick import prefer_linked
 from topology.model import Topology
 from topology.nodeorder import whole_node_order
@@ -359,36 +360,10 @@ class Placer:
 
     # ------------------------------------------------------------------ several nodes
     def _domains(self, owner: int, chain: int, lvl: int, total: int) -> Iterable[int]:
-        """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first
-        (least room, then id).
-
-        A cell's room is what the owner holds free in it plus, when it has quota left to bind, the
-        cell's free-pool leaves; the level (~100 racks) is read in one comprehension. Each cell is
-        ranked by one int, room * cells + id (`_least_first`): ints compare far faster than
-        (room, id) tuples, and the search mostly takes the first cell only."""
-        topo, st = self.topo, self.state
-        ch = topo.chains[chain]
-        if lvl > ch.top_level:
+        """Cells of `lvl` (or -1 = the whole chain) that could hold `total` leaves, best fit first."""
+        if lvl > self.topo.chains[chain].top_level:
             return [-1]
-        cells, n_cells = ch.cells_by_level[lvl], topo.n_cells
-        if owner == NO_OWNER:
-            free = st.free
-            ranks = [v * n_cells + c for c in cells if (v := free[c]) >= total]
-        else:
-            cap: dict[int, int] = {}
-            at, cell_chain = topo.nodes_at(lvl), topo.cell_chain
-            for n, k in st.owned_free[owner].items():
-                a = at[n]
-                if a >= 0 and cell_chain[a] == chain:
-                    cap[a] = cap.get(a, 0) + k
-            if self._quota(owner, chain) is not None:
-                pool = st.pool_leaves
-                ranks = [v * n_cells + c for c in cells if (v := pool[c]) >= total and c not in cap]
-                # the few cells the owner holds leaves in: their room is both parts
-                ranks += [v * n_cells + c for c, k in cap.items() if (v := k + pool[c]) >= total]
-            else:
-                ranks = [v * n_cells + c for c, v in cap.items() if v >= total]
-        return _least_first(ranks, n_cells)
+        return ranked_cells(self.state, owner, chain, lvl, total, self._quota(owner, chain) is not None)
 
     def _unbound_leaves(self, owner: int, chain: int) -> int:
         q = self._quota(owner, chain)
@@ -442,7 +417,7 @@ class Placer:
                 # a pod as large as the chain's largest node: the first node (in id order) it fits
                 # whole without binding is the least key (every such node ties on all but its id,
                 # any other choice must bind), so the search stops there (a multi-node gang's pods)
-                first = self._first_whole(nodes, size, used, owned, suggested)
+                first = first_whole_node(self.state, nodes, size, used, owned, suggested)
                 if first >= 0:
                     nc = topo.node_cell[first]
                     best, best_node, candidates = _Choice((True, start, 0, size, nc), nc, []), first, ()
@@ -490,23 +465,6 @@ class Placer:
             used.add(best_node)
         return out
 
-    def _first_whole(
-        self,
-        nodes: Iterable[int],
-        size: int,
-        used: set[int],
-        owned: dict[int, int] | None,
-        suggested: frozenset[int] | None,
-    ) -> int:
-        """The first node of `nodes` not in `used` (and suggested) with `size` usable leaves, or -1."""
-        free, node_cell = self.state.free, self.topo.node_cell
-        for n in nodes:
-            if n in used or (suggested is not None and n not in suggested):
-                continue
-            if (free[node_cell[n]] if owned is None else owned.get(n, 0)) >= size:
-                return n
-        return -1
-
     # ------------------------------------------------------------------ results
     @staticmethod
     def _to_slots(order: list[int], leaves: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
@@ -525,15 +483,3 @@ class Placer:
         owned = sum(k for n, k in st.owned_free[owner].items() if topo.cell_chain[topo.node_cell[n]] == chain)
         quota_free = owned + self._unbound_leaves(owner, chain)
         return Shortfall(lvl, total, quota_free, quota_bound=quota_free < total)
-
-
-def _least_first(ranks: list[int], n: int) -> Iterator[int]:
-    """The cells of `ranks` (room * n + id each) by least room, then id: the least one by `min`,
-    the rest sorted only when the caller asks for a second."""
-    if not ranks:
-        return
-    yield min(ranks) % n
-    if len(ranks) > 1:
-        ranks.sort()
-        for r in ranks[1:]:
-            yield r % n

@@ -17,12 +17,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from topology.bestfit import BestFitIndex
+from topology.ids import FREE_PRIORITY as FREE_PRIORITY
+from topology.ids import NO_GANG as NO_GANG
+from topology.ids import NO_OWNER as NO_OWNER
+from topology.leafcounts import LeafCounts
 from topology.model import Topology
 from topology.poolorder import PoolOrder
-
-NO_GANG = -1
-NO_OWNER = -1
-FREE_PRIORITY = -2
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +34,7 @@ class Owner:
     pinned_cell_id: str | None
 
 
-class CellState:
+class CellState(LeafCounts):
     """The mutable half of the core. Not thread-safe: the edge serialises calls."""
 
     def __init__(self, topo: Topology, owners: list[Owner], quota: dict[int, dict[int, list[int]]]) -> None:
@@ -275,15 +275,6 @@ class CellState:
     def _owned_free_add(self, owner: int, node: int, delta: int) -> None:
         self.nodes_by_free.update(owner, node, self._owned_free_count(owner, node, delta))
 
-    def _owned_free_count(self, owner: int, node: int, delta: int) -> int:
-        d = self.owned_free[owner]
-        v = d.get(node, 0) + delta
-        if v:
-            d[node] = v
-        else:
-            d.pop(node, None)
-        return v
-
     # ------------------------------------------------------------------ leaves
     def allocate_leaf(self, leaf: int, gang: int, priority: int) -> None:
         self.allocate_leaves((leaf,), gang, priority)
@@ -331,83 +322,6 @@ class CellState:
         for leaf, gang, prio in held:
             self._set_leaf(leaf, gang, prio)
         self._reindex([leaf for leaf, _, _ in held])
-
-    def _count_leaves(self, leaves: Sequence[int], d_free: int, usage: list[int]) -> None:
-        """The counters of leaves that all turned used (`d_free` -1) or all turned free (+1), with
-        `usage` the one usage counter they leave or enter: the cells below a node per leaf, the
-        node and its ancestors once per run of a node's leaves, each owner's free count once per
-        node (what `_set_leaf` does leaf by leaf, in bulk: a pod's leaves share their node)."""
-        if self._count_whole_node(leaves, d_free, usage):
-            return
-        topo = self.topo
-        cell_node, below = topo.cell_node, self._below_node
-        free, leaf_bad, leaf_owner = self.free, self.leaf_bad, self.leaf_owner
-        d_use = -d_free
-        owned: dict[tuple[int, int], int] = {}
-        run_node = -1
-        run_free = run_use = 0
-        for leaf in leaves:
-            node = cell_node[leaf]
-            if node != run_node:
-                if run_node >= 0:
-                    self._count_above(run_node, run_free, usage, run_use)
-                run_node, run_free, run_use = node, 0, 0
-            cells = below[leaf]
-            for c in cells:
-                usage[c] += d_use
-            run_use += d_use
-            if not leaf_bad[leaf]:
-                for c in cells:
-                    free[c] += d_free
-                run_free += d_free
-                owner = leaf_owner[leaf]
-                if owner != NO_OWNER:
-                    owned[owner, node] = owned.get((owner, node), 0) + d_free
-        if run_node >= 0:
-            self._count_above(run_node, run_free, usage, run_use)
-        for (owner, node), d in owned.items():
-            self._owned_free_count(owner, node, d)
-
-    def _count_whole_node(self, leaves: Sequence[int], d_free: int, usage: list[int]) -> bool:
-        """`_count_leaves` for the leaves of one whole healthy node with one owner (the pod that
-        fills a node, as most multi-node gangs' pods do), or False: each cell below the node moves
-        by its leaf count at once rather than once per leaf under it (by slice when the node was
-        wholly free: its cells then go from all free and unused to none free and all used)."""
-        topo = self.topo
-        node = topo.cell_node[leaves[0]] if leaves else -1
-        if node < 0:
-            return False
-        nc = topo.node_cell[node]
-        leaf_count = topo.leaf_count
-        n = len(leaves)
-        if n != leaf_count[nc] or self.bad_count[nc]:
-            return False
-        if len(set(map(topo.cell_node.__getitem__, leaves))) != 1:
-            return False
-        owners = set(map(self.leaf_owner.__getitem__, leaves))
-        if len(owners) != 1:
-            return False
-        free, lo, hi = self.free, nc + 1, topo.cell_end[nc]
-        if d_free < 0 and free[nc] == n:
-            free[lo:hi] = [0] * (hi - lo)
-            usage[lo:hi] = leaf_count[lo:hi]
-        else:
-            for c in range(lo, hi):
-                k = leaf_count[c]
-                usage[c] -= d_free * k
-                free[c] += d_free * k
-        self._count_above(node, d_free * n, usage, -d_free * n)
-        owner = owners.pop()
-        if owner != NO_OWNER:
-            self._owned_free_count(owner, node, d_free * n)
-        return True
-
-    def _count_above(self, node: int, d_free: int, usage: list[int], d_use: int) -> None:
-        """A run's sums on its node's cell and every ancestor."""
-        free = self.free
-        for c in self.topo.up[self.topo.node_cell[node]]:
-            free[c] += d_free
-            usage[c] += d_use
 
     def _set_leaf(self, leaf: int, gang: int, priority: int) -> None:
         """Counters only: the best-fit index is brought up to date once per batch (`_reindex`), as
