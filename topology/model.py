@@ -296,7 +296,7 @@ class Topology:
         from a cell per node, not per leaf."""
         nodes = set(map(self.cell_node.__getitem__, cells))
         if len(nodes) > 1 and -1 not in nodes:
-            a = self.lca(list(map(self.node_cell.__getitem__, sorted(nodes))))
+            a = self.lca(list(map(self.node_cell.__getitem__, nodes)))
         else:
             a = self.lca(cells)
         if a is not None:

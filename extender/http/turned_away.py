@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from itertools import islice
 
 from extender.gangs.podspec import PodRequest
 from topology.asks import Waits
@@ -113,7 +114,7 @@ class Requeue:
     def take(self, limit: int) -> list[TurnedAway]:
         """Up to `limit` due pods, the longest due first; they leave."""
         out: list[TurnedAway] = []
-        for uid in list(self._due)[:limit]:
+        for uid in list(islice(self._due, limit)):  # not a copy of every due UID per batch
             out.append(self._due.pop(uid))
         self._sync_wake()
         return out

@@ -16,9 +16,10 @@ from loadtest.kubefake.client import Fault
 from tests.extender.helpers import Clock, nodes, run, spec
 from tests.extender.test_kube_durable import Running, cluster, start, submit, until
 from tests.extender.test_kube_outside import OTHER, plain, put
+from tests.extender.test_kube_promotion import NLP, gone
 from topology.decisions import GangRequest, Member, WaitCode
 
-NLP = "nlp"  # 24 GPUs of quota in the example config: three whole nodes
+# NLP: 24 GPUs of quota in the example config, three whole nodes
 
 
 def mark_of(kube: FakeKube, ns: str, name: str) -> str | None:
@@ -49,11 +50,11 @@ def test_a_pod_turned_away_is_marked_once_when_the_watch_sees_room_free() -> Non
         await turned_away(r, never)  # 32 GPUs, more than nlp's whole quota: no room will ever do
         assert r.s.requeue.counts() == (1, 0)
 
-        kube.server.delete(pod_path(NLP, "blocker-0"), {"gracePeriodSeconds": 0})
+        gone(kube, "blocker-0")
         await until("the first blocker gone", lambda: not r.s.core.holds_slot("b0"))
         assert mark_of(kube, NLP, "waiter") is None  # the blocker's cells are still its gang's
         for i in (1, 2):
-            kube.server.delete(pod_path(NLP, f"blocker-{i}"), {"gracePeriodSeconds": 0})
+            gone(kube, f"blocker-{i}")
         await until("the waiter marked", lambda: mark_of(kube, NLP, "waiter") is not None)
         assert mark_of(kube, NLP, "never-0") is None
         assert r.s.requeue.counts() == (0, 0)
@@ -76,11 +77,11 @@ def test_a_pod_filtered_again_or_deleted_before_room_frees_is_not_marked() -> No
         first = submit(kube, "w0", "waiter", NLP, spec(NLP, 8))
         await turned_away(r, first)
         # deleted and created again under the same name: the new pod was never turned away
-        kube.server.delete(pod_path(NLP, "waiter"), {"gracePeriodSeconds": 0})
+        gone(kube, "waiter")
         await until("the waiter forgotten", lambda: r.s.requeue.counts() == (0, 0))
         submit(kube, "w1", "waiter", NLP, spec(NLP, 8))
         for i in range(3):
-            kube.server.delete(pod_path(NLP, f"blocker-{i}"), {"gracePeriodSeconds": 0})
+            gone(kube, f"blocker-{i}")
         await until("the blocker released", lambda: r.s.core.gang("nlp/blocker") is None)
         assert mark_of(kube, NLP, "waiter") is None
         await r.stop()
@@ -150,7 +151,7 @@ def test_only_a_pod_the_api_server_has_as_the_body_names_it_can_be_marked() -> N
         assert not got["NodeNames"] and "not known" in str(got["Error"]), got
         assert r.s.requeue.counts() == (0, 0)
         for i in range(3):
-            kube.server.delete(pod_path(NLP, f"blocker-{i}"), {"gracePeriodSeconds": 0})
+            gone(kube, f"blocker-{i}")
         await until("the blocker released", lambda: r.s.core.gang("nlp/blocker") is None)
         assert mark_of(kube, "vision", "victim") is None and victim["metadata"]["uid"] == "v0"
         await r.stop()
