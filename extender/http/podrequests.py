@@ -113,6 +113,23 @@ def left_gang(pods: PodCache, before: PodRequest | None, pr: PodRequest) -> str 
     return None if pods.others_in(before.gang, pr.uid) else before.gang
 
 
+def moved_away(s: Reader, pr: PodRequest) -> str | None:
+    """Why prioritize or preempt refuses a read that moves the pod out of a gang no other pod of
+    it is known in (`left_gang`), or None. Only a filter moves a pod to another gang: it lets the
+    gang left go (`FilterAsk.abandon`). kube-scheduler filters a pod before it prioritizes it or
+    preempts for it, so such a read is a reused UID or a spec edited since; kept, it would leave
+    the old reservation to no pod, and deleting the pod would no longer let it go before its TTL.
+    The read is dropped: the pod stays its gang's."""
+    left = left_gang(s.pods, s.pods.get(pr.uid), pr)  # reading caches nothing: the verb keeps it
+    if left is None:
+        return None
+    s.unkept.drop(pr.uid)
+    return (
+        f"topogang: pod {pr.key} was filtered into gang {left}, and its spec now names gang "
+        f"{pr.gang}: only a filter moves a pod to another gang"
+    )
+
+
 def explained(s: Reader, pod: wire.WirePod) -> PodRequest:
     """The request `POST /v1/explain` asks about: the pod's own spec, held to its namespace's
     entitlement as the filter would hold it (no cache, no conventions, no Event)."""

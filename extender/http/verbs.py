@@ -281,8 +281,10 @@ class Scheduler:
             self._count("prioritize", "ignored")
             return replies.host_priorities(zero)
         try:
-            pr = await self.request_of(args.pod)
+            pr: PodRequest | None = await self.request_of(args.pod)
         except UserError:
+            pr = None
+        if pr is None or podrequests.moved_away(self, pr) is not None:
             self._count("prioritize", "ignored")
             return replies.host_priorities(zero)
         async with self.lock:
@@ -324,6 +326,9 @@ class Scheduler:
         except UserError as err:
             self._count("preempt", "error")
             raise VerbError(400, user_error(args.pod.key, annotation_of(args.pod.raw), err)) from None
+        if (moved := podrequests.moved_away(self, pr)) is not None:
+            self._count("preempt", "error")
+            raise VerbError(400, moved)
         async with self.lock:
             now = self.clock()
             try:
@@ -444,9 +449,8 @@ class Scheduler:
         more: the job was deleted before it started, so its cells go now rather than at its TTL, and
         victims of its preemption are spared. A pod of it seen later simply places the gang afresh."""
         g = self.core.gang(gang)
-        if g is None or any(s.pod_uid is not None or s.finished for s in g.slots):
-            return None
-        if self.pods.others_in(gang, deleted):
+        claimed = g is None or any(s.pod_uid is not None or s.finished for s in g.slots)
+        if claimed or self.pods.others_in(gang, deleted):
             return None
         log.info("gang %s: every pod deleted before any was bound; reservation released", gang)
         return self.core.delete_gang(gang)

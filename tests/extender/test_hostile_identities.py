@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from extender.http import verbs
+from extender.http import verbs, wire
+from extender.http.answers import VerbError
 from tests.extender.helpers import args, bind_args, fc_annotations, place, pod, run, scheduler, spec
 from topology.invariants import violations
 
@@ -141,6 +142,36 @@ def test_a_pending_pod_whose_spec_names_another_gang_lets_the_old_reservation_go
         assert (await s.filter(args(edited)))["NodeNames"]
         assert s.core.gang("vision/first") is None  # nobody is left to claim it
         assert s.core.gang("vision/second") is not None
+        assert violations(s.core) == []
+
+    run(go())
+
+
+def test_only_a_filter_moves_a_pod_to_another_gang() -> None:
+    """kube-scheduler filters a pod before it prioritizes it or preempts for it. A prioritize or
+    preempt whose pod names another gang than the one its filter reserved (a reused UID, a spec edited
+    since) leaves the pod in the reserved gang, so deleting the pod still lets that reservation go
+    at once instead of at its TTL."""
+
+    async def go() -> None:
+        s = scheduler()
+        p = pod("u-m", "m", "vision", spec("vision", 8, 1, "vision/first"))
+        assert (await s.filter(args(p)))["NodeNames"]
+        for moved in (
+            pod("u-m", "m", "vision", spec("vision", 8, 1, "vision/second")),
+            pod("u-m", "m2", "nlp", spec("nlp", 1)),  # a reused UID: another pod altogether
+        ):
+            assert all(h["Score"] == 0 for h in await s.prioritize(args(moved)))
+            with pytest.raises(VerbError) as refused:
+                await s.preempt(wire.parse_preemption_args({"Pod": moved, "NodeNameToVictims": {}}))
+            assert refused.value.status == 400
+            assert "was filtered into gang vision/first" in refused.value.message, refused.value.message
+            cached = s.cached("u-m")
+            assert cached is not None and cached.gang == "vision/first"
+        assert {g.name for g in s.core.gangs()} == {"vision/first"}
+        released = await s.pod_gone("u-m")
+        assert released is not None and released.gang == "vision/first"
+        assert list(s.core.gangs()) == []
         assert violations(s.core) == []
 
     run(go())
