@@ -115,11 +115,12 @@ def left_gang(pods: PodCache, before: PodRequest | None, pr: PodRequest) -> str 
 
 def moved_away(s: Reader, pr: PodRequest) -> str | None:
     """Why prioritize or preempt refuses a read that moves the pod out of a gang no other pod of
-    it is known in (`left_gang`), or None. Only a filter moves a pod to another gang: it lets the
-    gang left go (`FilterAsk.abandon`). kube-scheduler filters a pod before it prioritizes it or
-    preempts for it, so such a read is a reused UID or a spec edited since; kept, it would leave
-    the old reservation to no pod, and deleting the pod would no longer let it go before its TTL.
-    The read is dropped: the pod stays its gang's."""
+    it is known in (`left_gang`), or None. Only a filter that asks the core moves a pod to another
+    gang: it lets the gang left go (`FilterAsk.abandon`); a filter that turns a stale framework
+    attempt away asks nothing. kube-scheduler filters a pod before it prioritizes it or preempts
+    for it, so such a read is a reused UID or a spec edited since; kept, it would leave the old
+    reservation to no pod, and deleting the pod would no longer let it go before its TTL. The read
+    is dropped: the pod stays its gang's."""
     left = left_gang(s.pods, s.pods.get(pr.uid), pr)  # reading caches nothing: the verb keeps it
     if left is None:
         return None

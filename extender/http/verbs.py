@@ -156,7 +156,8 @@ class Scheduler:
             return replies.filter_error(msg)
         attempt = self.gang_ledger.attempt(pr)
         if attempt.stale is not None:
-            self._keep(pr.uid)
+            if podrequests.moved_away(self, pr) is None:  # a stale attempt's read moves no pod either
+                self._keep(pr.uid)
             self._count("filter", "rejected")
             stale = f"topogang: pod {pr.key} is of a stale framework attempt: {attempt.stale}"
             return replies.filter_result(args, (), {}, dict.fromkeys(names, stale))
@@ -491,9 +492,7 @@ class Scheduler:
         if released:
             self.metrics.expiries.inc(len(released))
             for r in released:
-                log.info(
-                    "reservation of gang %s expired; evicting %d bound members", r.gang, len(r.evict_pod_uids)
-                )
+                log.info("reservation of gang %s expired; evicting %d members", r.gang, len(r.evict_pod_uids))
         evict = [u for r in released for u in r.evict_pod_uids]
         if evict and self.evictor is not None:
             await self.evictor(evict, "gang reservation expired before all members arrived")

@@ -175,3 +175,26 @@ def test_only_a_filter_moves_a_pod_to_another_gang() -> None:
         assert violations(s.core) == []
 
     run(go())
+
+
+def test_a_stale_attempts_pod_with_a_reserved_uid_stays_in_its_gang() -> None:
+    """A filter that turns a stale framework attempt's pod away asks the core nothing, so it lets no
+    gang go: a UID that reserved a gang before keeps it, and deleting the pod lets it go."""
+
+    async def go() -> None:
+        s = scheduler()
+        first = pod("u-x", "x", "vision", spec("vision", 8, 1, "vision/first"))
+        assert (await s.filter(args(first)))["NodeNames"]
+        newer = fc_annotations("vision", "fw", "1_b", "worker", 0)
+        await place(s, pod("n0", "fw-worker-0", "vision", FC_SPEC, annotations=newer))
+        stale = fc_pod("u-x", 1)  # attempt 0_a, older than the 1_b just placed
+        r = await s.filter(args(stale))
+        assert "stale framework attempt" in next(iter(r["FailedAndUnresolvableNodes"].values()))
+        cached = s.cached("u-x")
+        assert cached is not None and cached.gang == "vision/first"
+        released = await s.pod_gone("u-x")
+        assert released is not None and released.gang == "vision/first"
+        assert {g.name for g in s.core.gangs()} == {"vision/fw/1_b"}
+        assert violations(s.core) == []
+
+    run(go())
