@@ -13,6 +13,7 @@ from loadtest.measure import VERBS, Run, VerbStats, median_run
 G1_16 = 1.5  # filter p99 <= 1.5x no-op at 16 users
 G1_1 = 2.0  # <= 2x at 1 user
 G2B = 0.4  # filter+prioritize+bind calls/s >= 0.4x the no-op's
+ONE_CLIENT = 1.5  # `loadtest.one_client`: all-filter p99 at 1 user <= 1.5x the no-op's, median of the rounds
 
 
 @dataclass(frozen=True)

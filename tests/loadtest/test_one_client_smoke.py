@@ -17,6 +17,17 @@ def test_one_client_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFi
     assert [r.split()[0] for r in rows] == ["noop", "topogang"]
     assert all("place p50/p90/p99" in r and "member p50/p90/p99" in r for r in rows)
     assert "all-filter p99 ratio of topogang to noop per round" in out
+    assert "the ratios' denominators, noop's all-filter p99 per round: " in out
+    goal = [ln for ln in out.splitlines() if ln.startswith("goal: ")]
+    assert len(goal) == 1 and "median of the rounds" in goal[0] and "target <= 1.5x" in goal[0]
+    assert goal[0].endswith(("PASS", "FAIL"))
+
+
+def test_verdict_is_the_median_of_the_rounds_against_the_goal() -> None:
+    passing = one_client.verdict("noop", [1.0, 2.4, 1.3], [1.8, 1.2, 1.4])
+    assert "1.000, 2.400, 1.300 ms" in passing and "1.40x [1.20-1.80]" in passing
+    assert passing.rstrip().endswith("PASS")
+    assert one_client.verdict("noop", [1.0, 1.0, 1.0], [1.8, 1.6, 1.2]).rstrip().endswith("FAIL")
 
 
 def test_one_client_compares_mutual_tls_with_plain_http(
@@ -29,6 +40,7 @@ def test_one_client_compares_mutual_tls_with_plain_http(
     assert [r.split()[0] for r in rows] == ["topogang", "mtls"]
     assert all("place p50/p90/p99" in r for r in rows)  # filters answered over both
     assert "all-filter p99 ratio of mtls to topogang per round" in out
+    assert "goal: " not in out  # the 1-user goal is against the no-op
 
 
 def test_one_client_serves_another_checkout_beside_this_one(
