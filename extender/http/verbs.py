@@ -436,7 +436,7 @@ class Scheduler:
             cached = self.cached(uid)
             self.requeue.gone(uid, g.name if (g := self.core.gang_of_pod(uid)) else None, finished=finished)
             released = self.core.release_pod(uid, self.clock(), finished=finished)
-            if released is None and cached is not None and not finished:
+            if released is None and cached is not None:  # finished or not: a pod that held no slot
                 released = self._abandoned(cached.gang, uid)
             self._released(released)
             if cached is not None and not self.pods.others_in(cached.gang, uid):

@@ -198,3 +198,28 @@ def test_a_stale_attempts_pod_with_a_reserved_uid_stays_in_its_gang() -> None:
         assert violations(s.core) == []
 
     run(go())
+
+
+def test_a_pod_reported_finished_before_it_was_bound_lets_its_reservation_go() -> None:
+    """A pod that holds no slot (its filter or preempt reserved the gang; no bind came) and is then
+    reported finished, not deleted, is gone all the same: with no other pod of its gang known, the
+    reservation goes at once rather than at its TTL (the pod is forgotten, so nothing later would)."""
+
+    async def go() -> None:
+        s = scheduler()
+        p = pod("u-f", "f", "vision", spec("vision", 8, 1, "vision/never-bound"))
+        assert (await s.filter(args(p)))["NodeNames"]
+        released = await s.pod_gone("u-f", finished=True)
+        assert released is not None and released.gang == "vision/never-bound"
+        assert list(s.core.gangs()) == []
+        assert violations(s.core) == []
+        # while another pod of the gang is known, the reservation stays for it
+        for uid in ("u-g", "u-h"):
+            assert (await s.filter(args(pod(uid, uid, "vision", spec("vision", 8, 2, "vision/two")))))[
+                "NodeNames"
+            ]
+        assert await s.pod_gone("u-g", finished=True) is None
+        assert s.core.gang("vision/two") is not None
+        assert violations(s.core) == []
+
+    run(go())
