@@ -46,7 +46,7 @@ class InProcess:
     def __init__(self, verbs: ASGIApp, reads: ASGIApp, *, cold: bool = False) -> None:
         self.verbs, self.reads = verbs, reads
         self.evict = bytearray(COLD_BYTES) if cold else None
-        self._zeros = bytes(len(range(0, COLD_BYTES, 64))) if cold else b""  # one byte per cache line
+        self._zeros = bytes(COLD_BYTES // 64) if cold else b""  # one byte per cache line
         self.loop = asyncio.new_event_loop()
         self.times: dict[str, list[float]] = {k: [] for k in KINDS}
         self.seen: set[str] = set()

@@ -32,6 +32,10 @@ class Goal:
     def ok(self) -> bool:
         return self.value >= self.target if self.at_least else self.value <= self.target
 
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.ok else "FAIL"
+
 
 def _ratio(a: float, b: float) -> float:
     return a / b if b else 0.0
@@ -96,8 +100,8 @@ def format_table(
     for g in goals(ext, noop):
         op = ">=" if g.at_least else "<="
         lines.append(
-            f"  {g.name:<40} {g.value:5.2f}x  [{g.low:.2f}-{g.high:.2f}]  (goal {op} {g.target}x)  "
-            f"{'PASS' if g.ok else 'FAIL'}"
+            f"  {g.name:<40} {g.value:5.2f}x  [{g.low:.2f}-{g.high:.2f}]  "
+            f"(goal {op} {g.target}x)  {g.verdict}"
         )
     return "\n".join(lines)
 
@@ -147,7 +151,6 @@ def format_tls(tls: Mapping[int, Sequence[Run]], plain: Mapping[int, Sequence[Ru
             )
     for g in tls_goals(tls, plain):
         lines.append(
-            f"  {g.name:<40} {g.value:5.2f}x  [{g.low:.2f}-{g.high:.2f}]  (goal <= {g.target}x)  "
-            f"{'PASS' if g.ok else 'FAIL'}"
+            f"  {g.name:<40} {g.value:5.2f}x  [{g.low:.2f}-{g.high:.2f}]  (goal <= {g.target}x)  {g.verdict}"
         )
     return "\n".join(lines)

@@ -147,8 +147,8 @@ def verdict(base: str, base_p99: Sequence[float], ratios: Sequence[float]) -> st
     tails = ", ".join(f"{x:.3f}" for x in base_p99)
     return (
         f"the ratios' denominators, {base}'s all-filter p99 per round: {tails} ms\n"
-        f"goal: {goal.name}: {goal.value:.2f}x [{goal.low:.2f}-{goal.high:.2f}] (target <= {goal.target}x): "
-        f"{'PASS' if goal.ok else 'FAIL'}\n"
+        f"goal: {goal.name}: {goal.value:.2f}x [{goal.low:.2f}-{goal.high:.2f}] "
+        f"(target <= {goal.target}x): {goal.verdict}\n"
     )
 
 

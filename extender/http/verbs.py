@@ -450,8 +450,9 @@ class Scheduler:
         more: the job was deleted before it started, so its cells go now rather than at its TTL, and
         victims of its preemption are spared. A pod of it seen later simply places the gang afresh."""
         g = self.core.gang(gang)
-        claimed = g is None or any(s.pod_uid is not None or s.finished for s in g.slots)
-        if claimed or self.pods.others_in(gang, deleted):
+        if g is None or any(s.pod_uid is not None or s.finished for s in g.slots):
+            return None
+        if self.pods.others_in(gang, deleted):
             return None
         log.info("gang %s: every pod deleted before any was bound; reservation released", gang)
         return self.core.delete_gang(gang)
