@@ -59,6 +59,7 @@ OBJECT_TTL = 30.0  # a PodGroup read is reused this long
 MISSING_TTL = 5.0  # an unreadable one is asked again this soon
 SOFTENED_FOR = 3600.0  # how long a softened gang's late members still run as ordinary pods
 MAX_TRACKED = 100_000
+EXTRA, SOLO = "extra", "solo"  # the one-pod gangs derived from a gang: `<gang>/extra/<pod>`, `.../solo/...`
 
 PATHS = {
     "coscheduling": ("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{ns}/podgroups/{name}",),
@@ -171,12 +172,12 @@ class Conventions:
         if when is not None:
             if g is not None and g.slot_of(pr.uid) is not None:
                 return replace(pr, request=g.request)  # a member bound before the timeout
-            return _single(pr, f"{pr.gang}/solo/{pr.name}", None)
+            return _single(pr, SOLO, None)
         if g is None or not r.elastic or g.slot_of(pr.uid) is not None or g.pending:
             return pr
         if core.open_slots(pr.gang, pr.leaf_number):
             return pr
-        return _single(pr, f"{pr.gang}/extra/{pr.name}", domain_nodes(core, g))
+        return _single(pr, EXTRA, domain_nodes(core, g))
 
     # ------------------------------------------------------------------------------ timeouts
     async def tick(self, s: Host) -> None:
@@ -267,15 +268,25 @@ def _request(g: Gang | None) -> GangRequest | None:
     return g.request if g is not None else None
 
 
-def _single(pr: PodRequest, name: str, nodes: frozenset[str] | None) -> PodRequest:
+def _single(pr: PodRequest, kind: str, nodes: frozenset[str] | None) -> PodRequest:
+    """The pod alone, in the one-pod gang `<gang>/<kind>/<pod>` derived from its convention's gang."""
     req = replace(
         pr.request,
-        name=name,
+        name=f"{pr.gang}/{kind}/{pr.name}",
         members=(Member(1, pr.leaf_number),),
         suggested_nodes=nodes,
         slot_keys=None,
     )
     return replace(pr, request=req)
+
+
+def base_gang(name: str) -> str:
+    """The convention's gang a derived one-pod gang (`_single`) stems from; any other name itself."""
+    for kind in (EXTRA, SOLO):
+        head, sep, _ = name.partition(f"/{kind}/")
+        if sep:
+            return head
+    return name
 
 
 def domain_nodes(core: Core, g: Gang) -> frozenset[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from extender.conventions.edge import Conventions, Host
+from extender.conventions.edge import Conventions, Host, base_gang
 from extender.gangs.entitlement import Gate, grant
 from extender.gangs.identity import one_pod_key
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled, pod_request, spec_text
@@ -104,11 +104,15 @@ def member_ask(pr: PodRequest, nodes: frozenset[str] | None) -> MemberAsk:
 
 
 def left_gang(pods: PodCache, before: PodRequest | None, pr: PodRequest) -> str | None:
-    """The gang a pod left, when its spec now names another (a pending pod's annotations can be
-    edited) and no other pod of it is known: a reservation that no pod is left to claim goes now,
-    as when its last pod is deleted, rather than holding its cells until its TTL. (A convention's
-    elastic extra changes gang by design, between the gang and its extras: that is no leaving.)"""
-    if before is None or before.gang == pr.gang or not (before.from_spec and pr.from_spec):
+    """The gang a pod left, when it now names another (a pending pod's annotations and labels can
+    be edited, a UID reused) and no other pod of it is known: a reservation that no pod is left to
+    claim goes now, as when its last pod is deleted, rather than holding its cells until its TTL.
+    A convention's pod moving between its gang and the one-pod gangs derived from it (an elastic
+    extra, a softened member) does so by design: that is no leaving. Any other move is one, a spec
+    gang left for a convention's (a GPU pod's one-pod gang) as much as for another spec gang."""
+    if before is None or before.gang == pr.gang:
+        return None
+    if not (before.from_spec or pr.from_spec) and base_gang(before.gang) == base_gang(pr.gang):
         return None
     return None if pods.others_in(before.gang, pr.uid) else before.gang
 

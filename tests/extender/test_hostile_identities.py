@@ -177,6 +177,54 @@ def test_only_a_filter_moves_a_pod_to_another_gang() -> None:
     run(go())
 
 
+def gpu_pod(uid: str, name: str, ns: str, gpus: int) -> dict[str, Any]:
+    """A pod of topogang's profile with no spec: a convention's one-pod gang of `gpus` GPUs."""
+    return {
+        "metadata": {"uid": uid, "name": name, "namespace": ns},
+        "spec": {
+            "schedulerName": "topogang",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}],
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def test_a_spec_gangs_pod_read_as_a_gpu_pod_stays_in_its_gang() -> None:
+    """A pod whose spec reserved a gang, then sent with the spec gone (a GPU pod of the profile, a
+    convention's one-pod gang of its own), leaves the reserved gang as much as a spec naming another
+    gang would: prioritize and preempt keep it in the reserved gang, and a filter that moves it lets
+    the reservation go (`make fuzz` seed 41: a preempt moved the pod, deleting it then released
+    nothing, and the gang held its GPUs until its TTL)."""
+
+    async def go() -> None:
+        s = scheduler()
+        assert (await s.filter(args(pod("u-s", "s", "vision", spec("vision", 4, 1, "vision/kept")))))[
+            "NodeNames"
+        ]
+        plain = gpu_pod("u-s", "s2", "vision", 2)
+        assert all(h["Score"] == 0 for h in await s.prioritize(args(plain)))
+        with pytest.raises(VerbError) as refused:
+            await s.preempt(wire.parse_preemption_args({"Pod": plain, "NodeNameToVictims": {}}))
+        assert refused.value.status == 400
+        assert "was filtered into gang vision/kept" in refused.value.message, refused.value.message
+        cached = s.cached("u-s")
+        assert cached is not None and cached.gang == "vision/kept"
+        released = await s.pod_gone("u-s")
+        assert released is not None and released.gang == "vision/kept"
+        assert list(s.core.gangs()) == []
+        # a filter moves it: the gang it left goes at once, and the pod is the new gang's
+        assert (await s.filter(args(pod("u-t", "t", "vision", spec("vision", 4, 1, "vision/left")))))[
+            "NodeNames"
+        ]
+        assert (await s.filter(args(gpu_pod("u-t", "t", "vision", 2))))["NodeNames"]
+        assert [g.name for g in s.core.gangs()] == ["vision/pod:t"]  # the GPU pod's own one-pod gang
+        released = await s.pod_gone("u-t")
+        assert released is not None and released.gang == "vision/pod:t"
+        assert list(s.core.gangs()) == [] and violations(s.core) == []
+
+    run(go())
+
+
 def test_a_stale_attempts_pod_with_a_reserved_uid_stays_in_its_gang() -> None:
     """A filter that turns a stale framework attempt's pod away asks the core nothing, so it lets no
     gang go: a UID that reserved a gang before keeps it, and deleting the pod lets it go."""
