@@ -100,12 +100,13 @@ manifests: $(RUN_STAMP)
 	$(BIN)/python scripts/manifests.py
 
 ## soak: the Kubernetes mode against an in-memory API server with randomized faults and restarts,
-##       longer than the suite's (SOAK_OPS operations for each of SOAK_SEEDS); prints the figures
+##       longer than the suite's (SOAK_OPS operations for each of SOAK_SEEDS; SOAK_HOSTILE=1 adds tenants
+##       pushing past their entitlements); prints the figures
 SOAK_OPS ?= 20000
 SOAK_SEEDS ?= 1 2 3
 .PHONY: soak
 soak: $(STAMP)
-	$(BIN)/python -m tests.soak.driver --ops $(SOAK_OPS) $(foreach s,$(SOAK_SEEDS),--seed $(s))
+	$(BIN)/python -m tests.soak.driver --ops $(SOAK_OPS) $(foreach s,$(SOAK_SEEDS),--seed $(s)) $(if $(SOAK_HOSTILE),--hostile)
 
 ## fuzz: hostile requests across every route of a fresh standalone extender (FUZZ_REQUESTS of them, from
 ##       FUZZ_SEED); prints violations by kind, the server's RSS before and after, and whether the

@@ -61,6 +61,8 @@ UNVERIFIED = "unverified"
 Verify = Callable[[Mapping[str, Any]], "str | None"]
 # DRA mode: a bound pod -> its claims' GPUs, why they are not taken, or None (no claims)
 Claimed = Callable[[Mapping[str, Any]], "tuple[int, ...] | str | None"]
+# a pod's request as its namespace may make it (`extender.gangs.entitlement.grant`), else UserError
+Entitle = Callable[[PodRequest, Mapping[str, Any]], PodRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,7 @@ def collect(
     report: RecoveryReport | None = None,
     verify: Verify | None = None,
     claimed: Claimed | None = None,
+    entitle: Entitle | None = None,
 ) -> dict[str, list[_Found]]:
     """Bound, live, opted-in pods grouped by gang name (sorted, so recovery is deterministic). A pod
     whose annotations cannot be read is skipped, with the reason in the report: its annotations are
@@ -175,7 +178,9 @@ def collect(
         why = verify(pod) if verify is not None else None
         if claimed is not None and (why is not None or not _has_bind_info(pod)):
             try:
-                found = _from_claims(pod, node, key, claimed, why, namespace_vcs, ttl_seconds, report)
+                found = _from_claims(
+                    pod, node, key, claimed, why, namespace_vcs, ttl_seconds, report, entitle
+                )
             except Exception as err:  # whatever else the pod's content provokes: this pod only
                 report.notes.append(f"pod {key}: its claims cannot be read: {err!r}")
                 found = None
@@ -186,7 +191,7 @@ def collect(
             _unverified(pod, node, key, why, report)
             continue
         try:
-            found = _found(pod, node, key, namespace_vcs, ttl_seconds, report)
+            found = _found(pod, node, key, namespace_vcs, ttl_seconds, report, entitle)
         except Exception as err:  # whatever else the pod's content provokes: this pod only
             report.skipped.append((key, f"cannot read it: {err!r}"))
             continue
@@ -216,6 +221,7 @@ def _from_claims(
     namespace_vcs: Mapping[str, str] | None,
     ttl_seconds: float,
     report: RecoveryReport,
+    entitle: Entitle | None = None,
 ) -> _Found | None:
     """The pod as its claims place it, or None (its annotations are judged as without claims)."""
     gpus = claimed(pod)
@@ -226,6 +232,7 @@ def _from_claims(
         return None
     try:
         pr = _spec_request(pod, namespace_vcs, ttl_seconds)
+        pr = entitle(pr, pod) if entitle is not None else pr
     except UserError as err:
         report.notes.append(f"pod {key}: its ResourceClaims are not taken: bad scheduling spec ({err})")
         return None
@@ -273,8 +280,10 @@ def _found(
     namespace_vcs: Mapping[str, str] | None,
     ttl_seconds: float,
     report: RecoveryReport,
+    entitle: Entitle | None = None,
 ) -> _Found | None:
-    """One bound pod's request and GPUs, or None (skipped, the reason in the report)."""
+    """One bound pod's request and GPUs, or None (skipped, or held unverified; the reason in the
+    report)."""
     try:
         info = pod_bind_info(kpods.pod_annotations(pod))
     except ValueError as err:
@@ -300,8 +309,41 @@ def _found(
         # Framework object, which recovery does not read): the bind info recorded the gang
         # the pod was placed in, and its whole placement
         pr = _from_bind_info(pod, info, ttl_seconds) or pr
+    got = _as_decided(pod, pr, info, ttl_seconds, entitle)
+    if isinstance(got, str):
+        _unverified(pod, node, key, got, report)
+        return None
+    if got.request.vc != pr.request.vc or got.request.priority < pr.request.priority:
+        report.notes.append(
+            f"pod {key}: its spec was edited since its bind; it comes back as its bind info records"
+        )
     deleting = kpods.meta(pod).get("deletionTimestamp") is not None
-    return _Found(pr, node, tuple(sorted(gpus)), info, deleting)
+    return _Found(got, node, tuple(sorted(gpus)), info, deleting)
+
+
+def _as_decided(
+    pod: Mapping[str, Any], pr: PodRequest, info: BindInfo | None, ttl_seconds: float, entitle: Entitle | None
+) -> PodRequest | str:
+    """The bound pod's request as topogang decided it. A pod's annotations stay editable after its
+    bind, so the spec read now may name another VC, a higher priority or `promoteWhenQuota`: the
+    VC and priority its (verified) bind info records win, and a request its namespace may not make
+    (`entitle`) comes back as the bind info alone records it. A string: why neither can be adopted
+    (its GPUs are then held without quota or priority)."""
+    req = pr.request
+    if info is not None and info.vc is not None and req.vc != info.vc:
+        req = replace(req, vc=info.vc)
+    if info is not None and info.priority is not None and 0 <= info.priority < req.priority:
+        req = replace(req, priority=info.priority)
+    got = pr if req is pr.request else replace(pr, request=req)
+    if entitle is None:
+        return got
+    try:
+        return entitle(got, pod)  # its priority settled as the filter settles it (a PriorityClass's)
+    except UserError as err:
+        recorded = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
+        return (
+            recorded if recorded is not None else f"its spec asks for more than its namespace may use: {err}"
+        )
 
 
 def _by_placement(found: list[_Found]) -> list[list[_Found]]:
@@ -350,6 +392,7 @@ def recover(
     ttl_seconds: float = 300.0,
     verify: Verify | None = None,
     claimed: Claimed | None = None,
+    entitle: Entitle | None = None,
 ) -> RecoveryReport:
     """Adopt every bound gang into `core`; unbound members' slots stay reserved (open). With
     `verify`, only bind info it vouches for is adopted; other bound pods' GPUs are held. With
@@ -362,6 +405,7 @@ def recover(
         report=report,
         verify=verify,
         claimed=claimed,
+        entitle=entitle,
     )
     for u in report.unverified:
         hold_unverified(core, u, now)

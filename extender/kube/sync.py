@@ -29,8 +29,9 @@ from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, S
 from typing import Any
 
 from extender.gangs.bindsig import BindSigner, signed_by, verifier
+from extender.gangs.entitlement import grant
 from extender.gangs.optin import pod_gpus
-from extender.gangs.podspec import is_enabled
+from extender.gangs.podspec import PodRequest, is_enabled
 from extender.http import views
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
@@ -121,6 +122,7 @@ class ClusterSync:
                 ttl_seconds=self.s.ttl_seconds,
                 verify=self._verify(pods, first=True),
                 claimed=claimed,
+                entitle=self._entitle,
             )
             for pod in pods:  # pod IPs and FrameworkController identities for the gang ledger
                 if is_enabled(pod) and not kpods.finished(pod):
@@ -343,6 +345,7 @@ class ClusterSync:
                     namespace_vcs=self.s.namespace_vcs,
                     ttl_seconds=self.s.ttl_seconds,
                     verify=self._verify([], first=False),
+                    entitle=self._entitle,
                 )
             self._tell_unverified(report)
             if not report.pods:
@@ -395,6 +398,10 @@ class ClusterSync:
         held = self._hold_outside(pod)
         if held is not None:
             await self.refresh_node(held.node)
+
+    def _entitle(self, pr: PodRequest, pod: Mapping[str, Any]) -> PodRequest:
+        """A recovered pod's request held to the entitlements in force (no Event: it is bound)."""
+        return grant(self.s.entitlement.rules, pr, pod)
 
     def _verify(self, pods: Sequence[Mapping[str, Any]], *, first: bool) -> Verify | None:
         """How recovery judges bind info. Unsigned bind info (HiveD's) is adopted only at the

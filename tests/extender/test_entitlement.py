@@ -20,11 +20,13 @@ from extender.http import podrequests, wire
 from extender.http.answers import VerbError
 from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
+from extender.kube.recovery import recover
 from extender.ops.metrics import Metrics
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
-from tests.extender.helpers import Clock, args, place, pod, run, spec
+from tests.extender.helpers import SPEC, Clock, args, place, pod, run, spec
 from topology.core import Core
 from topology.decisions import UserError
+from topology.invariants import violations
 
 PIN = "nlp-pin"
 
@@ -386,3 +388,53 @@ def test_a_pod_beyond_both_its_vcs_and_its_priority_is_told_both_keys() -> None:
         "topogang.tenants.research.maxPriority and add 'nlp' to topogang.tenants.research.virtualClusters "
         "to allow it"
     )
+
+
+# --------------------------------------------------------------------- recovery
+def test_a_bound_pods_spec_edited_since_comes_back_as_decided_after_a_restart() -> None:
+    """A pod's annotations stay editable once it is bound, and recovery reads its spec again. Edited
+    specs come back as the signed bind info records them: an opportunistic pod of a namespace that
+    may run nothing else, rewritten to priority 1000 with promoteWhenQuota, stays opportunistic and
+    unpromotable; a capped tenant's pod stays at its cap; a pod rewritten within its namespace's
+    rights keeps the VC and priority it was placed with (found by the soak with hostile tenants)."""
+    loaded = config(STRICT)
+    s, _ = make(loaded)
+    guest = pod("u-i", "guest", "intruder", spec("nlp", 2, priority=-1))
+    capped = pod("u-r", "capped", "research", spec("research", 2, priority=100))
+    own = pod("u-n", "own", "nlp", spec("nlp", 2))
+    for p in (guest, capped, own):
+        assert run(place(s, p))[1] is not None
+    edits = {
+        "u-i": spec("nlp", 2, priority=1000, promoteWhenQuota=True),
+        "u-r": spec("research", 2, priority=1000),
+        "u-n": spec("vision", 2, priority=1000),
+    }
+    pods = []
+    for p in (guest, capped, own):
+        b = s.binder.bound[p["metadata"]["uid"]]  # type: ignore[attr-defined]
+        q = json.loads(json.dumps(p))
+        q["metadata"]["annotations"].update(b.annotations)
+        q["metadata"]["annotations"][SPEC] = edits[p["metadata"]["uid"]]
+        q["spec"]["nodeName"], q["status"] = b.node, {"phase": "Running"}
+        pods.append(q)
+    fresh = Core(loaded.spec)
+    report = recover(
+        fresh,
+        pods,
+        now=0.0,
+        namespace_vcs=loaded.extras.namespace_virtual_clusters,
+        entitle=lambda pr, p: grant(s.entitlement.rules, pr, p),
+    )
+    got = {g.name: g for g in fresh.gangs()}
+    assert set(got) == {"intruder/pod:guest", "research/pod:capped", "nlp/pod:own"}, report.lines()
+    g = got["intruder/pod:guest"]
+    assert (g.request.vc, g.request.priority, g.request.promote_when_quota, g.priority) == (
+        "nlp",
+        -1,
+        False,
+        -1,
+    )
+    assert got["research/pod:capped"].request.priority == 100
+    assert (got["nlp/pod:own"].request.vc, got["nlp/pod:own"].request.priority) == ("nlp", 0)
+    assert sum("edited since its bind" in n for n in report.notes) == 3, report.notes
+    assert violations(fresh) == []

@@ -65,8 +65,8 @@ from extender.kube.sync import ClusterSync
 from extender.ops.background import expiry_interval
 from extender.standalone import EXAMPLE_CONFIG
 from loadtest.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
-from tests.soak import checks, vclock
-from tests.soak.jobs import Job, new_job
+from tests.soak import checks, tenants, vclock
+from tests.soak.jobs import SPEC, VCS, Job, new_job
 from topology.core import Core
 from topology.invariants import snapshot
 
@@ -91,6 +91,7 @@ class Options:
     check_every: int = 10  # the core's full invariant check every N operations (API checks: every one)
     restarts: bool = True
     progress: bool = False
+    hostile: bool = False  # other tenants push past their entitlements (`tests.soak.tenants`)
 
 
 @dataclass
@@ -158,11 +159,12 @@ def rss_kib() -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def soak_config(ttl: int) -> LoadedConfig:
-    """The bundled example cluster with a shorter reservation TTL."""
+def soak_config(ttl: int, *, hostile: bool = False) -> LoadedConfig:
+    """The bundled example cluster with a shorter reservation TTL (and entitlements, `hostile`)."""
     loaded = load_config(EXAMPLE_CONFIG)
     extras = loaded.model.topogang.model_copy(update={"reservation_ttl_seconds": ttl})
-    return replace(loaded, model=loaded.model.model_copy(update={"topogang": extras}))
+    loaded = replace(loaded, model=loaded.model.model_copy(update={"topogang": extras}))
+    return tenants.hostile_config(loaded) if hostile else loaded
 
 
 def node_object(name: str, *, ready: bool = True, cordoned: bool = False, gpus: int = 8) -> Obj:
@@ -223,6 +225,8 @@ class InProcess:
         r = await soak.s.filter(soak.filter_args(copied, list(names)))
         if r["Error"]:
             soak.report.outcomes["filter error"] += 1
+            if soak.opts.hostile and tenants.not_entitled(r["Error"]):
+                soak.report.outcomes["filter refused: not entitled"] += 1
         elif passed := r["NodeNames"] or []:
             soak.answers[uid] = passed
             soak.report.outcomes["filter passed"] += 1
@@ -276,7 +280,7 @@ class Soak:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self.rng = random.Random(opts.seed)
-        self.loaded = soak_config(opts.ttl)
+        self.loaded = soak_config(opts.ttl, hostile=opts.hostile)
         self.ttl = float(opts.ttl)
         self.server = FakeApiServer()
         self.nodes = sorted(Core(self.loaded.spec).topo.node_names)
@@ -424,6 +428,8 @@ class Soak:
         ]
         if self.opts.restarts:
             table.append(("extender restart", 0.35, self.op_restart))
+        if self.opts.hostile:
+            table += [("hostile tenant job", 4, self.op_hostile_job), ("spec edited", 1.5, self.op_edit_spec)]
         return table
 
     async def loop(self, t0: float) -> None:
@@ -469,6 +475,8 @@ class Soak:
             self.violate(checks.core_vs_api(self.s, pods))
         if full:
             self.violate(checks.core_invariants(self.s))
+        if self.opts.hostile:
+            self.violate(tenants.entitlement_violations(self.s.core))
 
     # ------------------------------------------------------------------------------ kube-scheduler
     def pending(self) -> list[Obj]:
@@ -533,6 +541,12 @@ class Soak:
             self.retry_later(uid)
         else:
             self.report.outcomes["bind ok"] += 1
+            if (
+                self.opts.hostile
+                and kpods.namespace(pod) in tenants.MAY_USE
+                and kpods.namespace(pod) not in VCS
+            ):
+                self.report.outcomes["bind ok: another tenant's pod"] += 1
             self.whole_between.update(self.whole_gangs())
         return r
 
@@ -556,7 +570,7 @@ class Soak:
             return
         self.serial += 1
         job = new_job(self.rng, self.serial, self.now(), self.ttl)
-        self.jobs[job.name] = job
+        self.jobs[job.key] = job
         owner = job.owner()
         if owner is not None:
             path, body = owner
@@ -570,6 +584,33 @@ class Soak:
         return [
             p for i in range(job.size) if (p := self.pod_by_name(job.namespace, job.pod_name(i))) is not None
         ]
+
+    async def op_hostile_job(self) -> None:
+        if sum(1 for j in self.jobs.values() if j.state == "active") >= MAX_ACTIVE_JOBS:
+            return
+        self.serial += 1
+        job = tenants.hostile_job(self.rng, self.serial, [j for j in self.active() if j.namespace in VCS])
+        if job.key not in self.jobs:
+            self.jobs[job.key] = job
+
+    async def op_edit_spec(self) -> None:
+        """A tenant rewrites a live member's scheduling spec in place (annotations are mutable)."""
+        cands = [
+            p
+            for j in self.active()
+            for p in self.job_pods(j)
+            if SPEC in kpods.pod_annotations(p) and not checks.terminating(p)
+        ]
+        if not cands:
+            return
+        p = self.rng.choice(cands)
+        names = sorted({j.name for j in self.active() if j.namespace == kpods.namespace(p)})
+        text = tenants.edited_spec(self.rng, kpods.pod_annotations(p)[SPEC], names)
+        with contextlib.suppress(Exception):
+            self.server.patch(
+                pod_path(kpods.namespace(p), kpods.name(p)), {"metadata": {"annotations": {SPEC: text}}}
+            )
+            self.report.faults["spec edited in place"] += 1
 
     async def op_finish_job(self) -> None:
         running = [
@@ -826,11 +867,11 @@ class Soak:
                     if job.owner_path is not None:
                         with contextlib.suppress(Exception):
                             self.server.delete(job.owner_path)
-                    del self.jobs[job.name]
+                    del self.jobs[job.key]
             return
         if job.state == "deleted":
             if not self.job_pods(job):
-                del self.jobs[job.name]
+                del self.jobs[job.key]
             return
         for i in range(job.size):
             if job.late.get(i, 0.0) > now:
@@ -936,6 +977,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ttl", type=int, default=60, help="reservation TTL in seconds (default 60)")
     p.add_argument("--check-every", type=int, default=10, help="full core invariant check period (ops)")
     p.add_argument("--no-restarts", action="store_true", help="never restart the extender")
+    p.add_argument("--hostile", action="store_true", help="other tenants push past their entitlements")
     args = p.parse_args(argv)
     failed = False
     for seed in args.seed or [1]:
@@ -947,6 +989,7 @@ def main(argv: list[str] | None = None) -> int:
             check_every=args.check_every,
             restarts=not args.no_restarts,
             progress=True,
+            hostile=args.hostile,
         )
         report = run_soak(opts)
         print("\n".join(report.lines()), flush=True)

@@ -55,6 +55,11 @@ class Job:
     done_at: float = 0.0
     owner_path: str | None = None  # the PodGroup / Framework object, deleted with the job
 
+    @property
+    def key(self) -> str:
+        """Its key among the soak's jobs: another tenant's job may share its name."""
+        return f"{self.namespace}/{self.name}"
+
     def pod_name(self, index: int) -> str:
         return f"{self.name}-{index}"
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from extender.gangs.entitlement import Gate
 from extender.kube.sync import ClusterSync
 from tests.soak.driver import Options, Report, run_soak
 from topology.core import Core
@@ -86,3 +87,25 @@ def test_the_soak_reports_reservations_that_never_expire(monkeypatch: pytest.Mon
     monkeypatch.setattr(Core, "expire", lambda self, now: [])
     report = run_soak(Options(ops=300, seed=1, restarts=False))
     assert any("members bound for" in v for v in report.violations), "\n".join(report.lines())
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_tenants_stay_in_their_lanes_under_randomized_faults(seed: int) -> None:
+    """The soak with hostile tenants (`tests.soak.tenants`): other namespaces' jobs under live gang
+    names, forged framework identities, specs edited in place, through restarts and faults. No gang
+    the core holds is one its namespace may not hold, and every other invariant holds."""
+    report = run_soak(Options(ops=OPS, seconds=SECONDS, seed=seed, hostile=True))
+    show(report)
+    assert report.violation_count == 0, "\n".join(report.lines())
+    # what it is about did happen: refusals, other tenants' pods running, edits, restarts
+    assert report.outcomes["filter refused: not entitled"] > 0
+    assert report.outcomes["bind ok: another tenant's pod"] > 0
+    assert report.faults["spec edited in place"] > 0 and report.restarts > 0
+
+
+def test_the_soak_reports_a_tenant_past_its_entitlement(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Gate, "check", lambda self, pr, pod: pr)  # every namespace may ask for anything
+    report = run_soak(Options(ops=300, seed=4, hostile=True, restarts=False))
+    assert any("may use" in v or "may ask for at most" in v for v in report.violations), "\n".join(
+        report.lines()
+    )

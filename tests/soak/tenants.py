@@ -1,0 +1,154 @@
+"""Hostile tenants in the soak (`Options.hostile`, `--hostile`): namespaces that ask for more than
+the admin allowed them, through the same kube-scheduler cycle, watches, restarts and faults.
+
+The example cluster gets the entitlements a platform team would set (`defaultEntitlement:
+opportunistic`; `vision-lab` may use VC vision up to priority 100), and the mix gains:
+
+- **jobs of other tenants under live gang names**: `intruder` (no entry: opportunistic pods only)
+  and `vision-lab` submit spec gangs, FrameworkController tasks and GPU pods named after a live job
+  of vision, nlp or research (same gang name; for task pods the victim's framework namespace, name
+  and attempt in their annotations), naming any VC, at priorities -1..1000, some with
+  `promoteWhenQuota`, some with a PriorityClass of value 1000 and no priority of their own;
+- **specs edited in place**: a live member's scheduling spec (annotations are mutable while the pod
+  is pending, reserved or bound) rewritten to another VC, the top priority, or another gang's name.
+
+The oracle is written here from the README's rules ("Multi-tenancy"), not read from
+`extender.gangs.entitlement`: after every operation, every gang the core holds is one its
+namespace may hold (quota, or promotion into it, only in the namespace's VCs; no priority above its
+ceiling), and `checks.core_vs_api` already holds every pod to a gang of its own namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from config.load import LoadedConfig
+from config.schema import TenantModel
+from extender.conventions.common import VIRTUAL_CLUSTER
+from extender.gangs.identity import split_key
+from tests.soak.jobs import GANG_SHAPES, SPEC, VCS, Job
+from topology.core import Core
+
+LAB, INTRUDER = "vision-lab", "intruder"
+LAB_CEILING = 100
+CLASS_VALUE = 1000  # the PriorityClass a hostile pod names (its value, as admission puts it in spec.priority)
+# what each namespace may hold, as the README states the rules for this config: (VCs, ceiling)
+MAY_USE: dict[str, tuple[frozenset[str], int]] = {
+    **{vc: (frozenset([vc]), 1000) for vc in VCS},  # namespaceVirtualClusters: its VC, every priority
+    LAB: (frozenset(["vision"]), LAB_CEILING),
+    INTRUDER: (frozenset(), -1),  # no entry, defaultEntitlement opportunistic: priority -1 only
+}
+# what the extender says when it refuses a pod for its entitlement (counted apart in the outcomes)
+REFUSALS = ("may run only opportunistic", "may not use", "may ask for priority at most", "may use no VC")
+
+
+def hostile_config(loaded: LoadedConfig) -> LoadedConfig:
+    """The soak's cluster with entitlements: what a platform team that keeps tenants apart sets."""
+    extras = loaded.model.topogang.model_copy(
+        update={
+            "default_entitlement": "opportunistic",
+            "tenants": {LAB: TenantModel(virtual_clusters=["vision"], max_priority=LAB_CEILING)},
+        }
+    )
+    return replace(loaded, model=loaded.model.model_copy(update={"topogang": extras}))
+
+
+def not_entitled(error: str) -> bool:
+    return any(r in error for r in REFUSALS)
+
+
+@dataclass
+class HostileJob(Job):
+    """A job of another tenant: its pods as `Job` writes them, then what the tenant chose to forge."""
+
+    vc: str = "vision"
+    class_value: int | None = None  # spec.priorityClassName set, spec.priority this value
+    asks_priority: bool = True  # the scheduling spec names a priority
+    forged_framework: str | None = None  # the framework namespace its task annotations claim
+
+    def pod(self, index: int) -> dict[str, Any]:
+        doc = super().pod(index)
+        meta, spec = doc["metadata"], doc["spec"]
+        ann = meta["annotations"]
+        if SPEC in ann:
+            wanted = json.loads(ann[SPEC])
+            wanted["virtualCluster"] = self.vc
+            if not self.asks_priority:
+                del wanted["priority"]
+            ann[SPEC] = json.dumps(wanted, sort_keys=True)
+        else:
+            meta["labels"][VIRTUAL_CLUSTER] = self.vc
+        if self.class_value is not None:
+            spec["priorityClassName"], spec["priority"] = "soak-top", self.class_value
+        if self.forged_framework is not None and "FC_FRAMEWORK_NAMESPACE" in ann:
+            ann["FC_FRAMEWORK_NAMESPACE"] = self.forged_framework
+        return doc
+
+
+def hostile_job(rng: random.Random, serial: int, others: Sequence[Job]) -> HostileJob:
+    """A job of `intruder` or `vision-lab`, most often under the gang name of a live job of another
+    namespace (`others`), with the VC and priority it should not have, about half the time."""
+    ns = rng.choice((INTRUDER, LAB))
+    kind = rng.choices(("gang", "single", "fc", "gpu"), weights=(4, 3, 2, 1))[0]
+    target = rng.choice(others) if others and rng.random() < 0.7 else None
+    vc = rng.choice(VCS)
+    priority = rng.choice((-1, -1, 0, LAB_CEILING, 500, 1000))
+    if kind in ("single", "gpu"):
+        size, gpus = 1, rng.choice((1, 2, 4))
+    else:
+        size, gpus = rng.choice(GANG_SHAPES[vc])
+    extra: dict[str, Any] = {"promoteWhenQuota": True} if rng.random() < 0.2 else {}
+    job = HostileJob(
+        target.name if target is not None else f"{kind}-{serial}",
+        kind,
+        ns,
+        size,
+        gpus,
+        priority if kind != "gpu" else 0,
+        extra,
+        vc=vc,
+        class_value=CLASS_VALUE if rng.random() < 0.3 else None,
+        asks_priority=rng.random() < 0.8,
+    )
+    if kind == "fc" and target is not None:
+        job.attempt = target.attempt  # the victim's attempt UID too, as far as annotations go
+        job.forged_framework = target.namespace
+    return job
+
+
+def edited_spec(rng: random.Random, text: str, names: Sequence[str]) -> str:
+    """The scheduling spec `text` as a tenant rewrites it in place: another VC, the top priority,
+    or another gang's name (one of `names`)."""
+    doc = json.loads(text)
+    what = rng.choice(("vc", "priority", "gang") if "affinityGroup" in doc and names else ("vc", "priority"))
+    if what == "vc":
+        doc["virtualCluster"] = rng.choice([vc for vc in VCS if vc != doc.get("virtualCluster")])
+    elif what == "priority":
+        doc["priority"] = 1000
+    else:
+        doc["affinityGroup"]["name"] = rng.choice(names)
+    return json.dumps(doc, sort_keys=True)
+
+
+def entitlement_violations(core: Core) -> list[str]:
+    """Every gang the core holds that its namespace may not hold (see the module docstring)."""
+    out = []
+    for g in core.gangs():
+        ns = split_key(g.name)[0]
+        vcs, ceiling = MAY_USE.get(ns, (frozenset(), -1))
+        priority = max(g.priority, g.request.priority)
+        takes_quota = priority >= 0 or g.request.promote_when_quota
+        if takes_quota and g.request.vc not in vcs:
+            out.append(
+                f"gang {g.name} holds VC {g.request.vc}'s quota (priority {priority}, promoteWhenQuota "
+                f"{g.request.promote_when_quota}); namespace {ns} may use {sorted(vcs) or 'no VC'}"
+            )
+        if priority > ceiling:
+            out.append(
+                f"gang {g.name} runs at priority {priority}; namespace {ns} may ask for at most {ceiling}"
+            )
+    return out
