@@ -5,9 +5,10 @@ The example cluster gets the entitlements a platform team would set (`defaultEnt
 opportunistic`; `vision-lab` may use VC vision up to priority 100), and the mix gains:
 
 - **jobs of other tenants under live gang names**: `intruder` (no entry: opportunistic pods only)
-  and `vision-lab` submit spec gangs, FrameworkController tasks and GPU pods named after a live job
-  of vision, nlp or research (same gang name; for task pods the victim's framework namespace, name
-  and attempt in their annotations), naming any VC, at priorities -1..1000, some with
+  and `vision-lab` submit spec gangs, FrameworkController tasks (with a spec, or shaped by a
+  Framework object they do not have) and GPU pods named after a live job of vision, nlp or research
+  (same gang name; for task pods the victim's framework namespace, name and attempt in their
+  annotations), naming any VC, at priorities -1..1000, some with
   `promoteWhenQuota`, some with a PriorityClass of value 1000 and no priority of their own;
 - **specs edited in place**: a live member's scheduling spec (annotations are mutable while the pod
   is pending, reserved or bound) rewritten to another VC, the top priority, or another gang's name.
@@ -93,10 +94,10 @@ def hostile_job(rng: random.Random, serial: int, others: Sequence[Job]) -> Hosti
     """A job of `intruder` or `vision-lab`, most often under the gang name of a live job of another
     namespace (`others`), with the VC and priority it should not have, about half the time."""
     ns = rng.choice((INTRUDER, LAB))
-    kind = rng.choices(("gang", "single", "fc", "gpu"), weights=(4, 3, 2, 1))[0]
+    kind = rng.choices(("gang", "single", "fc", "fcfw", "gpu"), weights=(4, 3, 2, 1, 1))[0]
     target = rng.choice(others) if others and rng.random() < 0.7 else None
     vc = rng.choice(VCS)
-    priority = rng.choice((-1, -1, 0, LAB_CEILING, 500, 1000))
+    priority = rng.choice((-1, -1, -1, 0, LAB_CEILING, 500, 1000))
     if kind in ("single", "gpu"):
         size, gpus = 1, rng.choice((1, 2, 4))
     else:
@@ -114,7 +115,7 @@ def hostile_job(rng: random.Random, serial: int, others: Sequence[Job]) -> Hosti
         class_value=CLASS_VALUE if rng.random() < 0.3 else None,
         asks_priority=rng.random() < 0.8,
     )
-    if kind == "fc" and target is not None:
+    if kind in ("fc", "fcfw") and target is not None:  # fcfw: the shape from the victim's Framework
         job.attempt = target.attempt  # the victim's attempt UID too, as far as annotations go
         job.forged_framework = target.namespace
     return job
