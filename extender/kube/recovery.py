@@ -407,9 +407,10 @@ def recover(
         claimed=claimed,
         entitle=entitle,
     )
-    for u in report.unverified:
-        hold_unverified(core, u, now)
     held = {(f.node, gpu): gang for gang, fs in groups.items() for f in fs for gpu in f.gpus}
+    for u in report.unverified:  # no open slot is reserved on what an unverified pod claims...
+        for gpu in u.gpus:
+            held.setdefault((u.node, gpu), f"{UNVERIFIED}:{u.namespace}/{u.name}")
     for gang, everyone in groups.items():
         found, *earlier = _by_placement(everyone)
         if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
@@ -419,6 +420,8 @@ def recover(
         for k, group in enumerate(earlier, 1):
             report.notes.append(_keep_until_gone(core, gang, k, group, now))
             report.pods += len(group)
+    for u in report.unverified:  # ...but a claim copied from a running pod takes nothing from it
+        hold_unverified(core, u, now)
     return report
 
 

@@ -133,6 +133,34 @@ def test_forged_bind_info_is_held_as_occupied_not_adopted(how: str, when: str) -
     run(go())
 
 
+def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_across_a_restart() -> None:
+    """A tenant creates a pod already bound to another team's node, with that team's running pod's
+    bind info and signature copied (its own UID, so the signature does not match). At the next
+    start the genuine gang comes back whole and first: the copy is no reason to drop it, and holds
+    only GPUs no genuine pod holds (here: none). Before, the copy's claim was held first and the
+    genuine gang, finding its GPUs taken, was not recovered at all."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock, signing_key=KEY)
+        node = await a.place(submit(kube, "v0", "victim-0", NLP, spec(NLP, 8, 1, "nlp/victim")))
+        claimed = gpus_of(a, "nlp/victim")
+        copied = copy.deepcopy(kube.server.at(pod_path(NLP, "victim-0")))
+        copied["metadata"] = {**copied["metadata"], "uid": "f0", "name": "copy-0", "namespace": "intruder"}
+        copied["metadata"].pop("resourceVersion", None)
+        assert copied["spec"]["nodeName"] == node
+        kube.server.put(pod_path("intruder", "copy-0"), copied)
+        b = await restart(kube, a, clock, signing_key=KEY)
+        g = b.s.core.gang("nlp/victim")
+        assert g is not None and g.owner >= 0 and g.priority == 0
+        assert gpus_of(b, "nlp/victim") == claimed
+        assert b.s.core.gang("unverified:intruder/copy-0") is None  # every GPU it names is the victim's
+        assert violations(b.s.core) == []
+        await b.stop()
+
+    run(go())
+
+
 async def until_gone(r: Running, gang: str) -> None:
     await until(f"{gang} released", lambda: r.s.core.gang(gang) is None)
 
