@@ -152,6 +152,16 @@ def _name(value: object, path: str, *, required: bool = True) -> str:
     return value
 
 
+def _uid(value: object, path: str) -> str:
+    """A pod UID, which must also name its pod in a URL path (standalone's `DELETE
+    /v1/standalone/pods/{uid}`, the ledger's pod links): Kubernetes' are UUIDs, and a made-up "a/b",
+    "." or ".." would hold GPUs that no request could ever let go."""
+    uid = _name(value, path)
+    if "/" in uid or uid in (".", ".."):
+        raise WireError(path, f"{uid!r} cannot name a pod in a URL path: no '/', and not '.' or '..'")
+    return uid
+
+
 def _names(value: object, path: str, lists: NodeLists | None) -> tuple[str, ...]:
     """A node-name array, checked, as the shared tuple for it when `lists` is given."""
     if lists is not None:
@@ -194,7 +204,7 @@ def _shallow(value: dict[str, Any], path: str) -> dict[str, Any]:
 def parse_pod(value: object, path: str = "Pod") -> WirePod:
     pod = _shallow(_object(value, path), path)
     meta = _object(pod.get("metadata"), f"{path}.metadata")
-    uid = _name(meta.get("uid"), f"{path}.metadata.uid")
+    uid = _uid(meta.get("uid"), f"{path}.metadata.uid")
     name = _name(meta.get("name"), f"{path}.metadata.name")
     ns_value = meta.get("namespace")
     namespace = "default" if ns_value in (None, "") else _name(ns_value, f"{path}.metadata.namespace")
@@ -256,7 +266,7 @@ def parse_binding_args(doc: object) -> BindingArgs:
     return BindingArgs(
         pod_name=_name(_required(d, "PodName"), "PodName"),
         pod_namespace=_name(_required(d, "PodNamespace"), "PodNamespace"),
-        pod_uid=_name(_required(d, "PodUID"), "PodUID"),
+        pod_uid=_uid(_required(d, "PodUID"), "PodUID"),
         node=_name(_required(d, "Node"), "Node"),
     )
 
@@ -294,7 +304,7 @@ def _victim_uids(value: object, path: str, *, meta_form: bool) -> tuple[str, ...
     for i, p in enumerate(pods):
         if meta_form:
             mp = {k.lower(): x for k, x in _object(p, f"{path}.Pods[{i}]").items()}
-            out.append(_name(mp.get("uid"), f"{path}.Pods[{i}].UID"))
+            out.append(_uid(mp.get("uid"), f"{path}.Pods[{i}].UID"))
         else:
             out.append(parse_pod(p, f"{path}.Pods[{i}]").uid)
     return tuple(out)
