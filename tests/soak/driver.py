@@ -66,7 +66,7 @@ from extender.ops.background import expiry_interval
 from extender.standalone import EXAMPLE_CONFIG
 from loadtest.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
 from tests.soak import checks, tenants, vclock
-from tests.soak.jobs import SPEC, VCS, Job, new_job
+from tests.soak.jobs import VCS, Job, new_job
 from topology.core import Core
 from topology.invariants import snapshot
 
@@ -429,7 +429,10 @@ class Soak:
         if self.opts.restarts:
             table.append(("extender restart", 0.35, self.op_restart))
         if self.opts.hostile:
-            table += [("hostile tenant job", 4, self.op_hostile_job), ("spec edited", 1.5, self.op_edit_spec)]
+            table += [
+                ("hostile tenant job", 4, self.op_hostile_job),
+                ("request edited", 1.5, self.op_edit_request),
+            ]
         return table
 
     async def loop(self, t0: float) -> None:
@@ -593,24 +596,17 @@ class Soak:
         if job.key not in self.jobs:
             self.jobs[job.key] = job
 
-    async def op_edit_spec(self) -> None:
-        """A tenant rewrites a live member's scheduling spec in place (annotations are mutable)."""
-        cands = [
-            p
-            for j in self.active()
-            for p in self.job_pods(j)
-            if SPEC in kpods.pod_annotations(p) and not checks.terminating(p)
-        ]
+    async def op_edit_request(self) -> None:
+        """A tenant rewrites a live member's request in place (annotations and labels are mutable)."""
+        cands = [p for j in self.active() for p in self.job_pods(j) if not checks.terminating(p)]
         if not cands:
             return
         p = self.rng.choice(cands)
         names = sorted({j.name for j in self.active() if j.namespace == kpods.namespace(p)})
-        text = tenants.edited_spec(self.rng, kpods.pod_annotations(p)[SPEC], names)
+        patch = tenants.edit(self.rng, p, names)
         with contextlib.suppress(Exception):
-            self.server.patch(
-                pod_path(kpods.namespace(p), kpods.name(p)), {"metadata": {"annotations": {SPEC: text}}}
-            )
-            self.report.faults["spec edited in place"] += 1
+            self.server.patch(pod_path(kpods.namespace(p), kpods.name(p)), patch)
+            self.report.faults["request edited in place"] += 1
 
     async def op_finish_job(self) -> None:
         running = [

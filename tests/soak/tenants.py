@@ -10,8 +10,9 @@ opportunistic`; `vision-lab` may use VC vision up to priority 100), and the mix 
   (same gang name; for task pods the victim's framework namespace, name and attempt in their
   annotations), naming any VC, at priorities -1..1000, some with
   `promoteWhenQuota`, some with a PriorityClass of value 1000 and no priority of their own;
-- **specs edited in place**: a live member's scheduling spec (annotations are mutable while the pod
-  is pending, reserved or bound) rewritten to another VC, the top priority, or another gang's name.
+- **requests edited in place**: a live member's scheduling spec (annotations are mutable while the
+  pod is pending, reserved or bound) rewritten to another VC, the top priority, or another gang's
+  name; a spec-less pod's VC label, or its PodGroup label, changed the same way.
 
 The oracle is written here from the README's rules ("Multi-tenancy"), not read from
 `extender.gangs.entitlement`: after every operation, every gang the core holds is one its
@@ -35,6 +36,7 @@ from tests.soak.jobs import GANG_SHAPES, SPEC, VCS, Job
 from topology.core import Core
 
 LAB, INTRUDER = "vision-lab", "intruder"
+POD_GROUP = "scheduling.x-k8s.io/pod-group"  # the coscheduling label the soak's PodGroup jobs carry
 LAB_CEILING = 100
 CLASS_VALUE = 1000  # the PriorityClass a hostile pod names (its value, as admission puts it in spec.priority)
 # what each namespace may hold, as the README states the rules for this config: (VCs, ceiling)
@@ -119,6 +121,19 @@ def hostile_job(rng: random.Random, serial: int, others: Sequence[Job]) -> Hosti
         job.attempt = target.attempt  # the victim's attempt UID too, as far as annotations go
         job.forged_framework = target.namespace
     return job
+
+
+def edit(rng: random.Random, pod: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """The merge patch of a tenant rewriting its live pod's request in place: the scheduling spec
+    (`edited_spec`), else the conventions' labels (another VC; a PodGroup member, another group)."""
+    meta = pod["metadata"]
+    text = (meta.get("annotations") or {}).get(SPEC)
+    if text is not None:
+        return {"metadata": {"annotations": {SPEC: edited_spec(rng, text, names)}}}
+    labels = meta.get("labels") or {}
+    if POD_GROUP in labels and names and rng.random() < 0.5:
+        return {"metadata": {"labels": {POD_GROUP: rng.choice(names)}}}
+    return {"metadata": {"labels": {VIRTUAL_CLUSTER: rng.choice(VCS)}}}
 
 
 def edited_spec(rng: random.Random, text: str, names: Sequence[str]) -> str:

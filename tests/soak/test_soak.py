@@ -100,7 +100,7 @@ def test_tenants_stay_in_their_lanes_under_randomized_faults(seed: int) -> None:
     # what it is about did happen: refusals, other tenants' pods running, edits, restarts
     assert report.outcomes["filter refused: not entitled"] > 0
     assert report.outcomes["bind ok: another tenant's pod"] > 0
-    assert report.faults["spec edited in place"] > 0 and report.restarts > 0
+    assert report.faults["request edited in place"] > 0 and report.restarts > 0
 
 
 def test_the_soak_reports_a_tenant_past_its_entitlement(monkeypatch: pytest.MonkeyPatch) -> None:
