@@ -313,7 +313,8 @@ def _found(
     if isinstance(got, str):
         _unverified(pod, node, key, got, report)
         return None
-    if got.request.vc != pr.request.vc or got.request.priority < pr.request.priority:
+    was, kept = pr.request, got.request  # a PriorityClass's priority may settle higher: no edit
+    if (kept.vc, kept.promote_when_quota) != (was.vc, was.promote_when_quota) or kept.priority < was.priority:
         report.notes.append(
             f"pod {key}: its spec was edited since its bind; it comes back as its bind info records"
         )
