@@ -544,11 +544,7 @@ class Soak:
             self.retry_later(uid)
         else:
             self.report.outcomes["bind ok"] += 1
-            if (
-                self.opts.hostile
-                and kpods.namespace(pod) in tenants.MAY_USE
-                and kpods.namespace(pod) not in VCS
-            ):
+            if self.opts.hostile and kpods.namespace(pod) in tenants.OTHERS:
                 self.report.outcomes["bind ok: another tenant's pod"] += 1
             self.whole_between.update(self.whole_gangs())
         return r
@@ -568,8 +564,11 @@ class Soak:
         if pod is not None:
             await self.schedule(pod)
 
+    def full(self) -> bool:
+        return sum(1 for j in self.jobs.values() if j.state == "active") >= MAX_ACTIVE_JOBS
+
     async def op_create_job(self) -> None:
-        if sum(1 for j in self.jobs.values() if j.state == "active") >= MAX_ACTIVE_JOBS:
+        if self.full():
             return
         self.serial += 1
         job = new_job(self.rng, self.serial, self.now(), self.ttl)
@@ -589,7 +588,7 @@ class Soak:
         ]
 
     async def op_hostile_job(self) -> None:
-        if sum(1 for j in self.jobs.values() if j.state == "active") >= MAX_ACTIVE_JOBS:
+        if self.full():
             return
         self.serial += 1
         job = tenants.hostile_job(self.rng, self.serial, [j for j in self.active() if j.namespace in VCS])

@@ -36,6 +36,7 @@ from tests.soak.jobs import GANG_SHAPES, SPEC, VCS, Job
 from topology.core import Core
 
 LAB, INTRUDER = "vision-lab", "intruder"
+OTHERS = (INTRUDER, LAB)  # the tenants the mix adds
 POD_GROUP = "scheduling.x-k8s.io/pod-group"  # the coscheduling label the soak's PodGroup jobs carry
 LAB_CEILING = 100
 CLASS_VALUE = 1000  # the PriorityClass a hostile pod names (its value, as admission puts it in spec.priority)
@@ -95,7 +96,7 @@ class HostileJob(Job):
 def hostile_job(rng: random.Random, serial: int, others: Sequence[Job]) -> HostileJob:
     """A job of `intruder` or `vision-lab`, most often under the gang name of a live job of another
     namespace (`others`), with the VC and priority it should not have, about half the time."""
-    ns = rng.choice((INTRUDER, LAB))
+    ns = rng.choice(OTHERS)
     kind = rng.choices(("gang", "single", "fc", "fcfw", "gpu"), weights=(4, 3, 2, 1, 1))[0]
     target = rng.choice(others) if others and rng.random() < 0.7 else None
     vc = rng.choice(VCS)
