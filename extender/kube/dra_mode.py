@@ -24,8 +24,9 @@ from extender.kube import pods as kpods
 from extender.kube.client import AsyncKube
 from extender.kube.dra import SLICES, TAINT_RULES, DraBinder, DraCatalog, release
 from extender.kube.events import EventRecorder, ObjectRef
-from extender.kube.recovery import Claimed, Unverified, hold_unverified
+from extender.kube.recovery import Claimed
 from extender.kube.sync import ClusterSync
+from extender.kube.unverified import Unverified, hold_unverified
 from extender.ops.metrics import Metrics
 from topology.model import Topology
 from topology.node_layout import node_halves

@@ -45,9 +45,9 @@ from extender.gangs.bindinfo import (
 from extender.gangs.identity import gang_key
 from extender.gangs.podspec import PodRequest, is_enabled, pod_request
 from extender.kube import pods as kpods
+from extender.kube.unverified import Unverified, hold_unverified
 from topology.core import Core
 from topology.decisions import (
-    OPPORTUNISTIC_PRIORITY,
     AdoptedPod,
     GangRequest,
     Member,
@@ -56,25 +56,12 @@ from topology.decisions import (
 )
 
 PLACEHOLDER = "topogang-recovery"
-UNVERIFIED = "unverified"
 # a pod's bind info -> None when it is topogang's own decision, else why not
 Verify = Callable[[Mapping[str, Any]], "str | None"]
 # DRA mode: a bound pod -> its claims' GPUs, why they are not taken, or None (no claims)
 Claimed = Callable[[Mapping[str, Any]], "tuple[int, ...] | str | None"]
 # a pod's request as its namespace may make it (`extender.gangs.entitlement.grant`), else UserError
 Entitle = Callable[[PodRequest, Mapping[str, Any]], PodRequest]
-
-
-@dataclass(frozen=True, slots=True)
-class Unverified:
-    """A bound pod whose bind info topogang did not write: held, not adopted."""
-
-    uid: str
-    namespace: str
-    name: str
-    node: str
-    gpus: tuple[int, ...]
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,22 +244,6 @@ def _unverified(pod: Mapping[str, Any], node: str, key: str, why: str, report: R
     report.unverified.append(u)
 
 
-def hold_unverified(core: Core, u: Unverified, now: float) -> None:
-    """Hold an unverified pod's GPUs until it is gone: a one-pod gang, opportunistic (no quota,
-    no priority), being evicted (it never expires, is no preemption victim, frees as the pod goes).
-    Nothing evicts it: the admin decides (the Warning Event and /v1/inspect name it)."""
-    vcs = core.vc_names()
-    if not vcs or not u.gpus:
-        return
-    req = GangRequest(
-        name=f"{UNVERIFIED}:{u.namespace}/{u.name}",
-        vc=vcs[0],
-        members=(Member(1, len(u.gpus)),),
-        priority=OPPORTUNISTIC_PRIORITY,
-    )
-    core.adopt(req, [AdoptedPod(u.uid, u.node, u.gpus, u.name)], now, evicting=True)
-
-
 def _found(
     pod: Mapping[str, Any],
     node: str,
@@ -411,7 +382,7 @@ def recover(
     held = {(f.node, gpu): gang for gang, fs in groups.items() for f in fs for gpu in f.gpus}
     for u in report.unverified:  # no open slot is reserved on what an unverified pod claims...
         for gpu in u.gpus:
-            held.setdefault((u.node, gpu), f"{UNVERIFIED}:{u.namespace}/{u.name}")
+            held.setdefault((u.node, gpu), u.gang)
     for gang, everyone in groups.items():
         found, *earlier = _by_placement(everyone)
         if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve

@@ -43,11 +43,11 @@ from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quote
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.outside import Held
-from extender.kube.recovery import Unverified
 from extender.kube.requeue import Requeuer
 from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
 from extender.kube.sync import ClusterSync
+from extender.kube.unverified import Unverified
 from extender.ops.background import every, expiry_interval
 from extender.ops.collector import collector_paused
 from extender.ops.metrics import Metrics

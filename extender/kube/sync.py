@@ -39,7 +39,8 @@ from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.outside import Held, OutsidePods
-from extender.kube.recovery import Claimed, RecoveryReport, Unverified, Verify, recover
+from extender.kube.recovery import Claimed, RecoveryReport, Verify, recover
+from extender.kube.unverified import Claims, Unverified
 from extender.ops.collector import collector_paused
 
 log = logging.getLogger("topogang.kube")
@@ -64,6 +65,7 @@ class ClusterSync:
         self.signer: BindSigner | None = None
         self.adopt_unsigned = False  # the admin's opt-in: unsigned bind info at the first start
         self.on_unverified: Callable[[Unverified], None] = lambda u: None
+        self.claims = Claims()  # unverified pods' claims on GPUs a genuine pod held, until they free
         self.synced = False
         self.synced_event = asyncio.Event()
         self.hold_reason: Callable[[], str] = lambda: ""  # why not to serve although synced
@@ -100,7 +102,7 @@ class ClusterSync:
             self.after_recovery()
         for line in report.lines():
             log.info("%s", line)
-        self._tell_unverified(report)
+        self.claims.tell(self.s.core, report.unverified, self.on_unverified)
         self.synced = True
         self.synced_event.set()
         self.refresh_ready()
@@ -315,13 +317,9 @@ class ClusterSync:
             self.pods.pop(uid, None)
             self.foreign.discard(uid)
             self.checked.pop(uid, None)
-            # even when released as finished already: a late filter may have remembered it since
-            await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
-            if self.outside.short:  # GPUs may be free for those pods now
-                await self.refresh_nodes(list(self.outside.short))
             self.done.discard(uid)
-            if self.on_gone is not None:
-                await self.on_gone(pod)
+            # even when released as finished already: a late filter may have remembered it since
+            await self._gone_pod(uid, pod)
             return
         self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
         self.pods[uid] = kpods.kept(pod)
@@ -329,11 +327,7 @@ class ClusterSync:
             self.checked.pop(uid, None)
             if uid not in self.done:
                 self.done.add(uid)
-                await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
-                if self.outside.short:
-                    await self.refresh_nodes(list(self.outside.short))
-                if self.on_gone is not None:
-                    await self.on_gone(pod)
+                await self._gone_pod(uid, pod)
             return
         self.check(pod)
         if kpods.node_name(pod) is not None and uid not in self.foreign and not self._held(uid):
@@ -347,13 +341,29 @@ class ClusterSync:
                     verify=self._verify([], first=False),
                     entitle=self._entitle,
                 )
-            self._tell_unverified(report)
+            self.claims.tell(self.s.core, report.unverified, self.on_unverified)
             if not report.pods:
                 self.foreign.add(uid)
             for line in report.lines()[1:]:
                 log.warning("%s", line)
         async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
             self.s.gang_ledger.observe(self.s.core, pod, self.s.waiting_of)
+
+    async def _gone_pod(self, uid: str, pod: Mapping[str, Any]) -> None:
+        """A pod deleted or finished: its GPUs go back, first to pods that wait for GPUs to free."""
+        self.claims.gone(uid)
+        await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
+        await self._freed()
+        if self.on_gone is not None:
+            await self.on_gone(pod)
+
+    async def _freed(self) -> None:
+        """GPUs may be free: for pods outside topogang's, and unverified pods' claims (`unverified`)."""
+        if self.outside.short:
+            await self.refresh_nodes(list(self.outside.short))
+        if self.claims.contested:
+            async with self.s.lock:
+                self.claims.freed(self.s.core, self.s.clock())
 
     def _hold_outside(self, pod: Mapping[str, Any]) -> Held | None:
         """Record a bound, not finished pod that is not topogang's and holds GPUs of a config node;
@@ -416,18 +426,6 @@ class ClusterSync:
             unsigned = False
         return verifier(signer, adopt_unsigned=unsigned)
 
-    def _tell_unverified(self, report: RecoveryReport) -> None:
-        for u in report.unverified:
-            log.warning(
-                "pod %s/%s claims GPUs %s of %s without topogang's decision (%s): held, not adopted",
-                u.namespace,
-                u.name,
-                list(u.gpus),
-                u.node,
-                u.reason,
-            )
-            self.on_unverified(u)
-
     def _held(self, uid: str) -> bool:
         """Whether the core already has this pod in a gang slot."""
         return self.s.core.holds_slot(uid)
@@ -445,7 +443,9 @@ class ClusterSync:
             self.foreign.discard(uid)
             self.done.discard(uid)
             self.checked.pop(uid, None)
+            self.claims.gone(uid)
             await self.s.pod_gone(uid)
+        await self._freed()
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them
         unseen = dict.fromkeys([*self.s.core.pods_holding_slots(), *self.s.pods.uids()])

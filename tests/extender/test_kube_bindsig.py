@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from extender.gangs.bindsig import SIGNATURE_ANNOTATION, BindSigner, SigningKeyError, load_key
 from extender.kube.client import pod_path
+from extender.kube.sync import ClusterSync
 from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, run, spec
 from tests.extender.test_kube_durable import Running, cluster, start, submit, until
@@ -133,12 +134,13 @@ def test_forged_bind_info_is_held_as_occupied_not_adopted(how: str, when: str) -
     run(go())
 
 
-def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_across_a_restart() -> None:
+@pytest.mark.parametrize("when", ["at the next start", "while running"])
+def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_until_it_is_gone(when: str) -> None:
     """A tenant creates a pod already bound to another team's node, with that team's running pod's
-    bind info and signature copied (its own UID, so the signature does not match). At the next
-    start the genuine gang comes back whole and first: the copy is no reason to drop it, and holds
-    only GPUs no genuine pod holds (here: none). Before, the copy's claim was held first and the
-    genuine gang, finding its GPUs taken, was not recovered at all."""
+    bind info and signature copied (its own UID, so the signature does not match). The genuine gang
+    keeps its GPUs (at a start it is restored first: before, the copy's claim was held first and the
+    genuine gang, finding its GPUs taken, was not recovered at all). Once the genuine pod is gone,
+    the copy's claim is held (it runs on those GPUs), so nobody else is placed there."""
 
     async def go() -> None:
         kube, clock = cluster(), Clock()
@@ -150,15 +152,37 @@ def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_across_a_resta
         copied["metadata"].pop("resourceVersion", None)
         assert copied["spec"]["nodeName"] == node
         kube.server.put(pod_path("intruder", "copy-0"), copied)
-        b = await restart(kube, a, clock, signing_key=KEY)
+        if when == "while running":
+            b = a
+            await until("the copy seen", lambda: "f0" in claims(b))
+        else:
+            b = await restart(kube, a, clock, signing_key=KEY)
         g = b.s.core.gang("nlp/victim")
         assert g is not None and g.owner >= 0 and g.priority == 0
         assert gpus_of(b, "nlp/victim") == claimed
         assert b.s.core.gang("unverified:intruder/copy-0") is None  # every GPU it names is the victim's
         assert violations(b.s.core) == []
+        # the victim goes: its GPUs are the copy's now, and the next gang lands elsewhere
+        kube.server.delete(pod_path(NLP, "victim-0"), {"gracePeriodSeconds": 0})
+        await until_held(b, "unverified:intruder/copy-0")
+        assert gpus_of(b, "unverified:intruder/copy-0") == claimed and claims(b) == {}
+        assert await b.place(submit(kube, "n0", "next-0", NLP, spec(NLP, 8, 1, "nlp/next"))) != node
+        assert violations(b.s.core) == []
+        # and when the copy goes too, the node is free
+        kube.server.delete(pod_path("intruder", "copy-0"), {"gracePeriodSeconds": 0})
+        await until_gone(b, "unverified:intruder/copy-0")
+        assert b.s.core.node_fill(node) == (8, 8)
         await b.stop()
 
     run(go())
+
+
+def claims(r: Running) -> dict[str, Any]:
+    """The unverified pods' contested claims the service's pod sync keeps."""
+    sync = next(
+        fn.__self__ for fn in r.service.background if isinstance(getattr(fn, "__self__", None), ClusterSync)
+    )
+    return sync.claims.contested  # type: ignore[no-any-return]
 
 
 async def until_gone(r: Running, gang: str) -> None:

@@ -1,0 +1,114 @@
+"""Bound pods whose bind info is not topogang's decision, and the GPUs they claim.
+
+Recovery (`extender.kube.recovery`) does not adopt such a pod: it holds the GPUs the pod claims as
+a one-pod gang with no quota and no priority (`hold_unverified`), after the genuine gangs, so a
+claim copied from a running pod takes none of that pod's GPUs. The claim still stands: the pod
+runs where it says, and once the genuine pod on those GPUs is gone they are in use by it alone.
+`Claims` keeps each claim that is not wholly held and holds it again whenever GPUs free (a pod gone
+or finished), so nobody is placed on GPUs such a pod uses.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from topology.core import Core
+from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangRequest, Member
+
+log = logging.getLogger("topogang.kube")
+UNVERIFIED = "unverified"
+
+
+@dataclass(frozen=True, slots=True)
+class Unverified:
+    """A bound pod whose bind info topogang did not write: held, not adopted."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    gpus: tuple[int, ...]
+    reason: str
+
+    @property
+    def gang(self) -> str:
+        """The gang that holds its GPUs: a colon no namespace can hold, so no tenant's key meets it."""
+        return f"{UNVERIFIED}:{self.namespace}/{self.name}"
+
+
+def hold_unverified(core: Core, u: Unverified, now: float) -> None:
+    """Hold an unverified pod's GPUs until it is gone: a one-pod gang, opportunistic (no quota,
+    no priority), being evicted (it never expires, is no preemption victim, frees as the pod goes).
+    Nothing evicts it: the admin decides (the Warning Event and /v1/inspect name it). GPUs it
+    claims that another gang holds are left to it (`Claims` holds them once they free)."""
+    vcs = core.vc_names()
+    if not vcs or not u.gpus:
+        return
+    req = GangRequest(
+        name=u.gang,
+        vc=vcs[0],
+        members=(Member(1, len(u.gpus)),),
+        priority=OPPORTUNISTIC_PRIORITY,
+    )
+    core.adopt(req, [AdoptedPod(u.uid, u.node, u.gpus, u.name)], now, evicting=True)
+
+
+def held_gpus(core: Core, gang: str) -> frozenset[int]:
+    """The GPU indices the named gang's slots hold."""
+    g = core.gang(gang)
+    return frozenset(gpu for s in (g.slots if g is not None else ()) for gpu in core.slot_place(s)[1])
+
+
+class Claims:
+    """Unverified pods whose claimed GPUs another gang held when they were held, by UID."""
+
+    def __init__(self) -> None:
+        self.contested: dict[str, Unverified] = {}
+
+    def tell(
+        self, core: Core, held: Iterable[Unverified], on_unverified: Callable[[Unverified], None]
+    ) -> None:
+        """Recovery just held these: each is logged and told (`on_unverified`), and kept while
+        contested."""
+        for u in held:
+            log.warning(
+                "pod %s/%s claims GPUs %s of %s without topogang's decision (%s): held, not adopted",
+                u.namespace,
+                u.name,
+                list(u.gpus),
+                u.node,
+                u.reason,
+            )
+            on_unverified(u)
+            self.held(core, u)
+
+    def held(self, core: Core, u: Unverified) -> None:
+        """`u` was just held: kept while some GPU it claims is another gang's, to be held again."""
+        missing = frozenset(u.gpus) - held_gpus(core, u.gang)
+        if not missing:
+            self.contested.pop(u.uid, None)
+            return
+        if u.uid not in self.contested:
+            log.warning(
+                "pod %s/%s claims GPUs %s of %s that another gang holds: held for it once they free",
+                u.namespace,
+                u.name,
+                sorted(missing),
+                u.node,
+            )
+        self.contested[u.uid] = u
+
+    def gone(self, uid: str) -> None:
+        self.contested.pop(uid, None)
+
+    def freed(self, core: Core, now: float) -> None:
+        """GPUs may have freed: each contested claim on a node with free GPUs is held again, whole
+        where it can be (its hold let go and taken again at once, under the caller's lock)."""
+        for uid, u in list(self.contested.items()):
+            if core.node_fill(u.node)[0] == 0:
+                continue
+            core.release_pod(uid, now)
+            hold_unverified(core, u, now)
+            self.held(core, u)
