@@ -480,6 +480,7 @@ class Soak:
             self.violate(checks.core_invariants(self.s))
         if self.opts.hostile:
             self.violate(tenants.entitlement_violations(self.s.core))
+            self.violate(tenants.ledger_violations(self.s.gang_ledger))
 
     # ------------------------------------------------------------------------------ kube-scheduler
     def pending(self) -> list[Obj]:

@@ -17,7 +17,8 @@ opportunistic`; `vision-lab` may use VC vision up to priority 100), and the mix 
 The oracle is written here from the README's rules ("Multi-tenancy"), not read from
 `extender.gangs.entitlement`: after every operation, every gang the core holds is one its
 namespace may hold (quota, or promotion into it, only in the namespace's VCs; no priority above its
-ceiling), and `checks.core_vs_api` already holds every pod to a gang of its own namespace.
+ceiling), every gang ledger record lists only pods of its gang's namespace, and
+`checks.core_vs_api` already holds every pod to a gang of its own namespace.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from config.load import LoadedConfig
 from config.schema import TenantModel
 from extender.conventions.common import VIRTUAL_CLUSTER
 from extender.gangs.identity import split_key
+from extender.gangs.ledger import GangLedger
 from tests.soak.jobs import GANG_SHAPES, SPEC, VCS, Job
 from topology.core import Core
 
@@ -168,4 +170,19 @@ def entitlement_violations(core: Core) -> list[str]:
             out.append(
                 f"gang {g.name} runs at priority {priority}; namespace {ns} may ask for at most {ceiling}"
             )
+    return out
+
+
+def ledger_violations(ledger: GangLedger) -> list[str]:
+    """Every gang ledger record that names or lists a pod of another namespace than its gang's:
+    what a gang's barrier and its members read (`/v1/gangs/{namespace}/{name}`) is theirs alone."""
+    out = []
+    for gang, rec in ledger.records.items():
+        ns = split_key(gang)[0]
+        if rec.ident.namespace != ns:
+            out.append(f"ledger record of gang {gang} is of namespace {rec.ident.namespace}")
+        for uid in sorted(rec.pods):
+            facts = ledger.pods.get(uid)
+            if facts is not None and facts.namespace != ns:
+                out.append(f"ledger record of gang {gang} lists pod {facts.namespace}/{facts.name}")
     return out
