@@ -427,8 +427,8 @@ class ClusterSync:
         return verifier(signer, adopt_unsigned=unsigned)
 
     def _held(self, uid: str) -> bool:
-        """Whether the core already has this pod in a gang slot."""
-        return self.s.core.holds_slot(uid)
+        """Whether the core has this pod in a gang slot, or its claim waits for GPUs (`Claims`)."""
+        return self.s.core.holds_slot(uid) or uid in self.claims.contested
 
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}

@@ -9,6 +9,7 @@ is placed on them) with no quota or priority, a Warning Event and a metric say s
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -157,6 +158,11 @@ def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_until_it_is_go
             await until("the copy seen", lambda: "f0" in claims(b))
         else:
             b = await restart(kube, a, clock, signing_key=KEY)
+            kube.server.patch(pod_path("intruder", "copy-0"), {"metadata": {"labels": {"seen": "again"}}})
+            await until("the copy seen again", lambda: kube.caught_up("/api/v1/pods"))
+            await asyncio.sleep(0.2)  # what that event would tell is told by now
+            # told once, not again at each event of the copy while its GPUs are the victim's
+            assert "topogang_unverified_bind_info_total 1.0" in (await b.http.get("/metrics")).text
         g = b.s.core.gang("nlp/victim")
         assert g is not None and g.owner >= 0 and g.priority == 0
         assert gpus_of(b, "nlp/victim") == claimed
