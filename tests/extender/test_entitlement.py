@@ -438,3 +438,26 @@ def test_a_bound_pods_spec_edited_since_comes_back_as_decided_after_a_restart() 
     assert (got["nlp/pod:own"].request.vc, got["nlp/pod:own"].request.priority) == ("nlp", 0)
     assert sum("edited since its bind" in n for n in report.notes) == 3, report.notes
     assert violations(fresh) == []
+
+
+def test_a_priority_class_priority_survives_a_restart() -> None:
+    """A gang whose priority came from its PriorityClass (the spec names none) comes back at that
+    priority after a restart, as its next member's filter reads it, not at the spec's default 0."""
+    loaded = config(STRICT)
+    s, _ = make(loaded)
+    p = classed(pod("u-c", "classy", "nlp", spec("nlp", 2, 2, "nlp/classy")), "team-high", 500)
+    assert run(place(s, p))[1] is not None
+    b = s.binder.bound["u-c"]  # type: ignore[attr-defined]
+    q = json.loads(json.dumps(p))
+    q["metadata"]["annotations"].update(b.annotations)
+    q["spec"]["nodeName"], q["status"] = b.node, {"phase": "Running"}
+    fresh = Core(loaded.spec)
+    recover(
+        fresh,
+        [q],
+        now=0.0,
+        namespace_vcs=loaded.extras.namespace_virtual_clusters,
+        entitle=lambda pr, pod: grant(s.entitlement.rules, pr, pod),
+    )
+    g = fresh.gang("nlp/classy")
+    assert g is not None and g.request.priority == 500 == s.core.gang("nlp/classy").request.priority  # type: ignore[union-attr]
