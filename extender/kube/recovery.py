@@ -304,7 +304,7 @@ def _as_decided(
     req = pr.request
     if info is not None and info.vc is not None and req.vc != info.vc:
         req = replace(req, vc=info.vc)
-    if info is not None and info.priority is not None and 0 <= info.priority < req.priority:
+    if info is not None and info.priority is not None and info.priority < req.priority:
         req = replace(req, priority=info.priority)
     got = pr if req is pr.request else replace(pr, request=req)
     if entitle is None:

@@ -395,22 +395,25 @@ def test_a_bound_pods_spec_edited_since_comes_back_as_decided_after_a_restart() 
     """A pod's annotations stay editable once it is bound, and recovery reads its spec again. Edited
     specs come back as the signed bind info records them: an opportunistic pod of a namespace that
     may run nothing else, rewritten to priority 1000 with promoteWhenQuota, stays opportunistic and
-    unpromotable; a capped tenant's pod stays at its cap; a pod rewritten within its namespace's
-    rights keeps the VC and priority it was placed with (found by the soak with hostile tenants)."""
+    unpromotable; a capped tenant's pod stays at its cap; pods rewritten within their namespace's
+    rights keep the VC and priority they were placed with, an opportunistic one too (found by the
+    soak with hostile tenants)."""
     loaded = config(STRICT)
     s, _ = make(loaded)
     guest = pod("u-i", "guest", "intruder", spec("nlp", 2, priority=-1))
     capped = pod("u-r", "capped", "research", spec("research", 2, priority=100))
     own = pod("u-n", "own", "nlp", spec("nlp", 2))
-    for p in (guest, capped, own):
+    guest_at_home = pod("u-o", "home", "nlp", spec("nlp", 2, priority=-1))
+    for p in (guest, capped, own, guest_at_home):
         assert run(place(s, p))[1] is not None
     edits = {
         "u-i": spec("nlp", 2, priority=1000, promoteWhenQuota=True),
         "u-r": spec("research", 2, priority=1000),
         "u-n": spec("vision", 2, priority=1000),
+        "u-o": spec("nlp", 2, priority=1000),  # within its namespace's rights, yet not as decided
     }
     pods = []
-    for p in (guest, capped, own):
+    for p in (guest, capped, own, guest_at_home):
         b = s.binder.bound[p["metadata"]["uid"]]  # type: ignore[attr-defined]
         q = json.loads(json.dumps(p))
         q["metadata"]["annotations"].update(b.annotations)
@@ -426,7 +429,9 @@ def test_a_bound_pods_spec_edited_since_comes_back_as_decided_after_a_restart() 
         entitle=lambda pr, p: grant(s.entitlement.rules, pr, p),
     )
     got = {g.name: g for g in fresh.gangs()}
-    assert set(got) == {"intruder/pod:guest", "research/pod:capped", "nlp/pod:own"}, report.lines()
+    assert set(got) == {"intruder/pod:guest", "research/pod:capped", "nlp/pod:own", "nlp/pod:home"}, (
+        report.lines()
+    )
     g = got["intruder/pod:guest"]
     assert (g.request.vc, g.request.priority, g.request.promote_when_quota, g.priority) == (
         "nlp",
@@ -436,7 +441,8 @@ def test_a_bound_pods_spec_edited_since_comes_back_as_decided_after_a_restart() 
     )
     assert got["research/pod:capped"].request.priority == 100
     assert (got["nlp/pod:own"].request.vc, got["nlp/pod:own"].request.priority) == ("nlp", 0)
-    assert sum("edited since its bind" in n for n in report.notes) == 3, report.notes
+    assert got["nlp/pod:home"].request.priority == -1
+    assert sum("edited since its bind" in n for n in report.notes) == 4, report.notes
     assert violations(fresh) == []
 
 

@@ -200,3 +200,21 @@ class PartialGangs:
 
 def core_invariants(s: Scheduler) -> list[str]:
     return [f"core: {v}" for v in violations(s.core)]
+
+
+def bound_requests(s: Scheduler) -> dict[str, tuple[Any, ...]]:
+    """Each gang with a bound pod: what its request asks (VC, priority, promotion, members)."""
+    return {
+        g.name: (g.request.vc, g.request.priority, g.request.promote_when_quota, g.request.members)
+        for g in s.core.gangs()
+        if any(x.pod_uid is not None for x in g.slots) and not g.name.startswith("unverified:")
+    }
+
+
+def restart_kept(before: dict[str, tuple[Any, ...]], after: dict[str, tuple[Any, ...]]) -> list[str]:
+    """A restart changes no bound gang's request: recovery brings each back as it was decided."""
+    return [
+        f"gang {name} came back from a restart asking {after[name]}, not {was}"
+        for name, was in sorted(before.items())
+        if name in after and after[name] != was
+    ]

@@ -311,6 +311,7 @@ class Soak:
         # on its way to the extender's watch), and its TTL rightly starts again from there
         self.whole_between: set[str] = set()
         self.logs = LogTally()
+        self.before_restart: dict[str, tuple[Any, ...]] | None = None  # bound gangs' requests then
 
     # ------------------------------------------------------------------------------ plumbing
     def now(self) -> float:
@@ -474,6 +475,9 @@ class Soak:
         self.logs.errors.clear()
         if not ready:
             return
+        if self.before_restart is not None:  # the first check once the restarted extender is ready
+            self.violate(checks.restart_kept(self.before_restart, checks.bound_requests(self.s)))
+            self.before_restart = None
         if watched:
             self.violate(checks.core_vs_api(self.s, pods))
         if full:
@@ -573,6 +577,8 @@ class Soak:
             return
         self.serial += 1
         job = new_job(self.rng, self.serial, self.now(), self.ttl)
+        if self.opts.hostile:  # where entitlements apply, tenants use PriorityClasses too
+            job = tenants.with_class(self.rng, job)
         self.jobs[job.key] = job
         owner = job.owner()
         if owner is not None:
@@ -799,6 +805,9 @@ class Soak:
         self.report.faults["watch cut"] += 1
 
     async def op_restart(self) -> None:
+        self.before_restart = (
+            checks.bound_requests(self.s) if self.service is not None and self.s.ready else {}
+        )
         await self.stop_extender()
         self.report.restarts += 1
         self.backoff.clear()  # kube-scheduler saw every bind in flight fail: retry soon

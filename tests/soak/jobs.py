@@ -54,6 +54,8 @@ class Job:
     state: str = "active"  # active | done | deleted
     done_at: float = 0.0
     owner_path: str | None = None  # the PodGroup / Framework object, deleted with the job
+    class_value: int | None = None  # a PriorityClass's value: spec.priorityClassName set, spec.priority this
+    asks_priority: bool = True  # the scheduling spec names its priority (else the class's holds)
 
     @property
     def key(self) -> str:
@@ -78,6 +80,8 @@ class Job:
             "leafCellNumber": self.gpus,
             **self.spec_extra,
         }
+        if not self.asks_priority:
+            del spec_doc["priority"]
         if self.kind == "gang":
             spec_doc["affinityGroup"] = {
                 "name": self.name,
@@ -104,6 +108,14 @@ class Job:
                 labels["scheduling.x-k8s.io/pod-group"] = self.name
         else:
             annotations[SPEC] = json.dumps(spec_doc, sort_keys=True)
+        pod_spec: dict[str, Any] = {
+            "schedulerName": "topogang",
+            "priority": self.priority,
+            "terminationGracePeriodSeconds": 10,
+            "containers": [{"name": "main", "image": "trainer", "resources": {"limits": limits}}],
+        }
+        if self.class_value is not None:  # as admission leaves it: the class's value in spec.priority
+            pod_spec["priorityClassName"], pod_spec["priority"] = "soak-class", self.class_value
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -113,12 +125,7 @@ class Job:
                 "labels": labels,
                 "annotations": annotations,
             },
-            "spec": {
-                "schedulerName": "topogang",
-                "priority": self.priority,
-                "terminationGracePeriodSeconds": 10,
-                "containers": [{"name": "main", "image": "trainer", "resources": {"limits": limits}}],
-            },
+            "spec": pod_spec,
             "status": {"phase": "Pending"},
         }
 

@@ -72,24 +72,18 @@ class HostileJob(Job):
     """A job of another tenant: its pods as `Job` writes them, then what the tenant chose to forge."""
 
     vc: str = "vision"
-    class_value: int | None = None  # spec.priorityClassName set, spec.priority this value
-    asks_priority: bool = True  # the scheduling spec names a priority
     forged_framework: str | None = None  # the framework namespace its task annotations claim
 
     def pod(self, index: int) -> dict[str, Any]:
         doc = super().pod(index)
-        meta, spec = doc["metadata"], doc["spec"]
+        meta = doc["metadata"]
         ann = meta["annotations"]
         if SPEC in ann:
             wanted = json.loads(ann[SPEC])
             wanted["virtualCluster"] = self.vc
-            if not self.asks_priority:
-                del wanted["priority"]
             ann[SPEC] = json.dumps(wanted, sort_keys=True)
         else:
             meta["labels"][VIRTUAL_CLUSTER] = self.vc
-        if self.class_value is not None:
-            spec["priorityClassName"], spec["priority"] = "soak-top", self.class_value
         if self.forged_framework is not None and "FC_FRAMEWORK_NAMESPACE" in ann:
             ann["FC_FRAMEWORK_NAMESPACE"] = self.forged_framework
         return doc
@@ -123,6 +117,16 @@ def hostile_job(rng: random.Random, serial: int, others: Sequence[Job]) -> Hosti
     if kind in ("fc", "fcfw") and target is not None:  # fcfw: the shape from the victim's Framework
         job.attempt = target.attempt  # the victim's attempt UID too, as far as annotations go
         job.forged_framework = target.namespace
+    return job
+
+
+def with_class(rng: random.Random, job: Job) -> Job:
+    """A tenant's own job as a platform team's tenants often write it: about a third carry a
+    PriorityClass of their job's priority (0 for an opportunistic one), half of those naming no
+    priority of their own, so the class's holds (and must hold across restarts too)."""
+    if rng.random() < 0.3:
+        job.class_value = max(job.priority, 0)
+        job.asks_priority = job.priority < 0 or rng.random() < 0.5
     return job
 
 
