@@ -301,21 +301,25 @@ def _as_decided(
     VC and priority its (verified) bind info records win, and a request its namespace may not make
     (`entitle`) comes back as the bind info alone records it. A string: why neither can be adopted
     (its GPUs are then held without quota or priority)."""
+    recorded = info.priority if info is not None else None
     req = pr.request
     if info is not None and info.vc is not None and req.vc != info.vc:
         req = replace(req, vc=info.vc)
-    if info is not None and info.priority is not None and info.priority < req.priority:
-        req = replace(req, priority=info.priority)
-    got = pr if req is pr.request else replace(pr, request=req)
+    got = _capped(pr if req is pr.request else replace(pr, request=req), recorded)
     if entitle is None:
         return got
-    try:
-        return entitle(got, pod)  # its priority settled as the filter settles it (a PriorityClass's)
+    try:  # its priority settled as the filter settles it (a PriorityClass's), never above the decided one
+        return _capped(entitle(got, pod), recorded)
     except UserError as err:
-        recorded = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
-        return (
-            recorded if recorded is not None else f"its spec asks for more than its namespace may use: {err}"
-        )
+        rebuilt = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
+        return rebuilt if rebuilt is not None else f"its spec asks for more than its namespace may use: {err}"
+
+
+def _capped(pr: PodRequest, priority: int | None) -> PodRequest:
+    """The request with its priority at most `priority` (the one its bind info records), if any."""
+    if priority is None or pr.request.priority <= priority:
+        return pr
+    return replace(pr, request=replace(pr.request, priority=priority))
 
 
 def _by_placement(found: list[_Found]) -> list[list[_Found]]:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from config.load import LoadedConfig, load_config_text
+from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, encode_bind_info
 from extender.gangs.entitlement import EntitlementError, Entitlements, grant
 from extender.http import podrequests, wire
 from extender.http.answers import VerbError
@@ -23,9 +24,9 @@ from extender.http.verbs import Scheduler
 from extender.kube.recovery import recover
 from extender.ops.metrics import Metrics
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
-from tests.extender.helpers import SPEC, Clock, args, place, pod, run, spec
+from tests.extender.helpers import SPEC, Clock, args, fc_annotations, place, pod, run, spec
 from topology.core import Core
-from topology.decisions import UserError
+from topology.decisions import GangPlacement, PodPlacement, UserError
 from topology.invariants import violations
 
 PIN = "nlp-pin"
@@ -467,3 +468,32 @@ def test_a_priority_class_priority_survives_a_restart() -> None:
     )
     g = fresh.gang("nlp/classy")
     assert g is not None and g.request.priority == 500 == s.core.gang("nlp/classy").request.priority  # type: ignore[union-attr]
+
+
+def test_a_gang_rebuilt_from_its_bind_info_keeps_the_priority_it_records() -> None:
+    """A FrameworkController task shaped by its Framework object names no gang in its spec, so
+    recovery rebuilds the gang from the bind info; the pod's PriorityClass (value 0) must not raise
+    the -1 the bind info records (found by the soak's restart check, hostile seed 68)."""
+    loaded = config(STRICT)
+    s, _ = make(loaded)
+    node = "a100-r3-n1"
+    placement = GangPlacement(
+        gang="research/fw/0_a",
+        vc="research",
+        chain="A100-RACK",
+        priority=-1,
+        requested_priority=-1,
+        pods=(PodPlacement(0, node, (0, 1), None),),
+        lca_level=0,
+        nodes=(node,),
+    )
+    task = fc_annotations("research", "fw", "0_a", "worker", 0)
+    p = classed(
+        pod("u-t", "fw-worker-0", "research", spec("research", 2, priority=-1), annotations=task), "c", 0
+    )
+    p["metadata"]["annotations"][BIND_INFO_ANNOTATIONS[0]] = encode_bind_info(placement, node, (0, 1), 0)
+    p["spec"]["nodeName"], p["status"] = node, {"phase": "Running"}
+    fresh = Core(loaded.spec)
+    recover(fresh, [p], now=0.0, entitle=lambda pr, q: grant(s.entitlement.rules, pr, q))
+    g = fresh.gang("research/fw/0_a")
+    assert g is not None and (g.request.priority, g.priority) == (-1, -1)

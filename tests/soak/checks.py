@@ -207,7 +207,9 @@ def bound_requests(s: Scheduler) -> dict[str, tuple[Any, ...]]:
     return {
         g.name: (g.request.vc, g.request.priority, g.request.promote_when_quota, g.request.members)
         for g in s.core.gangs()
-        if any(x.pod_uid is not None for x in g.slots) and not g.name.startswith("unverified:")
+        if any(x.pod_uid is not None for x in g.slots)
+        and not g.name.startswith("unverified:")
+        and "/evicted/" not in g.name  # an earlier placement's pods, kept until gone: no request of theirs
     }
 
 
