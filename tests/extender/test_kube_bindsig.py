@@ -185,10 +185,9 @@ def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_until_it_is_go
 
 def claims(r: Running) -> dict[str, Any]:
     """The unverified pods' contested claims the service's pod sync keeps."""
-    sync = next(
-        fn.__self__ for fn in r.service.background if isinstance(getattr(fn, "__self__", None), ClusterSync)
-    )
-    return sync.claims.contested  # type: ignore[no-any-return]
+    owners = [getattr(fn, "__self__", None) for fn in r.service.background]
+    sync = next(o for o in owners if isinstance(o, ClusterSync))
+    return dict(sync.claims.contested)
 
 
 async def until_gone(r: Running, gang: str) -> None:
