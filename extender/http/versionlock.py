@@ -3,14 +3,17 @@
 `Scheduler.lock` serialises every call into the core. Each release by a holder that may have
 changed the state bumps `generation`; `extender.http.snapshot` takes a new copy of the state for the
 readers only when the generation moved since its last one. A reader's own hold (`quietly`) counts
-for nothing.
+for nothing. `on_acquire` runs each time a holder that may change the state takes it, before the
+holder acts: what must reach the core before anything is placed (the Kubernetes mode holds the
+GPUs an unverified pod claims as soon as they free, `extender.kube.unverified`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Literal
 
 
 class VersionedLock(asyncio.Lock):
@@ -21,6 +24,17 @@ class VersionedLock(asyncio.Lock):
         super().__init__()
         self.generation = 0
         self._quiet = False
+        self.on_acquire: Callable[[], None] | None = None
+
+    async def acquire(self) -> Literal[True]:
+        await super().acquire()
+        if self.on_acquire is not None:
+            try:
+                self.on_acquire()
+            except BaseException:
+                self.release()
+                raise
+        return True
 
     def release(self) -> None:
         if self._quiet:
@@ -31,8 +45,8 @@ class VersionedLock(asyncio.Lock):
 
     @asynccontextmanager
     async def quietly(self) -> AsyncIterator[None]:
-        """Hold the lock to read only: the generation stays as it was."""
-        await self.acquire()
+        """Hold the lock to read only: the generation stays as it was (and `on_acquire` waits)."""
+        await super().acquire()
         try:
             yield
         finally:

@@ -65,7 +65,7 @@ class ClusterSync:
         self.signer: BindSigner | None = None
         self.adopt_unsigned = False  # the admin's opt-in: unsigned bind info at the first start
         self.on_unverified: Callable[[Unverified], None] = lambda u: None
-        self.claims = Claims()  # unverified pods' claims on GPUs a genuine pod held, until they free
+        self.claims = Claims.guarding(scheduler)  # unverified pods' claims on GPUs another gang held
         self.synced = False
         self.synced_event = asyncio.Event()
         self.hold_reason: Callable[[], str] = lambda: ""  # why not to serve although synced
@@ -362,8 +362,8 @@ class ClusterSync:
         if self.outside.short:
             await self.refresh_nodes(list(self.outside.short))
         if self.claims.contested:
-            async with self.s.lock:
-                self.claims.freed(self.s.core, self.s.clock())
+            async with self.s.lock:  # taking it holds what freed for them (`Claims.guarding`)
+                pass
 
     def _hold_outside(self, pod: Mapping[str, Any]) -> Held | None:
         """Record a bound, not finished pod that is not topogang's and holds GPUs of a config node;

@@ -4,8 +4,9 @@ Recovery (`extender.kube.recovery`) does not adopt such a pod: it holds the GPUs
 a one-pod gang with no quota and no priority (`hold_unverified`), after the genuine gangs, so a
 claim copied from a running pod takes none of that pod's GPUs. The claim still stands: the pod
 runs where it says, and once the genuine pod on those GPUs is gone they are in use by it alone.
-`Claims` keeps each claim that is not wholly held and holds it again whenever GPUs free (a pod gone
-or finished), so nobody is placed on GPUs such a pod uses.
+`Claims` keeps each claim that is not wholly held and holds it again each time the scheduler's lock
+is taken to change the state, before anything is placed, so nobody is placed on GPUs such a pod
+uses.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from extender.http.verbs import Scheduler
 from topology.core import Core
 from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangRequest, Member
 
@@ -67,6 +69,20 @@ class Claims:
     def __init__(self) -> None:
         self.contested: dict[str, Unverified] = {}
 
+    @classmethod
+    def guarding(cls, s: Scheduler) -> Claims:
+        """Claims that the scheduler holds again each time its lock is taken to change the state,
+        before anything is placed: GPUs freed by any release (a pod gone, a reservation expired)
+        go to the claim first."""
+        claims = cls()
+
+        def before_the_verbs() -> None:
+            if claims.contested:
+                claims.freed(s.core, s.clock())
+
+        s.lock.on_acquire = before_the_verbs
+        return claims
+
     def tell(
         self, core: Core, held: Iterable[Unverified], on_unverified: Callable[[Unverified], None]
     ) -> None:
@@ -105,7 +121,7 @@ class Claims:
 
     def freed(self, core: Core, now: float) -> None:
         """GPUs may have freed: each contested claim on a node with free GPUs is held again, whole
-        where it can be (its hold let go and taken again at once, under the caller's lock)."""
+        where it can be (its hold let go and taken again at once, under the scheduler's lock)."""
         for uid, u in list(self.contested.items()):
             if core.node_fill(u.node)[0] == 0:
                 continue

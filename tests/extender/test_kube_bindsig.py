@@ -183,6 +183,37 @@ def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_until_it_is_go
     run(go())
 
 
+def test_a_copys_claim_is_held_before_anything_is_placed_on_gpus_a_reservation_frees() -> None:
+    """GPUs a copy claims can free without a pod going: here the genuine gang loses the member the
+    copy copied, keeps that slot reserved for a replacement, and its reservation then expires. The
+    next verb to take the scheduler's lock holds the copy's claim before it places anything."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock, signing_key=KEY)
+        node = await a.place(submit(kube, "v0", "victim-0", NLP, spec(NLP, 8, 2, "nlp/victim")))
+        await a.place(submit(kube, "v1", "victim-1", NLP, spec(NLP, 8, 2, "nlp/victim")))
+        g = a.s.core.gang("nlp/victim")
+        assert g is not None
+        claimed = {(node, gpu) for s in g.slots if s.pod_uid == "v0" for gpu in a.s.core.slot_place(s)[1]}
+        copied = copy.deepcopy(kube.server.at(pod_path(NLP, "victim-0")))
+        copied["metadata"] = {**copied["metadata"], "uid": "f0", "name": "copy-0", "namespace": "intruder"}
+        copied["metadata"].pop("resourceVersion", None)
+        kube.server.put(pod_path("intruder", "copy-0"), copied)
+        await until("the copy seen", lambda: "f0" in claims(a))
+        kube.server.delete(pod_path(NLP, "victim-0"), {"gracePeriodSeconds": 0})
+        await until("victim-0 gone", lambda: not a.s.core.holds_slot("v0"))
+        assert a.s.core.gang("unverified:intruder/copy-0") is None  # its slot is still the gang's
+        clock.t += 3600
+        await a.s.expire()  # not whole for a TTL: released (victim-1 is evicted)
+        await a.place(submit(kube, "n0", "next-0", NLP, spec(NLP, 8, 1, "nlp/next")))
+        assert gpus_of(a, "unverified:intruder/copy-0") == claimed
+        assert claims(a) == {} and violations(a.s.core) == []
+        await a.stop()
+
+    run(go())
+
+
 def claims(r: Running) -> dict[str, Any]:
     """The unverified pods' contested claims the service's pod sync keeps."""
     owners = [getattr(fn, "__self__", None) for fn in r.service.background]
