@@ -68,6 +68,7 @@ class Claims:
 
     def __init__(self) -> None:
         self.contested: dict[str, Unverified] = {}
+        self.free_then: dict[str, int] = {}  # uid -> its node's free GPUs right after its last hold
 
     @classmethod
     def guarding(cls, s: Scheduler) -> Claims:
@@ -104,7 +105,7 @@ class Claims:
         """`u` was just held: kept while some GPU it claims is another gang's, to be held again."""
         missing = frozenset(u.gpus) - held_gpus(core, u.gang)
         if not missing:
-            self.contested.pop(u.uid, None)
+            self.gone(u.uid)
             return
         if u.uid not in self.contested:
             log.warning(
@@ -115,15 +116,18 @@ class Claims:
                 u.node,
             )
         self.contested[u.uid] = u
+        self.free_then[u.uid] = core.node_fill(u.node)[0]
 
     def gone(self, uid: str) -> None:
         self.contested.pop(uid, None)
+        self.free_then.pop(uid, None)
 
     def freed(self, core: Core, now: float) -> None:
-        """GPUs may have freed: each contested claim on a node with free GPUs is held again, whole
-        where it can be (its hold let go and taken again at once, under the scheduler's lock)."""
+        """GPUs may have freed: each contested claim whose node has more free GPUs than right after
+        its last hold (which took every free one it claims) is held again, whole where it can be
+        (its hold let go and taken again at once, under the scheduler's lock)."""
         for uid, u in list(self.contested.items()):
-            if core.node_fill(u.node)[0] == 0:
+            if core.node_fill(u.node)[0] <= self.free_then[uid]:
                 continue
             core.release_pod(uid, now)
             hold_unverified(core, u, now)

@@ -147,6 +147,18 @@ def test_a_pending_pod_whose_spec_names_another_gang_lets_the_old_reservation_go
     run(go())
 
 
+async def stays_in(s: verbs.Scheduler, moved: dict[str, Any], gang: str) -> None:
+    """Prioritize and preempt for `moved` (a pod whose filter reserved `gang`, now naming another):
+    it scores 0 everywhere, preempt answers 400 naming `gang`, and the pod stays `gang`'s."""
+    assert all(h["Score"] == 0 for h in await s.prioritize(args(moved)))
+    with pytest.raises(VerbError) as refused:
+        await s.preempt(wire.parse_preemption_args({"Pod": moved, "NodeNameToVictims": {}}))
+    assert refused.value.status == 400
+    assert f"was filtered into gang {gang}" in refused.value.message, refused.value.message
+    cached = s.cached(moved["metadata"]["uid"])
+    assert cached is not None and cached.gang == gang
+
+
 def test_only_a_filter_moves_a_pod_to_another_gang() -> None:
     """kube-scheduler filters a pod before it prioritizes it or preempts for it. A prioritize or
     preempt whose pod names another gang than the one its filter reserved (a reused UID, a spec edited
@@ -161,13 +173,7 @@ def test_only_a_filter_moves_a_pod_to_another_gang() -> None:
             pod("u-m", "m", "vision", spec("vision", 8, 1, "vision/second")),
             pod("u-m", "m2", "nlp", spec("nlp", 1)),  # a reused UID: another pod altogether
         ):
-            assert all(h["Score"] == 0 for h in await s.prioritize(args(moved)))
-            with pytest.raises(VerbError) as refused:
-                await s.preempt(wire.parse_preemption_args({"Pod": moved, "NodeNameToVictims": {}}))
-            assert refused.value.status == 400
-            assert "was filtered into gang vision/first" in refused.value.message, refused.value.message
-            cached = s.cached("u-m")
-            assert cached is not None and cached.gang == "vision/first"
+            await stays_in(s, moved, "vision/first")
         assert {g.name for g in s.core.gangs()} == {"vision/first"}
         released = await s.pod_gone("u-m")
         assert released is not None and released.gang == "vision/first"
@@ -201,14 +207,7 @@ def test_a_spec_gangs_pod_read_as_a_gpu_pod_stays_in_its_gang() -> None:
         assert (await s.filter(args(pod("u-s", "s", "vision", spec("vision", 4, 1, "vision/kept")))))[
             "NodeNames"
         ]
-        plain = gpu_pod("u-s", "s2", "vision", 2)
-        assert all(h["Score"] == 0 for h in await s.prioritize(args(plain)))
-        with pytest.raises(VerbError) as refused:
-            await s.preempt(wire.parse_preemption_args({"Pod": plain, "NodeNameToVictims": {}}))
-        assert refused.value.status == 400
-        assert "was filtered into gang vision/kept" in refused.value.message, refused.value.message
-        cached = s.cached("u-s")
-        assert cached is not None and cached.gang == "vision/kept"
+        await stays_in(s, gpu_pod("u-s", "s2", "vision", 2), "vision/kept")
         released = await s.pod_gone("u-s")
         assert released is not None and released.gang == "vision/kept"
         assert list(s.core.gangs()) == []
