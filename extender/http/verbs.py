@@ -31,7 +31,7 @@ from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.ledger_records import Known
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
 from extender.gangs.waiting import Waiting
-from extender.http import podrequests, replies, versionlock, views, wire
+from extender.http import filtercall, podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
@@ -178,7 +178,7 @@ class Scheduler:
                 place=len(unknown) < len(names),  # nothing to place on: no reservation, no wait
             )
             try:
-                answer = self.core.filter(ask, now)
+                answer = filtercall.filter_call(self.core, ask, now, self.lock)
             except IdentityError as err:  # the pod's cached request and ledger facts stay its own
                 self.unkept.drop(pr.uid)
                 self._count("filter", "error")

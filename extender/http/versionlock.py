@@ -5,7 +5,9 @@ changed the state bumps `generation`; `extender.http.snapshot` takes a new copy 
 readers only when the generation moved since its last one. A reader's own hold (`quietly`) counts
 for nothing. `on_acquire` runs each time a holder that may change the state takes it, before the
 holder acts: what must reach the core before anything is placed (the Kubernetes mode holds the
-GPUs an unverified pod claims as soon as they free, `extender.kube.unverified`).
+GPUs an unverified pod claims as soon as they free, `extender.kube.unverified`). `pending` says
+whether it has work waiting, so a holder that frees GPUs and then places within one hold (a filter
+that lets a superseded gang go) runs it in between (`extender.http.filtercall`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,10 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Literal
+
+
+def _nothing_pending() -> bool:
+    return False
 
 
 class VersionedLock(asyncio.Lock):
@@ -25,6 +31,7 @@ class VersionedLock(asyncio.Lock):
         self.generation = 0
         self._quiet = False
         self.on_acquire: Callable[[], None] | None = None
+        self.pending: Callable[[], bool] = _nothing_pending
 
     async def acquire(self) -> Literal[True]:
         await super().acquire()

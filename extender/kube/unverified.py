@@ -5,8 +5,8 @@ a one-pod gang with no quota and no priority (`hold_unverified`), after the genu
 claim copied from a running pod takes none of that pod's GPUs. The claim still stands: the pod
 runs where it says, and once the genuine pod on those GPUs is gone they are in use by it alone.
 `Claims` keeps each claim that is not wholly held and holds it again each time the scheduler's lock
-is taken to change the state, before anything is placed, so nobody is placed on GPUs such a pod
-uses.
+is taken to change the state, before anything is placed, and between a filter's release of a gang
+and its placement (`extender.http.filtercall`), so nobody is placed on GPUs such a pod uses.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class Claims:
                 claims.freed(s.core, s.clock())
 
         s.lock.on_acquire = before_the_verbs
+        s.lock.pending = lambda: bool(claims.contested)
         return claims
 
     def tell(

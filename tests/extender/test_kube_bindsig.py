@@ -21,7 +21,7 @@ from extender.gangs.bindsig import SIGNATURE_ANNOTATION, BindSigner, SigningKeyE
 from extender.kube.client import pod_path
 from extender.kube.sync import ClusterSync
 from loadtest.kubefake import FakeKube
-from tests.extender.helpers import Clock, run, spec
+from tests.extender.helpers import Clock, fc_annotations, pod, run, spec
 from tests.extender.test_kube_durable import Running, cluster, start, submit, until
 from topology.invariants import violations
 
@@ -208,6 +208,48 @@ def test_a_copys_claim_is_held_before_anything_is_placed_on_gpus_a_reservation_f
         await a.s.expire()  # not whole for a TTL: released (victim-1 is evicted)
         await a.place(submit(kube, "n0", "next-0", NLP, spec(NLP, 8, 1, "nlp/next")))
         assert gpus_of(a, "unverified:intruder/copy-0") == claimed
+        assert claims(a) == {} and violations(a.s.core) == []
+        await a.stop()
+
+    run(go())
+
+
+def test_a_copys_claim_is_held_before_a_filter_that_lets_a_gang_go_places_anything() -> None:
+    """One filter can both let a gang go and place: a pod of a framework's newer attempt supersedes
+    the older attempt's gang, whose slot for the pod the copy copied (gone since) is released, and
+    places its own gang, in one call. The copy's claim is held between the two, so the new gang is
+    not placed on GPUs the copy runs on."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock, signing_key=KEY)
+
+        def worker(i: int, attempt: str) -> dict[str, Any]:
+            ann = fc_annotations(NLP, "tf", attempt, "worker", i)
+            return pod(f"{attempt}-{i}", f"tf-worker-{i}", NLP, spec(NLP, 8, 2, "tf"), annotations=ann)
+
+        old = [worker(i, "0_a") for i in range(2)]
+        for p in old:
+            kube.server.put(pod_path(NLP, p["metadata"]["name"]), p)
+        node = await a.place(old[0])
+        await a.place(old[1])
+        claimed = {(node, gpu) for gpu in range(8)}
+        copied = copy.deepcopy(kube.server.at(pod_path(NLP, "tf-worker-0")))
+        copied["metadata"] = {**copied["metadata"], "uid": "f0", "name": "copy-0", "namespace": "intruder"}
+        copied["metadata"].pop("resourceVersion", None)
+        kube.server.put(pod_path("intruder", "copy-0"), copied)
+        await until("the copy seen", lambda: "f0" in claims(a))
+        kube.server.delete(pod_path(NLP, "tf-worker-0"), {"gracePeriodSeconds": 0})
+        await until("tf-worker-0 gone", lambda: not a.s.core.holds_slot("0_a-0"))
+        assert a.s.core.gang("unverified:intruder/copy-0") is None  # its slot is still the old attempt's
+        newer = worker(0, "1_b")
+        kube.server.put(pod_path(NLP, "tf-worker-0"), newer)
+        await until("the newer pod seen", lambda: kube.caught_up("/api/v1/pods"))
+        r = await a.verb("filter", newer)
+        assert r["NodeNames"], {k: v for k, v in r.items() if v}
+        assert a.s.core.gang("nlp/tf/0_a") is None  # superseded by that filter
+        assert gpus_of(a, "unverified:intruder/copy-0") == claimed
+        assert not gpus_of(a, "nlp/tf/1_b") & claimed
         assert claims(a) == {} and violations(a.s.core) == []
         await a.stop()
 

@@ -149,18 +149,32 @@ def test_preempt_and_filter_time_preemption_each_ask_once() -> None:
     run(go())
 
 
-def test_a_newer_framework_attempt_lets_the_older_go_in_its_one_ask() -> None:
+@pytest.mark.parametrize("pending", [False, True])
+def test_a_newer_framework_attempt_lets_the_older_go_in_its_one_ask(pending: bool) -> None:
+    """One ask, even with the lock's hook set (the Kubernetes mode), unless the hook has GPUs
+    waiting to be held as they free (an unverified pod's claim): then the release and the placement
+    are two asks with the hook run between them (`extender.http.filtercall`), the one other split."""
+
     async def go() -> None:
         s, rec = recorded()
         text = spec("vision", 8, pods=2, group="fw")
         old = pod("a0", "a0", "vision", text, annotations=fc_annotations("vision", "fw", "1_a", "w", 0))
         await s.filter(args(old))
+        core = core_of(rec)
+        ran: list[tuple[bool, bool]] = []  # (the old gang is there, the new one is)
+        s.lock.on_acquire = lambda: ran.append(
+            (core.gang("vision/fw/1_a") is not None, core.gang("vision/fw/2_b") is not None)
+        )
+        s.lock.pending = lambda: pending
         rec.take()
         new = pod("b0", "b0", "vision", text, annotations=fc_annotations("vision", "fw", "2_b", "w", 0))
         r = await s.filter(args(new))
-        asks(rec, "filter")
+        got = rec.take()
+        assert got == (["filter", "filter"] if pending else ["filter"]), got
+        # the hook ran as the lock was taken (the old gang still there), and, when pending, once
+        # more after the old gang was let go and before the new one was placed
+        assert ran == ([(True, False), (False, False)] if pending else [(True, False)])
         assert r["NodeNames"], r
-        core = core_of(rec)
         assert core.gang("vision/fw/1_a") is None and core.gang("vision/fw/2_b") is not None
 
     run(go())
