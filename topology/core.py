@@ -157,6 +157,10 @@ class Core(Cluster):
             promotion.promote_waiting(self)
         return released
 
+    def withdraw_promotion(self, name: str) -> bool:
+        """An opted-in opportunistic gang is not to be promoted any more (`promotion.withdraw`)."""
+        return promotion.withdraw(self, name)
+
     def take_promoted(self) -> list[str]:
         """The gangs promoted since the last call, oldest first (the edge rewrites their pods' bind
         info so a restart brings them back guaranteed); a gang released meanwhile is left out."""
@@ -185,9 +189,8 @@ class Core(Cluster):
     def adopt(
         self, req: GangRequest, pods: list[AdoptedPod], now: float, *, evicting: bool = False
     ) -> GangPlacement:
-        """Re-create a gang from where its pods already run; never fails (see `recovery.adopt`).
-        `evicting`: its pods are being evicted, so it holds their GPUs until each is gone and never
-        expires."""
+        """Re-create a gang from where its pods already run; never fails (see `recovery.adopt`). `evicting`:
+        its pods are being evicted, so it holds their GPUs until each is gone and never expires."""
         return recovery.adopt(self, req, pods, now, evicting=evicting)
 
     def restore(
@@ -212,9 +215,8 @@ class Core(Cluster):
     def slot_holder(self, gang_name: str, slot_key: str) -> str | None:
         """The pod holding the named slot of a gang, while it lives."""
         gang = self.reservations.by_name.get(gang_name)
-        if gang is None:
-            return None
-        return next((s.pod_uid for s in gang.slots if s.key == slot_key and not s.finished), None)
+        slots = gang.slots if gang is not None else ()
+        return next((s.pod_uid for s in slots if s.key == slot_key and not s.finished), None)
 
     def gang(self, name: str) -> Gang | None:
         """The named gang's reservation, if it has one."""

@@ -18,6 +18,8 @@ have run longest go first: they have the most work to lose.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from topology.buddy import bind_for
 from topology.cluster import Cluster
 from topology.reservations import Gang, GangPhase
@@ -67,6 +69,19 @@ def promote_waiting(cluster: Cluster) -> list[str]:
         res.promoted.add(g.id)
         out.append(g.name)
     return out
+
+
+def withdraw(cluster: Cluster, name: str) -> bool:
+    """The gang is no longer to be promoted: the edge's rules no longer let its namespace take its
+    VC's quota. Its request then reads as if it never opted in, which is how a restart rebuilds it
+    from its bind info, so the gang is the same with or without one. False: nothing to withdraw."""
+    res = cluster.reservations
+    g = res.by_name.get(name)
+    if g is None or not g.request.promote_when_quota or g.priority >= 0:
+        return False
+    g.request = replace(g.request, promote_when_quota=False)
+    res.promote_ids.discard(g.id)
+    return True
 
 
 def _hosts_others(cluster: Cluster, g: Gang, leaves: list[int]) -> bool:

@@ -27,6 +27,10 @@ refused pod reserves nothing and preempts nobody. It is the one place the rule l
   keeping tenants apart to OpenPAI's REST server); `opportunistic` gives them their
   `namespaceVirtualClusters` VC (every priority, its pinned cells), and a namespace without one may
   run priority -1 only; `none` refuses every pod of a namespace in neither map.
+- **A reload judges what is asked from then on.** A gang already given its VC and priority keeps them
+  (a restart brings it back the same, `grant`'s `held`); to take them back, delete its pods. An
+  opted-in opportunistic gang whose namespace may no longer use its VC is no longer promoted into
+  that VC's quota (`withdraw_promotions`): promotion would be a new grant.
 
 Pods of one gang agree because the core refuses a member whose request differs from its gang's.
 """
@@ -38,7 +42,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from config.schema import ENTITLEMENT_MODES, TopogangModel
+from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest
+from topology.core import Core
 from topology.decisions import MAX_PRIORITY, MIN_GUARANTEED_PRIORITY, OPPORTUNISTIC_PRIORITY, UserError
 
 TENANTS = "topogang.tenants"
@@ -123,8 +129,10 @@ def class_priority(pod: Mapping[str, Any]) -> tuple[str, int, int] | None:
     return name, value, map_priority(value)
 
 
-def _priority(pr: PodRequest, pod: Mapping[str, Any], tenant: Tenant | None) -> int:
+def _priority(pr: PodRequest, pod: Mapping[str, Any], tenant: Tenant | None, held: int | None) -> int:
     asked = pr.request.priority
+    if tenant is not None and held is not None and held > tenant.max_priority:
+        tenant = replace(tenant, max_priority=held)
     explicit = pr.from_spec and pr.priority_asked
     pc = class_priority(pod)
     if pc is not None:
@@ -161,9 +169,14 @@ def _priority(pr: PodRequest, pod: Mapping[str, Any], tenant: Tenant | None) -> 
     return asked
 
 
-def grant(rules: Entitlements, pr: PodRequest, pod: Mapping[str, Any]) -> PodRequest:
+def grant(
+    rules: Entitlements, pr: PodRequest, pod: Mapping[str, Any], *, held: int | None = None
+) -> PodRequest:
     """The pod's request as its namespace may make it (its priority settled), or `EntitlementError`
-    naming the namespace, what it asked for and the config key that would allow it."""
+    naming the namespace, what it asked for and the config key that would allow it. `held`: the
+    priority topogang already gave the pod's gang (recovery reads it from the bind info); a
+    `maxPriority` lowered since does not take it back, as it does not from a gang that runs on
+    without a restart."""
     tenant = rules.tenant(pr.namespace)
     if tenant is not None and not tenant.opportunistic and not tenant.vcs:
         raise EntitlementError(
@@ -171,7 +184,7 @@ def grant(rules: Entitlements, pr: PodRequest, pod: Mapping[str, Any]) -> PodReq
             f"namespace {pr.namespace} may use no VC ({DEFAULT} is {rules.mode}): add it to "
             f"{NAMESPACE_VCS} or {TENANTS}",
         )
-    priority = _priority(pr, pod, tenant)
+    priority = _priority(pr, pod, tenant, held)
     req = pr.request
     if tenant is not None:
         vc = req.vc
@@ -194,6 +207,18 @@ def grant(rules: Entitlements, pr: PodRequest, pod: Mapping[str, Any]) -> PodReq
     if priority == req.priority:
         return pr
     return replace(pr, request=replace(req, priority=priority))
+
+
+def withdraw_promotions(core: Core, rules: Entitlements) -> list[str]:
+    """After a reload: the opted-in opportunistic gangs whose namespace may no longer use their VC
+    are not promoted into its quota (`Core.withdraw_promotion`). Their names."""
+    out = []
+    for g in core.gangs():
+        if g.request.promote_when_quota and g.priority < MIN_GUARANTEED_PRIORITY:
+            tenant = rules.tenant(split_key(g.name)[0])
+            if tenant is not None and g.request.vc not in tenant.vcs and core.withdraw_promotion(g.name):
+                out.append(g.name)
+    return out
 
 
 def _names(items: frozenset[str]) -> str:

@@ -33,6 +33,7 @@ from starlette.routing import Route
 
 from config.against import CONFIRM_FILE, config_digest
 from config.load import ConfigError, load_config
+from extender.gangs.entitlement import withdraw_promotions
 from extender.http.verbs import Scheduler
 from extender.ops.background import every
 from topology.reconfigure import GangImpact, reconfigure
@@ -145,14 +146,22 @@ class ConfigWatcher:
             self.scheduler.core = new_core
             self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
             self.scheduler.entitlement.configure(loaded.extras)  # the serve flag's mode stays
+            withdrawn = withdraw_promotions(new_core, self.scheduler.entitlement.rules)
         self.status.applied_hash = current
         self.status.applied_text = data.decode("utf-8", "replace")
         self.status.refused_digest = ""
         self.refused = None
         self.status.applied_at = self.clock()
-        self.status.last_report = report.lines()
+        self.status.last_report = report.lines() + [
+            f"gang {g} is no longer promoted: its namespace may no longer use VC quota there"
+            for g in withdrawn
+        ]
         self._record("applied", [])
-        log.info("config %s applied: %s", self.path, "; ".join(report.lines()) or "no running gang affected")
+        log.info(
+            "config %s applied: %s",
+            self.path,
+            "; ".join(self.status.last_report) or "no running gang affected",
+        )
         return "applied"
 
     def _refusal(self, impacts: list[GangImpact], confirmation: str, digest: str) -> list[str]:

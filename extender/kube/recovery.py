@@ -42,6 +42,7 @@ from extender.gangs.bindinfo import (
     decode_isolation,
     pod_bind_info,
 )
+from extender.gangs.entitlement import EntitlementError
 from extender.gangs.identity import gang_key
 from extender.gangs.podspec import PodRequest, is_enabled, pod_request
 from extender.kube import pods as kpods
@@ -60,8 +61,9 @@ PLACEHOLDER = "topogang-recovery"
 Verify = Callable[[Mapping[str, Any]], "str | None"]
 # DRA mode: a bound pod -> its claims' GPUs, why they are not taken, or None (no claims)
 Claimed = Callable[[Mapping[str, Any]], "tuple[int, ...] | str | None"]
-# a pod's request as its namespace may make it (`extender.gangs.entitlement.grant`), else UserError
-Entitle = Callable[[PodRequest, Mapping[str, Any]], PodRequest]
+# a pod's request as its namespace may make it, keeping the priority its gang was given (bind info's
+# record, if any): `extender.gangs.entitlement.grant` with `held`; else UserError
+Entitle = Callable[[PodRequest, Mapping[str, Any], "int | None"], PodRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,9 +221,12 @@ def _from_claims(
         return None
     try:
         pr = _spec_request(pod, namespace_vcs, ttl_seconds)
-        pr = entitle(pr, pod) if entitle is not None else pr
+        pr = entitle(pr, pod, None) if entitle is not None else pr
     except UserError as err:
-        report.notes.append(f"pod {key}: its ResourceClaims are not taken: bad scheduling spec ({err})")
+        what = (
+            "its namespace may not ask for it" if isinstance(err, EntitlementError) else "bad scheduling spec"
+        )
+        report.notes.append(f"pod {key}: its ResourceClaims are not taken: {what} ({err})")
         return None
     bind_info = why or "it has no bind info"
     report.notes.append(f"pod {key}: GPUs {list(gpus)} of {node} taken from its ResourceClaims ({bind_info})")
@@ -309,7 +314,7 @@ def _as_decided(
     if entitle is None:
         return got
     try:  # its priority settled as the filter settles it (a PriorityClass's), never above the decided one
-        return _capped(entitle(got, pod), recorded)
+        return _capped(entitle(got, pod, recorded), recorded)
     except UserError as err:
         rebuilt = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
         return rebuilt if rebuilt is not None else f"its spec asks for more than its namespace may use: {err}"

@@ -409,9 +409,9 @@ class ClusterSync:
         if held is not None:
             await self.refresh_node(held.node)
 
-    def _entitle(self, pr: PodRequest, pod: Mapping[str, Any]) -> PodRequest:
+    def _entitle(self, pr: PodRequest, pod: Mapping[str, Any], held: int | None) -> PodRequest:
         """A recovered pod's request held to the entitlements in force (no Event: it is bound)."""
-        return grant(self.s.entitlement.rules, pr, pod)
+        return grant(self.s.entitlement.rules, pr, pod, held=held)
 
     def _verify(self, pods: Sequence[Mapping[str, Any]], *, first: bool) -> Verify | None:
         """How recovery judges bind info. Unsigned bind info (HiveD's) is adopted only at the

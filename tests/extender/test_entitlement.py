@@ -427,7 +427,7 @@ def test_a_bound_pods_spec_edited_since_comes_back_as_decided_after_a_restart() 
         pods,
         now=0.0,
         namespace_vcs=loaded.extras.namespace_virtual_clusters,
-        entitle=lambda pr, p: grant(s.entitlement.rules, pr, p),
+        entitle=lambda pr, p, held: grant(s.entitlement.rules, pr, p, held=held),
     )
     got = {g.name: g for g in fresh.gangs()}
     assert set(got) == {"intruder/pod:guest", "research/pod:capped", "nlp/pod:own", "nlp/pod:home"}, (
@@ -447,6 +447,97 @@ def test_a_bound_pods_spec_edited_since_comes_back_as_decided_after_a_restart() 
     assert violations(fresh) == []
 
 
+def as_bound(s: Scheduler, p: dict[str, Any]) -> dict[str, Any]:
+    """The pod as the API server has it once `s` bound it: bind info written, running on its node."""
+    b = s.binder.bound[p["metadata"]["uid"]]  # type: ignore[attr-defined]
+    q: dict[str, Any] = json.loads(json.dumps(p))
+    q["metadata"]["annotations"].update(b.annotations)
+    q["spec"]["nodeName"], q["status"] = b.node, {"phase": "Running"}
+    return q
+
+
+def test_a_max_priority_lowered_by_a_reload_takes_nothing_back_from_a_running_gang(tmp_path: Path) -> None:
+    """Entitlements judge what is asked from then on; a gang already given its priority keeps it,
+    with or without a restart in between. Before, a gang whose priority came from its PriorityClass
+    came back at the new `maxPriority` after a restart (100 -> 50) while a spec's explicit priority
+    came back at 100, and neither changed without a restart. New pods are held to the new rule."""
+
+    async def go() -> None:
+        path = tmp_path / "c.yaml"
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        path.write_text(base + STRICT, encoding="utf-8")
+        loaded = config(STRICT)
+        s, _ = make(loaded)
+        watcher = ConfigWatcher(s, path, clock=Clock())
+        by_class = classed(pod("u-c", "by-class", "research", spec("research", 2)), "top", 1000)
+        by_spec = pod("u-s", "by-spec", "research", spec("research", 2, priority=100))
+        for p in (by_class, by_spec):
+            assert (await place(s, p))[1] is not None
+        given = {g.name: g.request.priority for g in s.core.gangs()}
+        assert given == {"research/pod:by-class": 100, "research/pod:by-spec": 100}
+        path.write_text(base + STRICT.replace("maxPriority: 100", "maxPriority: 50"), encoding="utf-8")
+        assert await watcher.check() == "applied"
+        assert {g.name: g.request.priority for g in s.core.gangs()} == given  # running on: kept
+        late = classed(pod("u-l", "late", "research", spec("research", 2)), "top", 1000)
+        assert (await s.request_of(wire.parse_pod(late))).request.priority == 50  # new asks: the new rule
+        with pytest.raises(EntitlementError, match="at most 50"):
+            await s.request_of(wire.parse_pod(pod("u-m", "m", "research", spec("research", 2, priority=100))))
+        fresh = Core(loaded.spec)
+        report = recover(
+            fresh,
+            [as_bound(s, by_class), as_bound(s, by_spec)],
+            now=0.0,
+            namespace_vcs=loaded.extras.namespace_virtual_clusters,
+            entitle=lambda pr, q, held: grant(s.entitlement.rules, pr, q, held=held),
+        )
+        assert {g.name: g.request.priority for g in fresh.gangs()} == given, report.lines()  # restarted: kept
+        assert report.notes == [] and violations(fresh) == []
+
+    run(go())
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_a_reload_that_takes_a_vc_away_stops_the_namespaces_gangs_being_promoted_into_it(
+    tmp_path: Path, revoked: bool
+) -> None:
+    """An opted-in opportunistic gang becomes guaranteed once its VC has room. Once a reload takes
+    that VC away from its namespace, it stays opportunistic (promotion would be a new grant of the
+    VC's quota), as a restart under the new rules rebuilds it from its bind info."""
+
+    async def go() -> None:
+        path = tmp_path / "c.yaml"
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        path.write_text(base + "  tenants:\n    lab: {virtualClusters: [nlp]}\n", encoding="utf-8")
+        s, _ = make(config("  tenants:\n    lab: {virtualClusters: [nlp]}\n"))
+        watcher = ConfigWatcher(s, path, clock=Clock())
+        big = [pod(f"b{i}", f"big-{i}", "nlp", spec("nlp", 8, 3, "nlp/big")) for i in range(3)]
+        for p in big:
+            assert (await place(s, p))[1] is not None
+        opp = pod("o", "opp", "lab", spec("nlp", 8, priority=-1, promoteWhenQuota=True))
+        assert (await place(s, opp))[1] is not None
+        if revoked:
+            path.write_text(base + "  tenants:\n    lab: {virtualClusters: [vision]}\n", encoding="utf-8")
+            assert await watcher.check() == "applied"
+            assert any("lab/pod:opp is no longer promoted" in line for line in watcher.status.last_report)
+        for p in big:  # nlp's quota frees
+            await s.pod_gone(p["metadata"]["uid"])
+        g = s.core.gang("lab/pod:opp")
+        assert g is not None and g.priority == (-1 if revoked else 0)
+        assert g.request.promote_when_quota is not revoked
+        fresh = Core(config().spec)
+        recover(
+            fresh,
+            [as_bound(s, opp)],
+            now=0.0,
+            entitle=lambda pr, q, held: grant(s.entitlement.rules, pr, q, held=held),
+        )
+        again = fresh.gang("lab/pod:opp")
+        assert again is not None and again.request.promote_when_quota is g.request.promote_when_quota
+        assert violations(s.core) == []
+
+    run(go())
+
+
 def test_a_priority_class_priority_survives_a_restart() -> None:
     """A gang whose priority came from its PriorityClass (the spec names none) comes back at that
     priority after a restart, as its next member's filter reads it, not at the spec's default 0."""
@@ -454,17 +545,13 @@ def test_a_priority_class_priority_survives_a_restart() -> None:
     s, _ = make(loaded)
     p = classed(pod("u-c", "classy", "nlp", spec("nlp", 2, 2, "nlp/classy")), "team-high", 500)
     assert run(place(s, p))[1] is not None
-    b = s.binder.bound["u-c"]  # type: ignore[attr-defined]
-    q = json.loads(json.dumps(p))
-    q["metadata"]["annotations"].update(b.annotations)
-    q["spec"]["nodeName"], q["status"] = b.node, {"phase": "Running"}
     fresh = Core(loaded.spec)
     recover(
         fresh,
-        [q],
+        [as_bound(s, p)],
         now=0.0,
         namespace_vcs=loaded.extras.namespace_virtual_clusters,
-        entitle=lambda pr, pod: grant(s.entitlement.rules, pr, pod),
+        entitle=lambda pr, pod, held: grant(s.entitlement.rules, pr, pod, held=held),
     )
     g = fresh.gang("nlp/classy")
     assert g is not None and g.request.priority == 500 == s.core.gang("nlp/classy").request.priority  # type: ignore[union-attr]
@@ -494,6 +581,6 @@ def test_a_gang_rebuilt_from_its_bind_info_keeps_the_priority_it_records() -> No
     p["metadata"]["annotations"][BIND_INFO_ANNOTATIONS[0]] = encode_bind_info(placement, node, (0, 1), 0)
     p["spec"]["nodeName"], p["status"] = node, {"phase": "Running"}
     fresh = Core(loaded.spec)
-    recover(fresh, [p], now=0.0, entitle=lambda pr, q: grant(s.entitlement.rules, pr, q))
+    recover(fresh, [p], now=0.0, entitle=lambda pr, q, held: grant(s.entitlement.rules, pr, q, held=held))
     g = fresh.gang("research/fw/0_a")
     assert g is not None and (g.request.priority, g.priority) == (-1, -1)
