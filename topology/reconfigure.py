@@ -5,7 +5,10 @@ new core is built beside the old one and every gang is adopted into it where its
 guaranteed gangs first (highest priority, then oldest), so they keep their VC cells; a gang that no
 longer fits its VC keeps running downgraded to opportunistic; pods on hardware that is gone are
 reported. Nothing is moved and no GPU is given twice. Preemptions in flight are dropped (nothing runs
-in them yet) and reported; kube-scheduler retries them.
+in them yet) and reported; kube-scheduler retries them. Each gang is adopted with the quota cell
+type every GPU holds, as a restart reads them from the bind info: the VC binds the same cells again
+(a two-node gang on the VC's rack cell does not take a node cell another gang will need), a gang
+that held none (a guest, one downgraded) comes back opportunistic, a promoted one promoted.
 
 The report's `impacts` is the one judgement of what an edit costs the gangs that run: the hot
 reload refuses an unconfirmed edit that has any (`extender/http/reload.py`), and `topogang diff
@@ -110,6 +113,7 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
                 tuple(old.topo.gpu_index[x] for x in s.leaves),
                 s.pod_name,
                 s.key,
+                old.quota_cell_types(g, s.leaves),
             )
             for s in g.slots
             if not s.released_early
@@ -123,6 +127,8 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         if g.deadline is not None and adopted.deadline is not None:
             adopted.deadline = min(adopted.deadline, g.deadline)  # a reload does not extend the TTL
         report.lost.extend(h for h in adopted.history if "not in the cluster" in h or "already held" in h)
+        if g.downgraded_by is not None and adopted.priority < 0:
+            adopted.downgraded_by = g.downgraded_by  # still lazily preempted: not to be promoted
         if adopted.priority < 0 <= g.priority:
             adopted.downgraded_by = "reconfiguration"
             report.downgraded.append(g.name)

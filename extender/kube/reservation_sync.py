@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.gangs import reservation_objects as rsv
+from extender.gangs.entitlement import withdraw_promotions
 from extender.gangs.identity import split_key
 from extender.http.verbs import Scheduler
 from extender.kube.client import ApiError, AsyncKube
@@ -194,5 +195,10 @@ class ReservationStore:
                 else:
                     restored += 1
                     self.s.gang_ledger.placed(core, r.request.name, self.s.waiting_of)
+            # written before a reload took their namespace's VC away: not promoted into it any more
+            for gang in withdraw_promotions(core, self.s.entitlement.rules):
+                lines.append(
+                    f"gang reservation of {gang} restored, not promoted: its namespace may not use its VC"
+                )
         lines.insert(0, f"restored {restored} of {len(items)} persisted gang reservations")
         return lines

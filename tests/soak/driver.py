@@ -40,12 +40,15 @@ import gc
 import logging
 import os
 import random
+import re
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -56,6 +59,7 @@ from extender.gangs import bindinfo, podspec
 from extender.gangs.ledger import FORGET_PENDING_SECONDS, TOMBSTONE_SECONDS
 from extender.http import wire
 from extender.http.app import Service, build_app
+from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import pod_path
@@ -159,12 +163,19 @@ def rss_kib() -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def soak_config(ttl: int, *, hostile: bool = False) -> LoadedConfig:
-    """The bundled example cluster with a shorter reservation TTL (and entitlements, `hostile`)."""
-    loaded = load_config(EXAMPLE_CONFIG)
-    extras = loaded.model.topogang.model_copy(update={"reservation_ttl_seconds": ttl})
-    loaded = replace(loaded, model=loaded.model.model_copy(update={"topogang": extras}))
-    return tenants.hostile_config(loaded) if hostile else loaded
+def soak_config(ttl: int, *, rules: int | None = None, path: Path | None = None) -> LoadedConfig:
+    """The bundled example cluster with a shorter reservation TTL; with `rules`, the entitlements
+    `tenants.RULES[rules]` too, written to `path`, the file the extender's watcher reloads."""
+    if rules is None or path is None:
+        loaded = load_config(EXAMPLE_CONFIG)
+        extras = loaded.model.topogang.model_copy(update={"reservation_ttl_seconds": ttl})
+        return replace(loaded, model=loaded.model.model_copy(update={"topogang": extras}))
+    base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+    base = re.sub(r"reservationTtlSeconds: \d+", f"reservationTtlSeconds: {ttl}", base)
+    staged = path.with_suffix(".new")  # swapped in whole, as a ConfigMap volume is: never read half-written
+    staged.write_text(tenants.config_text(base, rules), encoding="utf-8")
+    staged.replace(path)
+    return load_config(path)
 
 
 def node_object(name: str, *, ready: bool = True, cordoned: bool = False, gpus: int = 8) -> Obj:
@@ -280,7 +291,11 @@ class Soak:
     def __init__(self, opts: Options) -> None:
         self.opts = opts
         self.rng = random.Random(opts.seed)
-        self.loaded = soak_config(opts.ttl, hostile=opts.hostile)
+        self.config_dir = tempfile.TemporaryDirectory(prefix="topogang-soak-")
+        self.config_path = Path(self.config_dir.name) / "cluster.yaml"
+        self.judge = tenants.Judge()  # `hostile`: the entitlements in force, and what each gang was given
+        rules = self.judge.rules if opts.hostile else None
+        self.loaded = soak_config(opts.ttl, rules=rules, path=self.config_path)
         self.ttl = float(opts.ttl)
         self.server = FakeApiServer()
         self.nodes = sorted(Core(self.loaded.spec).topo.node_names)
@@ -393,6 +408,7 @@ class Soak:
             await self.drain()
         finally:
             await self.stop_extender()
+            self.config_dir.cleanup()
             log.removeHandler(self.logs)
             log.setLevel(old_level)
             log.propagate = old_propagate
@@ -433,6 +449,7 @@ class Soak:
             table += [
                 ("hostile tenant job", 4, self.op_hostile_job),
                 ("request edited", 1.5, self.op_edit_request),
+                ("entitlements reloaded", 0.3, self.op_reload_rules),
             ]
         return table
 
@@ -483,7 +500,7 @@ class Soak:
         if full:
             self.violate(checks.core_invariants(self.s))
         if self.opts.hostile:
-            self.violate(tenants.entitlement_violations(self.s.core))
+            self.violate(self.judge.violations(self.s.core))
             self.violate(tenants.ledger_violations(self.s.gang_ledger))
 
     # ------------------------------------------------------------------------------ kube-scheduler
@@ -613,6 +630,20 @@ class Soak:
         with contextlib.suppress(Exception):
             self.server.patch(pod_path(kpods.namespace(p), kpods.name(p)), patch)
             self.report.faults["request edited in place"] += 1
+
+    async def op_reload_rules(self) -> None:
+        """The admin rewrites the entitlements; the extender's own config watcher applies them."""
+        rules = self.rng.choice([k for k in range(len(tenants.RULES)) if k != self.judge.rules])
+        self.loaded = soak_config(self.opts.ttl, rules=rules, path=self.config_path)
+        assert self.service is not None
+        owners = [getattr(fn, "__self__", None) for fn in self.service.background]
+        watcher = next(w for w in owners if isinstance(w, ConfigWatcher))
+        self.judge.renumbered()  # the core is rebuilt around the running gangs: new gang ids
+        await watcher.check()  # None: its own poll applied it first
+        if watcher.status.last_result != "applied":
+            self.violate([f"entitlements {rules} not applied: {watcher.status.last_errors}"])
+        self.judge.rules = rules
+        self.report.faults["entitlements reloaded"] += 1
 
     async def op_finish_job(self) -> None:
         running = [
@@ -805,6 +836,7 @@ class Soak:
         self.report.faults["watch cut"] += 1
 
     async def op_restart(self) -> None:
+        self.judge.renumbered()
         self.before_restart = (
             checks.bound_requests(self.s) if self.service is not None and self.s.ready else {}
         )

@@ -14,11 +14,16 @@ opportunistic`; `vision-lab` may use VC vision up to priority 100), and the mix 
   pod is pending, reserved or bound) rewritten to another VC, the top priority, or another gang's
   name; a spec-less pod's VC label, or its PodGroup label, changed the same way.
 
+- **the admin editing the entitlements while all this runs**: the config file is rewritten to one of
+  `RULES` (the first again, `vision-lab`'s ceiling lowered, its VC taken away, both tenants given
+  more) and the extender's own watcher applies it, restarts read it too.
+
 The oracle is written here from the README's rules ("Multi-tenancy"), not read from
 `extender.gangs.entitlement`: after every operation, every gang the core holds is one its
 namespace may hold (quota, or promotion into it, only in the namespace's VCs; no priority above its
-ceiling), every gang ledger record lists only pods of its gang's namespace, and
-`checks.core_vs_api` already holds every pod to a gang of its own namespace.
+ceiling), under the rules in force when it was given them (`Judge`: first seen, and for its VC's
+quota, when it began to hold it), every gang ledger record lists only pods of its gang's namespace,
+and `checks.core_vs_api` already holds every pod to a gang of its own namespace.
 """
 
 from __future__ import annotations
@@ -26,41 +31,49 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from config.load import LoadedConfig
-from config.schema import TenantModel
 from extender.conventions.common import VIRTUAL_CLUSTER
 from extender.gangs.identity import split_key
 from extender.gangs.ledger import GangLedger
 from tests.soak.jobs import GANG_SHAPES, SPEC, VCS, Job
 from topology.core import Core
+from topology.reservations import Gang
 
 LAB, INTRUDER = "vision-lab", "intruder"
 OTHERS = (INTRUDER, LAB)  # the tenants the mix adds
 POD_GROUP = "scheduling.x-k8s.io/pod-group"  # the coscheduling label the soak's PodGroup jobs carry
 LAB_CEILING = 100
 CLASS_VALUE = 1000  # the PriorityClass a hostile pod names (its value, as admission puts it in spec.priority)
-# what each namespace may hold, as the README states the rules for this config: (VCs, ceiling)
-MAY_USE: dict[str, tuple[frozenset[str], int]] = {
-    **{vc: (frozenset([vc]), 1000) for vc in VCS},  # namespaceVirtualClusters: its VC, every priority
-    LAB: (frozenset(["vision"]), LAB_CEILING),
-    INTRUDER: (frozenset(), -1),  # no entry, defaultEntitlement opportunistic: priority -1 only
-}
+Rights = dict[str, tuple[frozenset[str], int]]  # namespace -> (the VCs it may use, its ceiling)
+# the `tenants` entries the admin switches between (the first is the soak's config at its start)
+RULES: tuple[Rights, ...] = (
+    {LAB: (frozenset(["vision"]), LAB_CEILING)},
+    {LAB: (frozenset(["vision"]), 50)},  # its ceiling lowered
+    {LAB: (frozenset(), -1)},  # its VC taken away: opportunistic pods only
+    {LAB: (frozenset(["vision", "nlp"]), 1000), INTRUDER: (frozenset(["research"]), 10)},  # more for both
+)
 # what the extender says when it refuses a pod for its entitlement (counted apart in the outcomes)
 REFUSALS = ("may run only opportunistic", "may not use", "may ask for priority at most", "may use no VC")
 
 
-def hostile_config(loaded: LoadedConfig) -> LoadedConfig:
-    """The soak's cluster with entitlements: what a platform team that keeps tenants apart sets."""
-    extras = loaded.model.topogang.model_copy(
-        update={
-            "default_entitlement": "opportunistic",
-            "tenants": {LAB: TenantModel(virtual_clusters=["vision"], max_priority=LAB_CEILING)},
-        }
-    )
-    return replace(loaded, model=loaded.model.model_copy(update={"topogang": extras}))
+def may_use(rules: int) -> Rights:
+    """What each namespace may hold under `RULES[rules]`, as the README states the rules."""
+    return {
+        **{vc: (frozenset([vc]), 1000) for vc in VCS},  # namespaceVirtualClusters: its VC, every priority
+        INTRUDER: (frozenset(), -1),  # no entry, defaultEntitlement opportunistic: priority -1 only
+        **RULES[rules],
+    }
+
+
+def config_text(base: str, rules: int) -> str:
+    """The config file `base` (whose `topogang:` section is last) with `RULES[rules]` as its
+    entitlements: what a platform team that keeps tenants apart sets."""
+    lines = ["  defaultEntitlement: opportunistic", "  tenants:"]
+    for ns, (vcs, ceiling) in sorted(RULES[rules].items()):
+        lines.append(f"    {ns}: {{virtualClusters: [{', '.join(sorted(vcs))}], maxPriority: {ceiling}}}")
+    return base + "\n".join(lines) + "\n"
 
 
 def not_entitled(error: str) -> bool:
@@ -157,23 +170,64 @@ def edited_spec(rng: random.Random, text: str, names: Sequence[str]) -> str:
     return json.dumps(doc, sort_keys=True)
 
 
-def entitlement_violations(core: Core) -> list[str]:
-    """Every gang the core holds that its namespace may not hold (see the module docstring)."""
+class Judge:
+    """The entitlement oracle across reloads: a gang is held to the rules in force when it was first
+    seen (what it was given), and for its VC's quota to the rules in force when it began to hold
+    that quota (a promotion later is a new grant). A restart, and a reload (a core rebuilt around
+    the running gangs), give gangs new ids: the first check after either finds them by name."""
+
+    def __init__(self) -> None:
+        self.rules = 0
+        self.given: dict[int, tuple[str, int, int | None]] = {}  # gang id -> (name, rules, quota's)
+        self.carried: dict[str, tuple[int, int | None]] = {}  # by name, across a restart
+
+    def renumbered(self) -> None:
+        self.carried = {name: (rules, quota) for name, rules, quota in self.given.values()}
+        self.given = {}
+
+    def violations(self, core: Core) -> list[str]:
+        """Every gang the core holds that its namespace may not hold (see the module docstring)."""
+        out = []
+        given: dict[int, tuple[str, int, int | None]] = {}
+        by_name = {**{name: (rules, quota) for name, rules, quota in self.given.values()}, **self.carried}
+        evicted = {_base(name): known for name, known in by_name.items() if name != _base(name)}
+        for g in core.gangs():
+            holds = g.priority >= 0
+            if g.id in self.given:
+                _, rules, quota = self.given[g.id]
+            else:  # renumbered, or let go and still running (`<gang>/evicted/<n>`): what it was given
+                known = by_name.get(g.name)
+                if known is None and g.name != _base(g.name):
+                    known = evicted.get(_base(g.name)) or by_name.get(_base(g.name))
+                rules, quota = known or (self.rules, self.rules if holds else None)
+            if holds and quota is None:
+                quota = self.rules
+            given[g.id] = (g.name, rules, quota)
+            out += _beyond(g, may_use(rules), may_use(quota if quota is not None else rules))
+        self.given, self.carried = given, {}
+        return out
+
+
+def _base(gang: str) -> str:
+    """The gang an evicted placement was let go from (`<gang>/evicted/<n>`, `.../recovered-<k>`)."""
+    return gang.split("/evicted/")[0]
+
+
+def _beyond(g: Gang, rights: Rights, quota_rights: Rights) -> list[str]:
+    """What gang `g` holds beyond `rights` (its priority) and `quota_rights` (its VC's quota)."""
     out = []
-    for g in core.gangs():
-        ns = split_key(g.name)[0]
-        vcs, ceiling = MAY_USE.get(ns, (frozenset(), -1))
-        priority = max(g.priority, g.request.priority)
-        takes_quota = priority >= 0 or g.request.promote_when_quota
-        if takes_quota and g.request.vc not in vcs:
-            out.append(
-                f"gang {g.name} holds VC {g.request.vc}'s quota (priority {priority}, promoteWhenQuota "
-                f"{g.request.promote_when_quota}); namespace {ns} may use {sorted(vcs) or 'no VC'}"
-            )
-        if priority > ceiling:
-            out.append(
-                f"gang {g.name} runs at priority {priority}; namespace {ns} may ask for at most {ceiling}"
-            )
+    ns = split_key(g.name)[0]
+    vcs = quota_rights.get(ns, (frozenset(), -1))[0]
+    ceiling = rights.get(ns, (frozenset(), -1))[1]
+    priority = max(g.priority, g.request.priority)
+    takes_quota = priority >= 0 or g.request.promote_when_quota
+    if takes_quota and g.request.vc not in vcs:
+        out.append(
+            f"gang {g.name} holds VC {g.request.vc}'s quota (priority {priority}, promoteWhenQuota "
+            f"{g.request.promote_when_quota}); namespace {ns} may use {sorted(vcs) or 'no VC'}"
+        )
+    if priority > ceiling:
+        out.append(f"gang {g.name} runs at priority {priority}; namespace {ns} may ask for at most {ceiling}")
     return out
 
 

@@ -92,8 +92,9 @@ def test_the_soak_reports_reservations_that_never_expire(monkeypatch: pytest.Mon
 @pytest.mark.parametrize("seed", [4, 5])
 def test_tenants_stay_in_their_lanes_under_randomized_faults(seed: int) -> None:
     """The soak with hostile tenants (`tests.soak.tenants`): other namespaces' jobs under live gang
-    names, forged framework identities, specs edited in place, through restarts and faults. No gang
-    the core holds is one its namespace may not hold, and every other invariant holds."""
+    names, forged framework identities, specs edited in place, entitlements reloaded, through
+    restarts and faults. No gang the core holds is one its namespace may not hold under the rules
+    it was given its rights by, and every other invariant holds."""
     report = run_soak(Options(ops=OPS, seconds=SECONDS, seed=seed, hostile=True))
     show(report)
     assert report.violation_count == 0, "\n".join(report.lines())
@@ -101,6 +102,7 @@ def test_tenants_stay_in_their_lanes_under_randomized_faults(seed: int) -> None:
     assert report.outcomes["filter refused: not entitled"] > 0
     assert report.outcomes["bind ok: another tenant's pod"] > 0
     assert report.faults["request edited in place"] > 0 and report.restarts > 0
+    assert report.faults["entitlements reloaded"] > 0
 
 
 def test_the_soak_reports_a_tenant_past_its_entitlement(monkeypatch: pytest.MonkeyPatch) -> None:

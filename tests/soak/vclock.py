@@ -17,6 +17,7 @@ everything due by then has run, which also makes it the way to let background wo
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import selectors
 from typing import Any
 
@@ -65,11 +66,26 @@ class VirtualClock:
         return self.now
 
 
+class _InlineExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs what the code under test hands a thread (`asyncio.to_thread`: the config watcher's
+    file read) at once, in the loop's thread: a real thread would finish at a moment the virtual
+    clock does not know, and the run would no longer be the same for the same seed."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except BaseException as err:  # handed back to the awaiting task, as a thread would
+            done.set_exception(err)
+        return done
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self, clock: VirtualClock | None = None) -> None:
         self.clock = clock or VirtualClock()
         self.clock.loop = self
         super().__init__(selector=_PollingSelector(self.clock))
+        self.set_default_executor(_InlineExecutor())
 
     def time(self) -> float:
         return self.clock.now

@@ -147,3 +147,58 @@ def test_unclaim_gives_the_slot_back_and_keeps_the_reservation() -> None:
     g = core.gang("g")
     assert g is not None and g.slots[0].pod_uid is None and g.deadline == 305.0
     assert violations(core) == []
+
+
+def test_reconfiguration_with_the_same_cells_keeps_every_guarantee_on_the_same_quota_cells() -> None:
+    """A reload that leaves the cells alone (an admin editing only the tenants) costs nothing. The
+    small gang holds one of its VC's two node cells, the two-node gang the VC's rack cell. Adopted
+    again without the quota cell types they hold, the two-node gang bound the VC's last node cell
+    for its first node and found none for its second: it lost its guarantee, and the reload was
+    refused as a capacity loss (found by the hostile soak once it reloaded its entitlements)."""
+    spec = rack_cluster(racks=3, vcs={"a": [("", 1), ("NODE", 2)]})  # a rack free: a node may split one
+    old = Core(spec)
+    small = run(old, gang("small", "a", (1, 2)), "s")
+    pair = run(old, gang("pair", "a", (2, 8)), "p")
+    types = {
+        name: {t for b in binds for t in b.placement.pods[0].cell_types}
+        for name, binds in (("small", small), ("pair", pair))
+    }
+    assert types == {"small": {"NODE"}, "pair": {"RACK"}}
+    new, report = reconfigure(old, spec, now=1.0)
+    assert report.impacts == [] and not report.loses_capacity and report.downgraded == []
+    for name in ("small", "pair"):
+        before, after = old.gang(name), new.gang(name)
+        assert before is not None and after is not None and after.priority == before.priority == 0
+        assert old.placement_of(before).pods == new.placement_of(after).pods
+    assert violations(new) == []
+
+
+def test_reconfiguration_keeps_a_promoted_gang_promoted_and_a_downgraded_one_downgraded() -> None:
+    """A promoted gang's request is opportunistic: adopted without the quota cells it holds, it came
+    back opportunistic, a lost guarantee that made every reload a refused capacity loss. A lazily
+    preempted gang came back marked as downgraded by the reconfiguration, not by its preemptor."""
+    spec = rack_cluster(racks=1, vcs={"a": [("NODE", 2)]})
+    old = Core(spec)
+    full = run(old, gang("full", "a", (2, 8)), "f")
+    run(old, gang("guest", "a", (1, 8), priority=-1, promote_when_quota=True), "g")
+    for b in full:  # a's quota frees: the guest is promoted where it runs
+        old.release_pod(b.pod_uid, 1.0)
+    promoted = old.gang("guest")
+    assert promoted is not None and promoted.priority == 0
+    new, report = reconfigure(old, spec, now=2.0)
+    assert report.impacts == [] and report.downgraded == []
+    again = new.gang("guest")
+    assert again is not None and (again.priority, again.owner) == (0, promoted.owner)
+    assert violations(new) == []
+    # lazily preempted: it stays downgraded by its preemptor (and so is never promoted)
+    old = Core(spec)
+    for name in ("low", "low2"):
+        run(old, gang(name, "a", (1, 8), lazy_preemption=True), name)
+    assert not isinstance(old.preempt(gang("high", "a", (1, 8), priority=500), 1.0), Wait)
+    low = old.gang("low")
+    assert low is not None and (low.priority, low.downgraded_by) == (-1, "high")
+    new, report = reconfigure(old, spec, now=2.0)
+    assert report.impacts == [] and report.downgraded == []
+    again = new.gang("low")
+    assert again is not None and (again.priority, again.downgraded_by) == (-1, "high")
+    assert violations(new) == []
