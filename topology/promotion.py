@@ -72,14 +72,16 @@ def promote_waiting(cluster: Cluster) -> list[str]:
 
 
 def withdraw(cluster: Cluster, name: str) -> bool:
-    """The gang is no longer to be promoted: the edge's rules no longer let its namespace take its
-    VC's quota. Its request then reads as if it never opted in, which is how a restart rebuilds it
-    from its bind info, so the gang is the same with or without one. False: nothing to withdraw."""
+    """The gang's opt-in no longer holds: the edge's rules no longer let its namespace take its VC's
+    quota. Its request then reads as if it never opted in (not promoted, not counted as a guest of
+    its VC), which is how a restart rebuilds it from its bind info, so the gang is the same with or
+    without one. What it already holds it keeps. False: nothing to withdraw."""
     res = cluster.reservations
     g = res.by_name.get(name)
-    if g is None or not g.request.promote_when_quota or g.priority >= 0:
+    if g is None or not g.request.promote_when_quota:
         return False
     g.request = replace(g.request, promote_when_quota=False)
+    g.guest = False
     res.promote_ids.discard(g.id)
     return True
 

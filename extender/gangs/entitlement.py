@@ -28,9 +28,9 @@ refused pod reserves nothing and preempts nobody. It is the one place the rule l
   `namespaceVirtualClusters` VC (every priority, its pinned cells), and a namespace without one may
   run priority -1 only; `none` refuses every pod of a namespace in neither map.
 - **A reload judges what is asked from then on.** A gang already given its VC and priority keeps them
-  (a restart brings it back the same, `grant`'s `held`); to take them back, delete its pods. An
-  opted-in opportunistic gang whose namespace may no longer use its VC is no longer promoted into
-  that VC's quota (`withdraw_promotions`): promotion would be a new grant.
+  (a restart brings it back the same, `grant`'s `held`); to take them back, delete its pods. A gang
+  that opted in to promotion (`promoteWhenQuota`) whose namespace may no longer use its VC is no
+  longer promoted into that VC's quota (`withdraw_promotions`): promotion would be a new grant.
 
 Pods of one gang agree because the core refuses a member whose request differs from its gang's.
 """
@@ -210,11 +210,11 @@ def grant(
 
 
 def withdraw_promotions(core: Core, rules: Entitlements) -> list[str]:
-    """After a reload: the opted-in opportunistic gangs whose namespace may no longer use their VC
-    are not promoted into its quota (`Core.withdraw_promotion`). Their names."""
+    """After a reload: the gangs that opted in to promotion whose namespace may no longer use their
+    VC are not promoted into its quota (`Core.withdraw_promotion`). Their names."""
     out = []
     for g in core.gangs():
-        if g.request.promote_when_quota and g.priority < MIN_GUARANTEED_PRIORITY:
+        if g.request.promote_when_quota:
             tenant = rules.tenant(split_key(g.name)[0])
             if tenant is not None and g.request.vc not in tenant.vcs and core.withdraw_promotion(g.name):
                 out.append(g.name)

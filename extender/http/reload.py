@@ -153,7 +153,7 @@ class ConfigWatcher:
         self.refused = None
         self.status.applied_at = self.clock()
         self.status.last_report = report.lines() + [
-            f"gang {g} is no longer promoted: its namespace may no longer use VC quota there"
+            f"gang {g} is no longer promoted (promoteWhenQuota): its namespace may no longer use its VC"
             for g in withdrawn
         ]
         self._record("applied", [])

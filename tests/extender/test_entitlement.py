@@ -502,7 +502,9 @@ def test_a_reload_that_takes_a_vc_away_stops_the_namespaces_gangs_being_promoted
 ) -> None:
     """An opted-in opportunistic gang becomes guaranteed once its VC has room. Once a reload takes
     that VC away from its namespace, it stays opportunistic (promotion would be a new grant of the
-    VC's quota), as a restart under the new rules rebuilds it from its bind info."""
+    VC's quota), as a restart under the new rules rebuilds it from its bind info. A guaranteed gang
+    of that namespace that opted in too keeps what it holds, and its opt-in is dropped as a restart
+    drops it (found by the hostile soak's restart check, seeds 29 and 202)."""
 
     async def go() -> None:
         path = tmp_path / "c.yaml"
@@ -510,8 +512,9 @@ def test_a_reload_that_takes_a_vc_away_stops_the_namespaces_gangs_being_promoted
         path.write_text(base + "  tenants:\n    lab: {virtualClusters: [nlp]}\n", encoding="utf-8")
         s, _ = make(config("  tenants:\n    lab: {virtualClusters: [nlp]}\n"))
         watcher = ConfigWatcher(s, path, clock=Clock())
-        big = [pod(f"b{i}", f"big-{i}", "nlp", spec("nlp", 8, 3, "nlp/big")) for i in range(3)]
-        for p in big:
+        big = [pod(f"b{i}", f"big-{i}", "nlp", spec("nlp", 8, 2, "nlp/big")) for i in range(2)]
+        kept = pod("k", "kept", "lab", spec("nlp", 8, promoteWhenQuota=True))  # guaranteed: nlp's third node
+        for p in [*big, kept]:
             assert (await place(s, p))[1] is not None
         opp = pod("o", "opp", "lab", spec("nlp", 8, priority=-1, promoteWhenQuota=True))
         assert (await place(s, opp))[1] is not None
@@ -524,15 +527,19 @@ def test_a_reload_that_takes_a_vc_away_stops_the_namespaces_gangs_being_promoted
         g = s.core.gang("lab/pod:opp")
         assert g is not None and g.priority == (-1 if revoked else 0)
         assert g.request.promote_when_quota is not revoked
+        k = s.core.gang("lab/pod:kept")
+        assert k is not None and k.priority == 0 and k.request.promote_when_quota is not revoked
         fresh = Core(config().spec)
         recover(
             fresh,
-            [as_bound(s, opp)],
+            [as_bound(s, opp), as_bound(s, kept)],
             now=0.0,
             entitle=lambda pr, q, held: grant(s.entitlement.rules, pr, q, held=held),
         )
-        again = fresh.gang("lab/pod:opp")
-        assert again is not None and again.request.promote_when_quota is g.request.promote_when_quota
+        for name, before in (("lab/pod:opp", g), ("lab/pod:kept", k)):
+            again = fresh.gang(name)
+            assert again is not None
+            assert again.request.promote_when_quota is before.request.promote_when_quota, name
         assert violations(s.core) == []
 
     run(go())
