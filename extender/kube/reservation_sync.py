@@ -195,10 +195,8 @@ class ReservationStore:
                 else:
                     restored += 1
                     self.s.gang_ledger.placed(core, r.request.name, self.s.waiting_of)
-            # written before a reload took their namespace's VC away: not promoted into it any more
+            # adopted or restored from before a reload took their namespace's VC away: as the reload did
             for gang in withdraw_promotions(core, self.s.entitlement.rules):
-                lines.append(
-                    f"gang reservation of {gang} restored, not promoted: its namespace may not use its VC"
-                )
+                lines.append(f"gang {gang} is not promoted (promoteWhenQuota): its namespace lost its VC")
         lines.insert(0, f"restored {restored} of {len(items)} persisted gang reservations")
         return lines
