@@ -227,10 +227,12 @@ def _gpus(topo: Topology, p: AdoptedPod) -> Iterator[tuple[int, int | None, str]
 
 def was_promoted(req: GangRequest, pods: list[AdoptedPod]) -> bool:
     """An opportunistic request whose pods' records name a quota cell for every GPU was promoted
-    (`promotion.py`) before the restart, and comes back guaranteed."""
+    (`promotion.py`) before the restart (or the reconfiguration), and comes back guaranteed. Its
+    opt-in is not asked for: an opportunistic placement records no quota cell, so only a promotion
+    writes them, and a promotion stands once made, even when the edge has since withdrawn the opt-in
+    (`Core.withdraw_promotion`: its namespace lost the VC)."""
     return (
         req.opportunistic
-        and req.promote_when_quota
         and bool(pods)
         and all(p.cell_types and len(p.cell_types) == len(p.gpu_indices) and all(p.cell_types) for p in pods)
     )

@@ -190,6 +190,13 @@ def test_reconfiguration_keeps_a_promoted_gang_promoted_and_a_downgraded_one_dow
     again = new.gang("guest")
     assert again is not None and (again.priority, again.owner) == (0, promoted.owner)
     assert violations(new) == []
+    # its opt-in withdrawn since (its namespace lost the VC): what it was given stands, reload after
+    # reload (before, the next reload found it opportunistic and was refused as a capacity loss)
+    assert new.withdraw_promotion("guest") and not new.withdraw_promotion("guest")
+    newer, report = reconfigure(new, spec, now=3.0)
+    kept = newer.gang("guest")
+    assert report.impacts == [] and kept is not None and (kept.priority, kept.owner) == (0, promoted.owner)
+    assert not kept.request.promote_when_quota and violations(newer) == []
     # lazily preempted: it stays downgraded by its preemptor (and so is never promoted)
     old = Core(spec)
     for name in ("low", "low2"):
