@@ -16,7 +16,8 @@ opportunistic`; `vision-lab` may use VC vision up to priority 100), and the mix 
 
 - **the admin editing the entitlements while all this runs**: the config file is rewritten to one of
   `RULES` (the first again, `vision-lab`'s ceiling lowered, its VC taken away, both tenants given
-  more) and the extender's own watcher applies it, restarts read it too.
+  more, `defaultEntitlement: none`, which leaves `intruder` nothing) and the extender's own watcher
+  applies it, restarts read it too.
 
 The oracle is written here from the README's rules ("Multi-tenancy"), not read from
 `extender.gangs.entitlement`: after every operation, every gang the core holds is one its
@@ -48,32 +49,40 @@ LAB_CEILING = 100
 CLASS_VALUE = 1000  # the PriorityClass a hostile pod names (its value, as admission puts it in spec.priority)
 Rights = dict[str, tuple[frozenset[str], int]]  # namespace -> (the VCs it may use, its ceiling)
 # the `tenants` entries the admin switches between (the first is the soak's config at its start)
-RULES: tuple[Rights, ...] = (
-    {LAB: (frozenset(["vision"]), LAB_CEILING)},
-    {LAB: (frozenset(["vision"]), 50)},  # its ceiling lowered
-    {LAB: (frozenset(), -1)},  # its VC taken away: opportunistic pods only
-    {LAB: (frozenset(["vision", "nlp"]), 1000), INTRUDER: (frozenset(["research"]), 10)},  # more for both
+NOTHING = -2  # a ceiling below every priority: the namespace may hold no gang at all
+# the entitlements the admin switches between, (defaultEntitlement, tenants); the first is the start's
+RULES: tuple[tuple[str, Rights], ...] = (
+    ("opportunistic", {LAB: (frozenset(["vision"]), LAB_CEILING)}),
+    ("opportunistic", {LAB: (frozenset(["vision"]), 50)}),  # its ceiling lowered
+    ("opportunistic", {LAB: (frozenset(), -1)}),  # its VC taken away: opportunistic pods only
+    ("opportunistic", {LAB: (frozenset(["vision", "nlp"]), 1000), INTRUDER: (frozenset(["research"]), 10)}),
+    ("none", {LAB: (frozenset(["vision"]), LAB_CEILING)}),  # unlisted namespaces may run nothing
 )
-# what the extender says when it refuses a pod for its entitlement (counted apart in the outcomes)
-REFUSALS = ("may run only opportunistic", "may not use", "may ask for priority at most", "may use no VC")
 
 
 def may_use(rules: int) -> Rights:
     """What each namespace may hold under `RULES[rules]`, as the README states the rules."""
+    mode, tenants = RULES[rules]
     return {
         **{vc: (frozenset([vc]), 1000) for vc in VCS},  # namespaceVirtualClusters: its VC, every priority
-        INTRUDER: (frozenset(), -1),  # no entry, defaultEntitlement opportunistic: priority -1 only
-        **RULES[rules],
+        # no entry: opportunistic pods only (defaultEntitlement opportunistic), or nothing (none)
+        INTRUDER: (frozenset(), -1 if mode == "opportunistic" else NOTHING),
+        **tenants,
     }
 
 
 def config_text(base: str, rules: int) -> str:
     """The config file `base` (whose `topogang:` section is last) with `RULES[rules]` as its
     entitlements: what a platform team that keeps tenants apart sets."""
-    lines = ["  defaultEntitlement: opportunistic", "  tenants:"]
-    for ns, (vcs, ceiling) in sorted(RULES[rules].items()):
+    mode, tenants = RULES[rules]
+    lines = [f"  defaultEntitlement: {mode}", "  tenants:"]
+    for ns, (vcs, ceiling) in sorted(tenants.items()):
         lines.append(f"    {ns}: {{virtualClusters: [{', '.join(sorted(vcs))}], maxPriority: {ceiling}}}")
     return base + "\n".join(lines) + "\n"
+
+
+# what the extender says when it refuses a pod for its entitlement (counted apart in the outcomes)
+REFUSALS = ("may run only opportunistic", "may not use", "may ask for priority at most", "may use no VC")
 
 
 def not_entitled(error: str) -> bool:
@@ -230,7 +239,9 @@ def _beyond(g: Gang, rights: Rights, quota_rights: Rights) -> list[str]:
             f"gang {g.name} holds VC {g.request.vc}'s quota (priority {priority}, promoteWhenQuota "
             f"{g.request.promote_when_quota}); namespace {ns} may use {sorted(vcs) or 'no VC'}"
         )
-    if priority > ceiling:
+    if ceiling == NOTHING:
+        out.append(f"gang {g.name} runs; namespace {ns} may run nothing")
+    elif priority > ceiling:
         out.append(f"gang {g.name} runs at priority {priority}; namespace {ns} may ask for at most {ceiling}")
     return out
 
