@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
+from config.load import LoadedConfig, load_config_text
 from extender.gangs import reservation_objects as rsv
 from extender.http.app import Service, build_app
 from extender.kube import reservation_sync as reservations
@@ -19,6 +20,7 @@ from extender.kube.events import EventRecorder, ObjectRef
 from extender.kube.leader import LeaderElector, LeaseSettings, lease_path
 from extender.kube.service import kube_service
 from extender.ops.metrics import Metrics
+from extender.standalone import EXAMPLE_CONFIG
 from loadtest.kubefake import FakeKube, parse_path
 from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, spec
 from topology.core import Core
@@ -207,6 +209,38 @@ def test_a_clean_stop_deletes_the_object_of_a_gang_released_since_the_last_sync(
         assert kube.server.list(COLLECTION)[0] == []
         b = await start(kube, clock)
         assert b.s.core.gang("vision/pair") is None  # nothing memberless comes back to hold cells
+        await b.stop()
+
+    run(go())
+
+
+def test_a_restored_reservation_is_not_promoted_into_a_vc_its_namespace_lost() -> None:
+    """A reservation written while its namespace could use its VC, restored after a restart under
+    a config that took the VC away: it comes back (what was given stands until its TTL), but its
+    `promoteWhenQuota` opt-in no longer holds, as a reload without the restart would have withdrawn
+    it (found by the hostile soak's entitlement reloads, seed 10)."""
+
+    def tenancy(vcs: str) -> LoadedConfig:
+        text = (
+            EXAMPLE_CONFIG.read_text(encoding="utf-8")
+            + f"  tenants:\n    lab: {{virtualClusters: [{vcs}]}}\n"
+        )
+        return load_config_text(text, "example-cluster.yaml")
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = Running(kube_service(tenancy("nlp"), kube, clock=clock, namespace=NS))
+        await until("ready", lambda: a.s.ready)
+        text = spec("nlp", 8, 2, "lab/opp", priority=-1, promoteWhenQuota=True)
+        assert (await a.verb("filter", submit(kube, "o0", "opp-0", "lab", text)))["NodeNames"]
+        assert [o["spec"]["gang"] for o in kube.server.list(COLLECTION)[0]] == ["lab/opp"]
+        await a.stop()
+        clock.t += 30
+        b = Running(kube_service(tenancy("vision"), kube, clock=clock, namespace=NS))
+        await until("ready", lambda: b.s.ready)
+        g = b.s.core.gang("lab/opp")
+        assert g is not None and g.phase is GangPhase.RESERVED and g.priority == -1
+        assert not g.request.promote_when_quota
         await b.stop()
 
     run(go())
