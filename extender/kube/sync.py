@@ -40,7 +40,7 @@ from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.outside import Held, OutsidePods
 from extender.kube.recovery import Claimed, RecoveryReport, Verify, recover
-from extender.kube.unverified import Claims, Unverified
+from extender.kube.unverified import Claims, Unverified, holder
 from extender.ops.collector import collector_paused
 
 log = logging.getLogger("topogang.kube")
@@ -450,10 +450,10 @@ class ClusterSync:
         # and deleted before this list, never reached the watch, so no DELETED will come for them
         unseen = dict.fromkeys([*self.s.core.pods_holding_slots(), *self.s.pods.uids()])
         for uid in [u for u in unseen if u not in present and u not in self.live]:
-            pr = self.s.cached(uid)
+            named = holder(self.s.core, self.claims, uid, self.s.cached(uid))
             if not self._held(uid):
                 await self.s.pod_gone(uid)  # only remembered: forgotten now, re-read if it comes back
-            elif pr is not None and await self._gone(pr.namespace, pr.name, uid):
+            elif named is not None and await self._gone(*named, uid):
                 await self.s.pod_gone(uid)  # it may have been created after the list: read it
         for pod in pods:
             await self.on_pod("MODIFIED", pod)

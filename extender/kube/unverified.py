@@ -15,6 +15,8 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from extender.gangs.identity import split_key
+from extender.gangs.podspec import PodRequest
 from extender.http.verbs import Scheduler
 from topology.core import Core
 from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangRequest, Member
@@ -55,6 +57,23 @@ def hold_unverified(core: Core, u: Unverified, now: float) -> None:
         priority=OPPORTUNISTIC_PRIORITY,
     )
     core.adopt(req, [AdoptedPod(u.uid, u.node, u.gpus, u.name)], now, evicting=True)
+
+
+def holder(core: Core, claims: Claims, uid: str, cached: PodRequest | None) -> tuple[str, str] | None:
+    """The namespace and name of a pod the core holds GPUs for, or whose claim waits: its cached
+    request's, else read from its slot (the name its bind or adoption recorded, the namespace its
+    gang's name carries), since not every such pod's request is cached (a task shaped by a Framework
+    object not read yet is read afresh each time). A relist asks the API server whether it is gone."""
+    if cached is not None:
+        return cached.namespace, cached.name
+    u = claims.contested.get(uid)
+    if u is not None:
+        return u.namespace, u.name
+    g = core.gang_of_pod(uid)
+    slot = next((s for s in g.slots if s.pod_uid == uid), None) if g is not None else None
+    if g is None or slot is None or not slot.pod_name:
+        return None
+    return split_key(g.name.removeprefix(f"{UNVERIFIED}:"))[0], slot.pod_name
 
 
 def held_gpus(core: Core, gang: str) -> frozenset[int]:

@@ -446,12 +446,23 @@ def test_a_relist_releases_pods_bound_and_deleted_while_the_watch_was_down() -> 
             assert await s.bind(bind_args(p, r["NodeNames"][0])) == {"Error": ""}
             p["spec"]["nodeName"] = r["NodeNames"][0]
         await s.filter(args(waiting))  # filtered, never bound
+        # a task shaped by a Framework object not readable yet: its request is read afresh each time
+        # (never cached), yet it holds its slot; before, a relist could not name it and kept its GPUs
+        task = pod(
+            "u7", "fw-worker-0", "nlp", spec("nlp", 2), annotations=fc_annotations("nlp", "fw", "0_a", "w", 0)
+        )
+        kube.server.put(pod_path("nlp", "fw-worker-0"), task)
+        r = await s.filter(args(task))
+        assert await s.bind(bind_args(task, r["NodeNames"][0])) == {"Error": ""}
+        assert s.core.holds_slot("u7") and s.cached("u7") is None
+        kube.server.forget(pod_path("nlp", "fw-worker-0"))
         finished = {**gone, "metadata": {**gone["metadata"], "uid": "u9"}, "status": {"phase": "Succeeded"}}
         await sync.on_pod("MODIFIED", finished)  # a pod the watch saw finish
         assert "u9" in sync.done and not sync.live.keys() - {"u9"}
         kube.server.forget(pod_path("nlp", "p-0"))  # deleted in the outage; p-1 came after the list
         await sync.relist_pods([])
         assert s.core.gang("nlp/pod:p-0") is None and s.cached("u0") is None
+        assert s.core.gang("nlp/pod:fw-worker-0") is None and not s.core.holds_slot("u7")
         assert s.core.gang("nlp/pod:p-1") is not None and s.cached("u1") is not None
         assert s.cached("u2") is None and "u2" not in s.gang_ledger.pods  # only remembered: forgotten
         assert not sync.done and not sync.live
