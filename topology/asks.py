@@ -228,11 +228,14 @@ def bind_member(
     cluster: Cluster, m: MemberAsk, node: str, now: float, *, pod_name: str | None = None
 ) -> Claimed | None:
     """Bind: claim the member's slot on `node` (None: its gang has no reservation). Raises
-    `UserError` when it has no slot to give."""
+    `UserError` when it has no slot to give, or asks for another shape than its gang (a pod
+    filtered into an earlier placement of the name, whose request a restart made the bind read
+    afresh: its gang's pods must agree, or a restart brings the gang back as either asked)."""
     check_identity(cluster, m)
     gang = cluster.reservations.by_name.get(m.request.name)
     if gang is None:
         return None
+    requests.check_same_shape(gang.request, m.request)
     fresh = gang.slot_of(m.pod_uid) is None
     deadline = gang.deadline
     got = gangs.claim(

@@ -32,7 +32,7 @@ from topology.decisions import (
     Wait,
 )
 from topology.placement import Shortfall
-from topology.requests import chains, placement_top, same_shape, suggested_ids
+from topology.requests import chains, check_same_shape, placement_top, suggested_ids
 from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
 from topology.wait_reasons import wait_reason
@@ -44,11 +44,7 @@ def existing(cluster: Cluster, req: GangRequest) -> Gang | None:
     g = cluster.reservations.by_name.get(req.name)
     if g is None:
         return None
-    if not same_shape(g.request, req):
-        raise UserError(
-            "affinityGroup",
-            f"gang {req.name} already exists with a different shape (VC, priority or members)",
-        )
+    check_same_shape(g.request, req)
     if g.pending and _preemptor_broken(cluster, g, suggested_ids(cluster, req)):
         cancel(cluster, g, "its placement needs a bad or non-suggested node")
         return None

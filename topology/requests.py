@@ -250,6 +250,15 @@ def suggested_ids(cluster: Cluster, req: GangRequest) -> frozenset[int] | None:
     return got
 
 
+def check_same_shape(placed: GangRequest, req: GangRequest) -> None:
+    """Raise `UserError` when `req` asks another shape than the gang placed under its name."""
+    if not same_shape(placed, req):
+        raise UserError(
+            "affinityGroup",
+            f"gang {req.name} already exists with a different shape (VC, priority or members)",
+        )
+
+
 def same_shape(a: GangRequest, b: GangRequest) -> bool:
     """Two requests for one gang name agree on what was reserved (VC, priority, members, pinned cell)."""
     return (

@@ -59,9 +59,16 @@ class Unkept:
             self._held.clear()
         self._held[pr.uid] = (pr, text)
 
+    def settled(self, pr: PodRequest) -> None:
+        """The request as its namespace may make it (a PriorityClass's priority settled) replaces
+        the one held as read: a bind claims with what it keeps, and the gang was placed as granted."""
+        held = self._held.get(pr.uid)
+        if held is not None and held[0] is not pr:
+            self._held[pr.uid] = (pr, held[1])
+
     def keep(self, pods: PodCache, uid: str) -> None:
-        """Cache the request the pod's last read found (as read: the entitlement is granted on
-        every read), if it was not read from the cache."""
+        """Cache the request the pod's last read found, as granted (the entitlement is checked again
+        on every read), if it was not read from the cache."""
         held = self._held.pop(uid, None)
         if held is not None:
             pods.remember(*held)
@@ -74,7 +81,9 @@ async def read(s: Reader, pod: wire.WirePod) -> PodRequest:
     """The pod's gang request (cached per UID and spec text), as its namespace may make it
     (`extender.gangs.entitlement`, checked on every read: a reload may change the rules). Raises
     `UserError`."""
-    return s.entitlement.check(await _read(s, pod), pod.raw)
+    granted = s.entitlement.check(await _read(s, pod), pod.raw)
+    s.unkept.settled(granted)
+    return granted
 
 
 async def _read(s: Reader, pod: wire.WirePod) -> PodRequest:
