@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from extender.gangs import reservation_objects as rsv
 from extender.gangs.entitlement import withdraw_promotions
-from extender.gangs.identity import split_key
+from extender.gangs.identity import one_pod_key, split_key
+from extender.gangs.podspec import is_enabled, spec_text
+from extender.http import podrequests, wire
 from extender.http.verbs import Scheduler
+from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube
+from topology.decisions import UserError
 
 log = logging.getLogger("topogang.kube")
 
@@ -158,12 +162,16 @@ class ReservationStore:
         self.written.pop(name, None)
 
     # ------------------------------------------------------------------ start
-    async def restore(self) -> list[str]:
+    async def restore(self, pods: Iterable[Mapping[str, Any]] | None = None) -> list[str]:
         """Read every object back into the core (after bound pods were adopted, so a gang with a
         bound member is already there: it takes the object's deadline when that is earlier, and a
         whole gang's object is dropped at the next sync). An object
-        that cannot be restored is deleted; the gang places afresh. Report lines."""
+        that cannot be restored is deleted; the gang places afresh. With `pods` (the listed pods),
+        a reservation nothing is bound in and no listed pod may still claim is dropped too: its
+        gang was released just before the restart or fail-over, faster than the sync deletes
+        objects, and would otherwise hold its cells until its TTL for nobody. Report lines."""
         items, _ = await self.kube.list(rsv.collection_path(self.namespace))
+        claimers = Claimers.of(self.s, pods) if pods is not None else None
         lines: list[str] = []
         restored = 0
         async with self.s.lock:
@@ -189,6 +197,9 @@ class ReservationStore:
                 if deadline is not None and deadline <= now:
                     lines.append(f"gang reservation of {r.request.name} expired while no one led, dropped")
                     continue
+                if claimers is not None and not claimers.may_claim(r.request.name):
+                    lines.append(f"gang reservation of {r.request.name} dropped: no pod asks for it any more")
+                    continue
                 got = core.restore(r.request, r.slots, now, deadline)
                 if isinstance(got, str):
                     lines.append(f"gang reservation of {r.request.name} not restored: {got}")
@@ -200,3 +211,36 @@ class ReservationStore:
                 lines.append(f"gang {gang} is not promoted (promoteWhenQuota): its namespace lost its VC")
         lines.insert(0, f"restored {restored} of {len(items)} persisted gang reservations")
         return lines
+
+
+class Claimers:
+    """Which gangs the listed pods may still claim a slot of: the gang each live pod's own spec
+    names. A pod whose gang its spec alone does not name (a convention's: a PodGroup, YuniKorn,
+    Spark, a GPU pod; a task shaped by its Framework object) might be of any gang of its
+    namespace, so such a namespace keeps every reservation."""
+
+    def __init__(self) -> None:
+        self.gangs: set[str] = set()
+        self.unsure: set[str] = set()  # namespaces with a pod whose gang cannot be read here
+
+    @classmethod
+    def of(cls, s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> Claimers:
+        out = cls()
+        for pod in pods:
+            if kpods.finished(pod) or kpods.meta(pod).get("deletionTimestamp") is not None:
+                continue
+            if not is_enabled(pod):
+                continue
+            try:
+                wp = wire.parse_pod(pod)
+                pr = podrequests.parse(s, wp) if spec_text(pod)[1] is not None else None
+            except (wire.WireError, UserError):
+                continue  # a pod that cannot be read claims nothing (its filter refuses it too)
+            if pr is None or (pr.request.name == one_pod_key(wp.namespace, wp.name) and pr.task is not None):
+                out.unsure.add(wp.namespace)
+            else:
+                out.gangs.add(pr.request.name)
+        return out
+
+    def may_claim(self, gang: str) -> bool:
+        return gang in self.gangs or split_key(gang)[0] in self.unsure

@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -222,7 +222,7 @@ def kube_service(
             await elector.acquire(on_wait=sync.refresh_ready)
             metrics.leader.set(1)
         await sync.synced_event.wait()
-        for line in await _restore_until_done(store):
+        for line in await _restore_until_done(store, sync.pods.values()):
             log.info("%s", line)
         store_ready[0] = True
         scheduler.after_change = store.flush_new
@@ -290,12 +290,12 @@ def kube_service(
     )
 
 
-async def _restore_until_done(store: ReservationStore) -> list[str]:
+async def _restore_until_done(store: ReservationStore, pods: Iterable[Mapping[str, Any]]) -> list[str]:
     """Read the persisted reservations back; the API may be briefly unreachable at a fail-over."""
     backoff = 1.0
     while True:
         try:
-            return await store.restore()
+            return await store.restore(list(pods))
         except ApiError as err:
             if err.status == 404:  # the GangReservation CRD is not installed: nothing to restore
                 log.warning("no GangReservation API (%s): reservations are kept in memory only", err)
