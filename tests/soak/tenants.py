@@ -189,12 +189,9 @@ class Judge:
         self.rules = 0
         self.given: dict[int, tuple[str, int, int | None]] = {}  # gang id -> (name, rules, quota's)
         self.carried: dict[str, tuple[int, int | None]] = {}  # by name, across a restart
-        # every name ever seen, as last seen: a restart may restore a reservation released just
-        # before it (its object's deletion not yet written), which comes back as it was given
-        self.seen: dict[str, tuple[int, int | None]] = {}
 
     def renumbered(self) -> None:
-        self.carried = dict(self.seen)
+        self.carried = {name: (rules, quota) for name, rules, quota in self.given.values()}
         self.given = {}
 
     def violations(self, core: Core) -> list[str]:
@@ -215,7 +212,6 @@ class Judge:
             if holds and quota is None:
                 quota = self.rules
             given[g.id] = (g.name, rules, quota)
-            self.seen[g.name] = (rules, quota)
             out += _beyond(g, may_use(rules), may_use(quota if quota is not None else rules))
         self.given, self.carried = given, {}
         return out
