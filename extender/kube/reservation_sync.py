@@ -236,6 +236,9 @@ class Claimers:
                 pr = podrequests.parse(s, wp) if spec_text(pod)[1] is not None else None
             except (wire.WireError, UserError):
                 continue  # a pod that cannot be read claims nothing (its filter refuses it too)
+            except Exception:  # whatever else its content provokes: this pod only, and unsure
+                out.unsure.add(kpods.namespace(pod))
+                continue
             if pr is None or (pr.request.name == one_pod_key(wp.namespace, wp.name) and pr.task is not None):
                 out.unsure.add(wp.namespace)
             else:

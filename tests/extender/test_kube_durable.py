@@ -22,7 +22,7 @@ from extender.kube.service import kube_service
 from extender.ops.metrics import Metrics
 from extender.standalone import EXAMPLE_CONFIG
 from loadtest.kubefake import FakeKube, parse_path
-from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, spec
+from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, scheduler, spec
 from topology.core import Core
 from topology.invariants import violations
 from topology.reservations import GangPhase
@@ -272,6 +272,26 @@ def test_a_reservation_no_pod_asks_for_any_more_is_not_restored_after_a_crash(
         await b.stop()
 
     run(go())
+
+
+def test_which_reservations_the_listed_pods_may_claim(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gang a pod's spec names; a namespace with a pod whose gang its spec alone does not name
+    (a GPU pod of the profile) or whose content breaks the read keeps every reservation; a pod
+    whose spec is refused, finished or being deleted claims nothing."""
+    s = scheduler()
+    named = pod("a", "a", "nlp", spec("nlp", 8, 2, "nlp/pair"))
+    bad = pod("b", "b", "research", "{not json")
+    done = {**pod("c", "c", "nlp", spec("nlp", 8, 2, "nlp/done")), "status": {"phase": "Succeeded"}}
+    bare = pod("d", "d", "vision")  # no spec: a convention reads its gang
+    got = reservations.Claimers.of(s, [named, bad, done, bare])
+    assert got.may_claim("nlp/pair") and not got.may_claim("nlp/done") and not got.may_claim("research/x")
+    assert got.may_claim("vision/anything")
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a pod nobody thought of")
+
+    monkeypatch.setattr(reservations.podrequests, "parse", broken)
+    assert reservations.Claimers.of(s, [named]).may_claim("nlp/other")  # unsure, so kept
 
 
 def test_a_preemption_in_flight_survives_a_restart_with_its_victims() -> None:
