@@ -13,6 +13,7 @@ import pytest
 
 from config.load import LoadedConfig, load_config_text
 from extender.gangs import reservation_objects as rsv
+from extender.http import podrequests
 from extender.http.app import Service, build_app
 from extender.kube import reservation_sync as reservations
 from extender.kube.client import pod_path
@@ -290,7 +291,7 @@ def test_which_reservations_the_listed_pods_may_claim(monkeypatch: pytest.Monkey
     def broken(*_: Any) -> Any:
         raise RuntimeError("a pod nobody thought of")
 
-    monkeypatch.setattr(reservations.podrequests, "parse", broken)
+    monkeypatch.setattr(podrequests, "parse", broken)
     assert reservations.Claimers.of(s, [named]).may_claim("nlp/other")  # unsure, so kept
 
 
