@@ -178,7 +178,7 @@ def grant(
     `maxPriority` lowered since does not take it back, as it does not from a gang that runs on
     without a restart."""
     tenant = rules.tenant(pr.namespace)
-    if tenant is not None and not tenant.opportunistic and not tenant.vcs:
+    if not may_run(tenant):
         raise EntitlementError(
             "virtualCluster",
             f"namespace {pr.namespace} may use no VC ({DEFAULT} is {rules.mode}): add it to "
@@ -207,6 +207,11 @@ def grant(
     if priority == req.priority:
         return pr
     return replace(pr, request=replace(req, priority=priority))
+
+
+def may_run(tenant: Tenant | None) -> bool:
+    """Whether a namespace with this entitlement may run any pod at all (`none` leaves some none)."""
+    return tenant is None or tenant.opportunistic or bool(tenant.vcs)
 
 
 def withdraw_promotions(core: Core, rules: Entitlements) -> list[str]:

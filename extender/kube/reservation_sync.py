@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.gangs import reservation_objects as rsv
-from extender.gangs.entitlement import withdraw_promotions
+from extender.gangs.entitlement import grant, may_run, withdraw_promotions
 from extender.gangs.identity import one_pod_key, split_key
 from extender.gangs.podspec import is_enabled, spec_text
 from extender.http import podrequests, wire
@@ -215,7 +215,9 @@ class ReservationStore:
 
 class Claimers:
     """Which gangs the listed pods may still claim a slot of: the gang each live pod's own spec
-    names. A pod whose gang its spec alone does not name (a convention's: a PodGroup, YuniKorn,
+    names, when its namespace may make that request under the entitlements in force (after a
+    restart a bind reads the request afresh and holds it to them). A pod whose gang its spec alone
+    does not name (a convention's: a PodGroup, YuniKorn,
     Spark, a GPU pod; a task shaped by its Framework object) might be of any gang of its
     namespace, so such a namespace keeps every reservation."""
 
@@ -229,13 +231,14 @@ class Claimers:
         for pod in pods:
             if kpods.finished(pod) or kpods.meta(pod).get("deletionTimestamp") is not None:
                 continue
-            if not is_enabled(pod):
-                continue
+            if not is_enabled(pod) or not may_run(s.entitlement.rules.tenant(kpods.namespace(pod))):
+                continue  # not topogang's, or of a namespace that may run nothing: claims nothing
             try:
                 wp = wire.parse_pod(pod)
                 pr = podrequests.parse(s, wp) if spec_text(pod)[1] is not None else None
+                pr = grant(s.entitlement.rules, pr, pod) if pr is not None else None
             except (wire.WireError, UserError):
-                continue  # a pod that cannot be read claims nothing (its filter refuses it too)
+                continue  # a pod that cannot be read, or asks what its namespace may not: claims nothing
             except Exception:  # whatever else its content provokes: this pod only, and unsure
                 out.unsure.add(kpods.namespace(pod))
                 continue

@@ -215,11 +215,14 @@ def test_a_clean_stop_deletes_the_object_of_a_gang_released_since_the_last_sync(
     run(go())
 
 
-def test_a_restored_reservation_is_not_promoted_into_a_vc_its_namespace_lost() -> None:
-    """A reservation written while its namespace could use its VC, restored after a restart under
-    a config that took the VC away: it comes back (what was given stands until its TTL), but its
-    `promoteWhenQuota` opt-in no longer holds, as a reload without the restart would have withdrawn
-    it (found by the hostile soak's entitlement reloads, seed 10)."""
+@pytest.mark.parametrize("unsure", [False, True])
+def test_a_reservation_its_namespace_lost_the_vc_of_is_dropped_or_not_promoted(unsure: bool) -> None:
+    """A reservation written while its namespace could use its VC, read back after a restart under
+    a config that took the VC away. Its pod now asks what its namespace may not, so no bind could
+    claim it: it is dropped. Where a pod of the namespace names its gang only through a convention
+    (here a GPU pod of the profile), the reservation comes back (what was given stands until its
+    TTL), but its `promoteWhenQuota` opt-in no longer holds, as a reload without the restart would
+    have withdrawn it (found by the hostile soak's entitlement reloads, seeds 10 and 64)."""
 
     def tenancy(vcs: str) -> LoadedConfig:
         text = (
@@ -235,13 +238,18 @@ def test_a_restored_reservation_is_not_promoted_into_a_vc_its_namespace_lost() -
         text = spec("nlp", 8, 2, "lab/opp", priority=-1, promoteWhenQuota=True)
         assert (await a.verb("filter", submit(kube, "o0", "opp-0", "lab", text)))["NodeNames"]
         assert [o["spec"]["gang"] for o in kube.server.list(COLLECTION)[0]] == ["lab/opp"]
+        if unsure:
+            kube.server.put(pod_path("lab", "gpu-0"), pod("g0", "gpu-0", "lab"))
         await a.stop()
         clock.t += 30
         b = Running(kube_service(tenancy("vision"), kube, clock=clock, namespace=NS))
         await until("ready", lambda: b.s.ready)
         g = b.s.core.gang("lab/opp")
-        assert g is not None and g.phase is GangPhase.RESERVED and g.priority == -1
-        assert not g.request.promote_when_quota
+        if not unsure:
+            assert g is None
+        else:
+            assert g is not None and g.phase is GangPhase.RESERVED and g.priority == -1
+            assert not g.request.promote_when_quota
         await b.stop()
 
     run(go())
@@ -278,7 +286,9 @@ def test_a_reservation_no_pod_asks_for_any_more_is_not_restored_after_a_crash(
 def test_which_reservations_the_listed_pods_may_claim(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gang a pod's spec names; a namespace with a pod whose gang its spec alone does not name
     (a GPU pod of the profile) or whose content breaks the read keeps every reservation; a pod
-    whose spec is refused, finished or being deleted claims nothing."""
+    whose spec is refused, or asks what its namespace may not, finished or being deleted claims
+    nothing (hostile soak seed 64: a released reservation of a namespace that may run nothing
+    since a reload came back at a restart, its pods alive but refused)."""
     s = scheduler()
     named = pod("a", "a", "nlp", spec("nlp", 8, 2, "nlp/pair"))
     bad = pod("b", "b", "research", "{not json")
@@ -287,6 +297,15 @@ def test_which_reservations_the_listed_pods_may_claim(monkeypatch: pytest.Monkey
     got = reservations.Claimers.of(s, [named, bad, done, bare])
     assert got.may_claim("nlp/pair") and not got.may_claim("nlp/done") and not got.may_claim("research/x")
     assert got.may_claim("vision/anything")
+    # a namespace that may run nothing (defaultEntitlement none) claims nothing either
+    strict = load_config_text(
+        EXAMPLE_CONFIG.read_text(encoding="utf-8") + "  defaultEntitlement: none\n", "c.yaml"
+    )
+    s.entitlement.configure(strict.extras)
+    intruder = pod("i", "i", "intruder", spec("research", 8, 2, "intruder/fw"))
+    its_gpu_pod = pod("j", "j", "intruder")  # its gang read by a convention: still nothing
+    got = reservations.Claimers.of(s, [named, intruder, its_gpu_pod])
+    assert got.may_claim("nlp/pair") and not got.may_claim("intruder/fw")
 
     def broken(*_: Any) -> Any:
         raise RuntimeError("a pod nobody thought of")
