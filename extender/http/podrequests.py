@@ -16,7 +16,14 @@ from typing import Any, Protocol
 from extender.conventions.edge import Conventions, Host, base_gang
 from extender.gangs.entitlement import Gate, grant
 from extender.gangs.identity import one_pod_key
-from extender.gangs.podspec import PodRequest, annotation_of, is_enabled, pod_request, spec_text
+from extender.gangs.podspec import (
+    FrameworkTask,
+    PodRequest,
+    annotation_of,
+    is_enabled,
+    pod_request,
+    spec_text,
+)
 from extender.http import wire
 from extender.http.answers import user_error
 from extender.http.podcache import PodCache
@@ -97,13 +104,22 @@ async def _read(s: Reader, pod: wire.WirePod) -> PodRequest:
     if cached is not None:
         return cached
     pr = parse(s, pod, None)
-    if pr.task is not None and pr.request.name == one_pod_key(pod.namespace, pod.name) and s.framework_lookup:
-        fw = await s.framework_lookup(pr.task.namespace, pr.task.framework)
+    task = framework_shaped(pr)
+    if task is not None and s.framework_lookup:
+        fw = await s.framework_lookup(task.namespace, task.framework)
         if fw is None:  # not cached: the Framework may be readable next time
             return pr
         pr = parse(s, pod, fw)
     s.unkept.hold(pr, text)
     return pr
+
+
+def framework_shaped(pr: PodRequest) -> FrameworkTask | None:
+    """The task, when the pod is a FrameworkController task whose spec names no gang: its gang is
+    shaped by its Framework object (read when it can be), so its own spec alone names only its
+    one-pod gang."""
+    shaped = pr.task is not None and pr.request.name == one_pod_key(pr.namespace, pr.name)
+    return pr.task if shaped else None
 
 
 def member_ask(pr: PodRequest, nodes: frozenset[str] | None) -> MemberAsk:

@@ -43,6 +43,11 @@ def finished(pod: Mapping[str, Any]) -> bool:
     return phase(pod) in ("Succeeded", "Failed")
 
 
+def deleting(pod: Mapping[str, Any]) -> bool:
+    """Its deletion has begun (it may still run out its grace period)."""
+    return meta(pod).get("deletionTimestamp") is not None
+
+
 def succeeded(pod: Mapping[str, Any]) -> bool:
     return phase(pod) == "Succeeded"
 

@@ -230,7 +230,7 @@ def _from_claims(
         return None
     bind_info = why or "it has no bind info"
     report.notes.append(f"pod {key}: GPUs {list(gpus)} of {node} taken from its ResourceClaims ({bind_info})")
-    deleting = kpods.meta(pod).get("deletionTimestamp") is not None
+    deleting = kpods.deleting(pod)
     return _Found(pr, node, gpus, None, deleting)
 
 
@@ -294,7 +294,7 @@ def _found(
         report.notes.append(
             f"pod {key}: its spec was edited since its bind; it comes back as its bind info records"
         )
-    deleting = kpods.meta(pod).get("deletionTimestamp") is not None
+    deleting = kpods.deleting(pod)
     return _Found(got, node, tuple(sorted(gpus)), info, deleting)
 
 

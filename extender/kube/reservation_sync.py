@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.gangs import reservation_objects as rsv
-from extender.gangs.entitlement import grant, may_run, withdraw_promotions
-from extender.gangs.identity import one_pod_key, split_key
+from extender.gangs.entitlement import may_run, withdraw_promotions
+from extender.gangs.identity import split_key
 from extender.gangs.podspec import is_enabled, spec_text
 from extender.http import podrequests, wire
 from extender.http.verbs import Scheduler
@@ -229,20 +229,19 @@ class Claimers:
     def of(cls, s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> Claimers:
         out = cls()
         for pod in pods:
-            if kpods.finished(pod) or kpods.meta(pod).get("deletionTimestamp") is not None:
+            if kpods.finished(pod) or kpods.deleting(pod):
                 continue
             if not is_enabled(pod) or not may_run(s.entitlement.rules.tenant(kpods.namespace(pod))):
                 continue  # not topogang's, or of a namespace that may run nothing: claims nothing
             try:
                 wp = wire.parse_pod(pod)
-                pr = podrequests.parse(s, wp) if spec_text(pod)[1] is not None else None
-                pr = grant(s.entitlement.rules, pr, pod) if pr is not None else None
+                pr = podrequests.explained(s, wp) if spec_text(pod)[1] is not None else None
             except (wire.WireError, UserError):
                 continue  # a pod that cannot be read, or asks what its namespace may not: claims nothing
             except Exception:  # whatever else its content provokes: this pod only, and unsure
                 out.unsure.add(kpods.namespace(pod))
                 continue
-            if pr is None or (pr.request.name == one_pod_key(wp.namespace, wp.name) and pr.task is not None):
+            if pr is None or podrequests.framework_shaped(pr) is not None:
                 out.unsure.add(wp.namespace)
             else:
                 out.gangs.add(pr.request.name)

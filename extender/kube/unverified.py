@@ -70,7 +70,7 @@ def holder(core: Core, claims: Claims, uid: str, cached: PodRequest | None) -> t
     if u is not None:
         return u.namespace, u.name
     g = core.gang_of_pod(uid)
-    slot = next((s for s in g.slots if s.pod_uid == uid), None) if g is not None else None
+    slot = g.slot_of(uid) if g is not None else None
     if g is None or slot is None or not slot.pod_name:
         return None
     return split_key(g.name.removeprefix(f"{UNVERIFIED}:"))[0], slot.pod_name

@@ -148,11 +148,7 @@ def test_a_copy_of_a_running_pods_bind_info_takes_nothing_from_it_until_it_is_go
         a = await start(kube, clock, signing_key=KEY)
         node = await a.place(submit(kube, "v0", "victim-0", NLP, spec(NLP, 8, 1, "nlp/victim")))
         claimed = gpus_of(a, "nlp/victim")
-        copied = copy.deepcopy(kube.server.at(pod_path(NLP, "victim-0")))
-        copied["metadata"] = {**copied["metadata"], "uid": "f0", "name": "copy-0", "namespace": "intruder"}
-        copied["metadata"].pop("resourceVersion", None)
-        assert copied["spec"]["nodeName"] == node
-        kube.server.put(pod_path("intruder", "copy-0"), copied)
+        assert put_copy(kube, "victim-0")["spec"]["nodeName"] == node
         if when == "while running":
             b = a
             await until("the copy seen", lambda: "f0" in claims(b))
@@ -196,13 +192,7 @@ def test_a_copys_claim_is_held_before_anything_is_placed_on_gpus_a_reservation_f
         g = a.s.core.gang("nlp/victim")
         assert g is not None
         claimed = {(node, gpu) for s in g.slots if s.pod_uid == "v0" for gpu in a.s.core.slot_place(s)[1]}
-        copied = copy.deepcopy(kube.server.at(pod_path(NLP, "victim-0")))
-        copied["metadata"] = {**copied["metadata"], "uid": "f0", "name": "copy-0", "namespace": "intruder"}
-        copied["metadata"].pop("resourceVersion", None)
-        kube.server.put(pod_path("intruder", "copy-0"), copied)
-        await until("the copy seen", lambda: "f0" in claims(a))
-        kube.server.delete(pod_path(NLP, "victim-0"), {"gracePeriodSeconds": 0})
-        await until("victim-0 gone", lambda: not a.s.core.holds_slot("v0"))
+        await copied_then_gone(kube, a, "victim-0", "v0")
         assert a.s.core.gang("unverified:intruder/copy-0") is None  # its slot is still the gang's
         clock.t += 3600
         await a.s.expire()  # not whole for a TTL: released (victim-1 is evicted)
@@ -234,13 +224,7 @@ def test_a_copys_claim_is_held_before_a_filter_that_lets_a_gang_go_places_anythi
         node = await a.place(old[0])
         await a.place(old[1])
         claimed = {(node, gpu) for gpu in range(8)}
-        copied = copy.deepcopy(kube.server.at(pod_path(NLP, "tf-worker-0")))
-        copied["metadata"] = {**copied["metadata"], "uid": "f0", "name": "copy-0", "namespace": "intruder"}
-        copied["metadata"].pop("resourceVersion", None)
-        kube.server.put(pod_path("intruder", "copy-0"), copied)
-        await until("the copy seen", lambda: "f0" in claims(a))
-        kube.server.delete(pod_path(NLP, "tf-worker-0"), {"gracePeriodSeconds": 0})
-        await until("tf-worker-0 gone", lambda: not a.s.core.holds_slot("0_a-0"))
+        await copied_then_gone(kube, a, "tf-worker-0", "0_a-0")
         assert a.s.core.gang("unverified:intruder/copy-0") is None  # its slot is still the old attempt's
         newer = worker(0, "1_b")
         kube.server.put(pod_path(NLP, "tf-worker-0"), newer)
@@ -254,6 +238,23 @@ def test_a_copys_claim_is_held_before_a_filter_that_lets_a_gang_go_places_anythi
         await a.stop()
 
     run(go())
+
+
+def put_copy(kube: FakeKube, name: str) -> dict[str, Any]:
+    """`intruder/copy-0` (UID f0), created already bound, with nlp's running pod `name`'s bind info
+    and signature copied: what a tenant who can read that pod and create pods can do."""
+    copied = copy.deepcopy(kube.server.at(pod_path(NLP, name)))
+    copied["metadata"] = {**copied["metadata"], "uid": "f0", "name": "copy-0", "namespace": "intruder"}
+    copied["metadata"].pop("resourceVersion", None)
+    return kube.server.put(pod_path("intruder", "copy-0"), copied)
+
+
+async def copied_then_gone(kube: FakeKube, r: Running, name: str, uid: str) -> None:
+    """The copy of `name` is seen while `name` runs (its claim contested); then `name` goes."""
+    put_copy(kube, name)
+    await until("the copy seen", lambda: "f0" in claims(r))
+    kube.server.delete(pod_path(NLP, name), {"gracePeriodSeconds": 0})
+    await until(f"{name} gone", lambda: not r.s.core.holds_slot(uid))
 
 
 def claims(r: Running) -> dict[str, Any]:
