@@ -264,9 +264,12 @@ def same_shape(a: GangRequest, b: GangRequest) -> bool:
     return (
         a.vc == b.vc
         and a.priority == b.priority
-        and sorted((m.leaf_number, m.pod_number) for m in a.members)
-        == sorted((m.leaf_number, m.pod_number) for m in b.members)
         and a.pinned_cell_id == b.pinned_cell_id
+        and (  # the members as written first: every pod of a gang carries the same spec
+            a.members == b.members
+            or sorted((m.leaf_number, m.pod_number) for m in a.members)
+            == sorted((m.leaf_number, m.pod_number) for m in b.members)
+        )
     )
 
 
