@@ -285,6 +285,7 @@ def _service(loaded: LoadedConfig, *, kube: bool, args: argparse.Namespace) -> S
         namespace=namespace,
         lease=lease,
         on_lost=_exit_on_lost,
+        on_config_refused=_exit_on_refused,
         signing_key=key,
         adopt_unsigned_bind_info=args.adopt_unsigned_bind_info,
         audience=args.token_audience,
@@ -299,6 +300,13 @@ def _exit_on_lost() -> None:
     logging.getLogger("topogang").error("leadership lost: exiting")
     logging.shutdown()
     os._exit(3)
+
+
+def _exit_on_refused() -> None:
+    """The start refused the config (it costs running gangs, unconfirmed): leave, so the Deployment
+    restarts the replica until the admin confirms the edit or puts the config back."""
+    logging.shutdown()
+    os._exit(4)
 
 
 def _listen(host: str, port: int) -> socket.socket:

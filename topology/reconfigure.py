@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from topology.core import Core
 from topology.decisions import AdoptedPod
+from topology.gangs import keep_until_gone, release
 from topology.reservations import Gang, GangPhase
 from topology.spec import ClusterSpec
 
@@ -38,6 +39,7 @@ class GangImpact:
     kept_gpus: int
     loses_guarantee: bool
     lost_pods: tuple[str, ...]
+    whole: bool = True  # every member bound; a gang not whole yet is let go, its running pods evicted
 
     @property
     def gone(self) -> bool:
@@ -49,12 +51,17 @@ class GangImpact:
             what.append(
                 "loses its guarantee: it runs on as opportunistic, preemptible by any guaranteed gang"
             )
-        if self.kept_gpus < self.gpus:
-            n = len(self.lost_pods)
-            pods = f" ({n} pod{'s' if n > 1 else ''}: {', '.join(self.lost_pods)})" if n else ""
+        n = len(self.lost_pods)
+        named = f"{n} pod{'s' if n > 1 else ''}: {', '.join(self.lost_pods)}"
+        if not self.whole:
+            what.append(
+                "is not whole yet and part of its placement is on hardware the new config does not have:"
+                f" it is let go and its running pods are evicted ({named})"
+            )
+        elif self.kept_gpus < self.gpus:
             what.append(
                 f"{'is gone' if self.gone else 'is cut'}: {self.gpus - self.kept_gpus} of its {self.gpus}"
-                f" GPUs{pods} are on hardware the new config does not have"
+                f" GPUs{f' ({named})' if n else ''} are on hardware the new config does not have"
             )
         return f"gang {self.gang} (VC {self.vc}, {self.gpus} GPUs) " + "; ".join(what)
 
@@ -66,6 +73,7 @@ class GangImpact:
             "keptGpus": self.kept_gpus,
             "losesGuarantee": self.loses_guarantee,
             "lostPods": list(self.lost_pods),
+            "whole": self.whole,
         }
 
 
@@ -75,6 +83,9 @@ class ReconfigureReport:
     downgraded: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)  # pods on hardware the new config does not have
     dropped: list[str] = field(default_factory=list)  # preemptions in flight
+    # running pods of gangs not whole yet whose placement lost hardware: such a gang can never be
+    # whole where it was placed, so it is let go and they are evicted (`_let_go`)
+    evict: list[str] = field(default_factory=list)
     impacts: list[GangImpact] = field(default_factory=list)  # running gangs that lose something
 
     @property
@@ -88,6 +99,7 @@ class ReconfigureReport:
             + [f"downgraded to opportunistic: {g}" for g in self.downgraded]
             + [f"lost: {x}" for x in self.lost]
             + [f"dropped preemption: {g}" for g in self.dropped]
+            + [f"evicted (its gang not whole, its placement's hardware gone): pod {u}" for u in self.evict]
         )
 
 
@@ -120,6 +132,9 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         ]
         new.adopt(g.request, pods, now)
         adopted = new.gang(g.name)
+        if g.phase is not GangPhase.BOUND and any(p.node not in new.topo.node_index for p in pods):
+            _let_go(new, report, g, pods, adopted, now)
+            continue
         _judge(report, g, pods, adopted)
         if adopted is None:
             report.lost.append(f"gang {g.name}: none of its GPUs exist any more")
@@ -145,7 +160,27 @@ def _judge(report: ReconfigureReport, old: Gang, pods: list[AdoptedPod], new: Ga
     gpus = sum(len(p.gpu_indices) for p in running)
     kept = {s.pod_uid for s in new.slots if s.pod_uid} if new is not None else set()
     kept_gpus = sum(len(s.leaves) for s in new.slots if s.pod_uid) if new is not None else 0
-    lost = tuple(p.pod_name or p.pod_uid for p in running if p.pod_uid not in kept)
+    gone = [p for p in running if p.pod_uid not in kept]
+    lost = tuple(p.pod_name or p.pod_uid for p in gone)
     downgraded = new is not None and new.priority < 0 <= old.priority
     if lost or downgraded or kept_gpus < gpus:
         report.impacts.append(GangImpact(old.name, old.request.vc, gpus, kept_gpus, downgraded, lost))
+
+
+def _let_go(
+    new: Core, report: ReconfigureReport, old: Gang, pods: list[AdoptedPod], adopted: Gang | None, now: float
+) -> None:
+    """A gang not whole yet whose placement lost hardware can never be whole where it was placed:
+    it is let go as at its reservation's TTL (all or nothing), its running pods evicted, each
+    holding its GPUs until gone where the new config still has them, and it is placed afresh when
+    its members come back. Its running pods are what the edit costs it."""
+    if adopted is not None:
+        keep_until_gone(new, adopted, now)
+        release(new, adopted, "its placement lost hardware in a reconfiguration", now)
+    running = [p for p in pods if p.pod_uid]
+    report.lost.append(f"gang {old.name}: not whole, and part of its placement is gone: let go")
+    if running:
+        report.evict.extend(p.pod_uid for p in running)
+        gpus = sum(len(p.gpu_indices) for p in running)
+        lost = tuple(p.pod_name or p.pod_uid for p in running)
+        report.impacts.append(GangImpact(old.name, old.request.vc, gpus, 0, False, lost, whole=False))

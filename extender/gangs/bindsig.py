@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from extender.gangs.bindinfo import bind_annotations
 from topology.decisions import Bind
 
+log = logging.getLogger("topogang.kube")
 SIGNATURE_ANNOTATION = "topogang.io/pod-bind-signature"
 TOPOGANG_BIND_INFO = "topogang.io/pod-bind-info"
 HIVED_BIND_INFO = "hivedscheduler.microsoft.com/pod-bind-info"
@@ -124,3 +126,18 @@ def verifier(
         return signer.verdict(uid, ann, adopt_unsigned=adopt_unsigned)
 
     return verify
+
+
+def recovery_verifier(
+    signer: BindSigner | None, pods: Iterable[Mapping[str, Any]], *, adopt_unsigned: bool
+) -> Callable[[Mapping[str, Any]], str | None] | None:
+    """How recovery judges bind info (None: taken as it is, with no key). Unsigned bind info
+    (HiveD's) is adopted only with the admin's opt-in at the first start (`adopt_unsigned`), and
+    only while no pod of `pods` carries bind info this key signed: once topogang has bound
+    anything, a switch-over is over."""
+    if signer is None:
+        return None
+    if adopt_unsigned and signed_by(signer, pods):
+        log.warning("unsigned bind info not adopted despite the opt-in: topogang has bound pods already")
+        adopt_unsigned = False
+    return verifier(signer, adopt_unsigned=adopt_unsigned)

@@ -36,6 +36,7 @@ from config.load import ConfigError, load_config
 from extender.gangs.entitlement import withdraw_promotions
 from extender.http.verbs import Scheduler
 from extender.ops.background import every
+from topology.core import Core
 from topology.reconfigure import GangImpact, reconfigure
 
 log = logging.getLogger("topogang.reload")
@@ -69,6 +70,16 @@ class ReloadStatus:
         }
 
 
+def read_confirmation(config_file: str | Path) -> str:
+    """The digest the admin confirmed a capacity loss for: `confirm-capacity-loss` beside the config
+    (the chart's ConfigMap key), or "" when there is none."""
+    try:
+        path = Path(config_file).parent / CONFIRM_FILE
+        return path.read_text(encoding="utf-8", errors="replace").strip()[:64]
+    except OSError:
+        return ""
+
+
 def _digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:16]
 
@@ -96,6 +107,9 @@ class ConfigWatcher:
         self.rejected_hash = ""
         self.refused: tuple[str, str] | None = None  # (file hash, confirmation) last refused
         self.on_result: Callable[[str, list[str]], None] | None = None  # e.g. a Kubernetes Event
+        # (old core, new core), under the lock right after the swap: what the edge keeps per node
+        # follows the new config before any verb reads it (Kubernetes: `extender.kube.added_nodes`)
+        self.on_applied: Callable[[Core, Core], None] | None = None
         self.outcomes = Counter(
             "topogang_config_reloads",
             "Config changes seen, by result (applied, rejected, refused: it would cost running gangs"
@@ -111,10 +125,7 @@ class ConfigWatcher:
             return None
 
     def _confirmation(self) -> str:
-        try:
-            return self.confirm_path.read_text(encoding="utf-8", errors="replace").strip()[:64]
-        except OSError:
-            return ""
+        return read_confirmation(self.path)
 
     async def check(self) -> str | None:
         """Apply the file if it changed; return the result, or None when nothing changed."""
@@ -143,10 +154,12 @@ class ConfigWatcher:
                 self.status.refused_digest = digest
                 self._record("refused", self._refusal(report.impacts, confirmation, digest))
                 return "refused"
-            self.scheduler.core = new_core
+            old, self.scheduler.core = self.scheduler.core, new_core
             self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
             self.scheduler.entitlement.configure(loaded.extras)  # the serve flag's mode stays
             withdrawn = withdraw_promotions(new_core, self.scheduler.entitlement.rules)
+            if self.on_applied is not None:
+                self.on_applied(old, new_core)
         self.status.applied_hash = current
         self.status.applied_text = data.decode("utf-8", "replace")
         self.status.refused_digest = ""
@@ -157,6 +170,10 @@ class ConfigWatcher:
             for g in withdrawn
         ]
         self._record("applied", [])
+        if report.evict and self.scheduler.evictor is not None:
+            await self.scheduler.evictor(
+                report.evict, "its gang was not whole and the config took out its node"
+            )
         log.info(
             "config %s applied: %s",
             self.path,

@@ -32,7 +32,7 @@ with the claims' GPUs. A pod whose claims are not taken falls back to what its a
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from extender.gangs.bindinfo import (
@@ -46,6 +46,7 @@ from extender.gangs.entitlement import EntitlementError
 from extender.gangs.identity import gang_key
 from extender.gangs.podspec import PodRequest, is_enabled, pod_request
 from extender.kube import pods as kpods
+from extender.kube.recovery_report import RecoveryReport
 from extender.kube.unverified import Unverified, hold_unverified
 from topology.core import Core
 from topology.decisions import (
@@ -73,32 +74,6 @@ class _Found:
     gpus: tuple[int, ...]
     info: BindInfo | None
     deleting: bool = False
-
-
-@dataclass
-class RecoveryReport:
-    gangs: list[str] = field(default_factory=list)
-    pods: int = 0
-    open_slots: int = 0
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # (pod, why)
-    notes: list[str] = field(default_factory=list)
-    # pods whose bind info was read without fault: nothing to tell them (`ClusterSync.check`)
-    bind_info_read: set[str] = field(default_factory=set)
-    unverified: list[Unverified] = field(default_factory=list)  # held, not adopted
-
-    def lines(self) -> list[str]:
-        out = [
-            f"recovered {self.pods} bound pods in {len(self.gangs)} gangs "
-            f"({self.open_slots} slots still open)"
-        ]
-        out += [f"skipped pod {pod}: {why}" for pod, why in self.skipped]
-        out += [
-            f"pod {u.namespace}/{u.name} on {u.node} GPUs {list(u.gpus)} held without quota or "
-            f"priority, not adopted: {u.reason}"
-            for u in self.unverified
-        ]
-        out += self.notes
-        return out
 
 
 def _gpus(pod: Mapping[str, Any], info: BindInfo | None) -> tuple[int, ...]:
@@ -327,10 +302,12 @@ def _capped(pr: PodRequest, priority: int | None) -> PodRequest:
     return replace(pr, request=replace(pr.request, priority=priority))
 
 
-def _by_placement(found: list[_Found]) -> list[list[_Found]]:
+def _by_placement(found: list[_Found], has_node: Callable[[str], bool]) -> list[list[_Found]]:
     """The pods of one gang by the placement their bind info records, the current one first. Two
     placements under one name: the gang was placed again while pods of an earlier placement were
-    still being evicted; the current one has the most pods not being deleted."""
+    still being evicted, or after a reload took out hardware its pods ran on (the pods there run on
+    outside the config, and the gang's other members were placed again). The current one lies
+    wholly on the config's nodes, then has the most pods not being deleted."""
     groups: dict[tuple[tuple[str, tuple[int, ...]], ...], list[_Found]] = {}
     loose: list[_Found] = []  # no placement recorded (HiveD isolation only): the current one's
     for f in found:
@@ -339,7 +316,17 @@ def _by_placement(found: list[_Found]) -> list[list[_Found]]:
         else:
             key = tuple((p.node, tuple(sorted(p.gpus))) for p in f.info.placements)
             groups.setdefault(key, []).append(f)
-    ordered = sorted(groups.values(), key=lambda fs: (-sum(not f.deleting for f in fs), -len(fs)))
+    ordered = [
+        fs
+        for _, fs in sorted(
+            groups.items(),
+            key=lambda kv: (
+                not all(has_node(node) for node, _ in kv[0]),
+                -sum(not f.deleting for f in kv[1]),
+                -len(kv[1]),
+            ),
+        )
+    ]
     if not ordered:
         return [loose]
     return [ordered[0] + loose, *ordered[1:]]
@@ -393,7 +380,7 @@ def recover(
         for gpu in u.gpus:
             held.setdefault((u.node, gpu), u.gang)
     for gang, everyone in groups.items():
-        found, *earlier = _by_placement(everyone)
+        found, *earlier = _by_placement(everyone, core.has_node)
         if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
             found, earlier = [], [found, *earlier]
         if found:
@@ -460,6 +447,25 @@ def _restore(
     g = core.gang(gang)
     if g is not None and g.history:
         report.notes += [f"gang {gang}: {h}" for h in g.history]
+    _judge(core, gang, found, placements, report)
+
+
+def _judge(
+    core: Core, gang: str, found: list[_Found], placements: tuple[PlacedPod, ...], report: RecoveryReport
+) -> None:
+    """What the config in force cost the gang (`RecoveryReport.costs`), as a reload would judge it."""
+    off = [f for f in found if not core.has_node(f.node)]
+    if len(found) < len(placements) and any(not core.has_node(p.node) for p in placements):
+        # not whole, and part of its placement is gone: let go as a reload lets it go (all or nothing)
+        names = ", ".join(f.request.name for f in found)
+        what = (
+            f"not whole, and part of its placement is on nodes the config does not have: its pods ({names})"
+        )
+        report.off_config.append((gang, f"{what} are evicted"))
+        report.evict += [f.request.uid for f in found]
+    elif off:
+        pods = ", ".join(f"{f.request.name} on {f.node}" for f in off)
+        report.off_config.append((gang, f"{len(off)} pods run on nodes the config does not have ({pods})"))
 
 
 def _spec_request(

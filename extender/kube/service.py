@@ -37,6 +37,7 @@ from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
 from extender.kube import dra_mode
 from extender.kube import pods as kpods
+from extender.kube.added_nodes import AddedNodes
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quoted
@@ -46,6 +47,7 @@ from extender.kube.outside import Held
 from extender.kube.requeue import Requeuer
 from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
+from extender.kube.start_config import StartConfig
 from extender.kube.sync import ClusterSync
 from extender.kube.unverified import Unverified
 from extender.ops.background import every, expiry_interval
@@ -74,6 +76,7 @@ def kube_service(
     lease: LeaseSettings | None = None,
     identity: str | None = None,
     on_lost: Callable[[], None] | None = None,
+    on_config_refused: Callable[[], None] | None = None,
     signing_key: bytes | None = None,
     adopt_unsigned_bind_info: bool = False,
     audience: str = DEFAULT_AUDIENCE,
@@ -82,7 +85,8 @@ def kube_service(
 ) -> Service:
     """The Kubernetes-mode service over an `AsyncKube` (tests pass a fake one). `namespace` holds the
     extender's own objects (GangReservations, the Lease); `lease` turns on leader election, and
-    `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby).
+    `on_lost` is called when leadership is lost (the CLI exits, to restart as a clean standby), and
+    `on_config_refused` when the start refuses the config (`extender.kube.start_config`; the CLI exits).
     `signing_key` signs every Binding's bind info, and recovery adopts only bind info it signed
     (`extender.gangs.bindsig`); `adopt_unsigned_bind_info` is the admin's opt-in to adopt
     HiveD's at the first start of a switch-over.
@@ -186,6 +190,13 @@ def kube_service(
     gangs = scheduler.conventions
     store = ReservationStore(scheduler, kube, namespace)
     own_pod = ObjectRef("Pod", namespace, os.environ.get("POD_NAME", instance))
+    start_config = StartConfig(
+        loaded,
+        sync.evict,
+        lambda text: recorder.record(own_pod, "ConfigRejected", text, warning=True),
+        on_config_refused,
+    )
+    sync.on_recovered = start_config.judge
 
     async def forget_old_events() -> None:
         while True:
@@ -206,6 +217,8 @@ def kube_service(
     elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None
 
     def hold_reason() -> str:
+        if start_config.refusal:
+            return start_config.refusal
         if elector is not None and not elector.leading:
             return f"standby: the Lease is held by {elector.holder or 'nobody yet'}"
         if not store_ready[0]:
@@ -222,6 +235,8 @@ def kube_service(
             await elector.acquire(on_wait=sync.refresh_ready)
             metrics.leader.set(1)
         await sync.synced_event.wait()
+        if start_config.refusal:  # never lead on a config the start refused
+            await asyncio.Event().wait()
         for line in await _restore_until_done(store, sync.pods.values()):
             log.info("%s", line)
         store_ready[0] = True
@@ -265,6 +280,7 @@ def kube_service(
     nodes = len(scheduler.core.node_names())
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     watcher.on_result = on_reload
+    watcher.on_applied = AddedNodes(sync).reconfigured
     authority = KubeAuthority(
         kube,
         audience=audience,
@@ -325,6 +341,7 @@ def build_kube_service(
     namespace: str = DEFAULT_NAMESPACE,
     lease: LeaseSettings | None = None,
     on_lost: Callable[[], None] | None = None,
+    on_config_refused: Callable[[], None] | None = None,
     signing_key: bytes | None = None,
     adopt_unsigned_bind_info: bool = False,
     audience: str = DEFAULT_AUDIENCE,
@@ -337,6 +354,7 @@ def build_kube_service(
         namespace=namespace,
         lease=lease,
         on_lost=on_lost,
+        on_config_refused=on_config_refused,
         signing_key=signing_key,
         adopt_unsigned_bind_info=adopt_unsigned_bind_info,
         audience=audience,

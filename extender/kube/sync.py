@@ -28,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
-from extender.gangs.bindsig import BindSigner, signed_by, verifier
+from extender.gangs.bindsig import BindSigner, recovery_verifier
 from extender.gangs.entitlement import grant
 from extender.gangs.optin import pod_gpus
 from extender.gangs.podspec import PodRequest, is_enabled
@@ -39,7 +39,8 @@ from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.outside import Held, OutsidePods
-from extender.kube.recovery import Claimed, RecoveryReport, Verify, recover
+from extender.kube.recovery import Claimed, Verify, recover
+from extender.kube.recovery_report import RecoveryReport
 from extender.kube.unverified import Claims, Unverified, holder
 from extender.ops.collector import collector_paused
 
@@ -72,14 +73,16 @@ class ClusterSync:
         # DRA mode: GPUs its device map keeps out (tainted, or slices contradicting the config)
         self.extra_bad: Callable[[str], frozenset[int]] = lambda node: frozenset()
         self.health: dict[str, tuple[bool, int | None]] = {}  # node -> (healthy, healthy GPUs)
+        self.fenced: set[str] = set()  # nodes a reload added, unhealthy until read (`added_nodes`)
         # DRA mode: a finished or deleted pod's claims go back
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
         # DRA mode: how the start's recovery reads a pod's GPUs from its claims
         self.recovery_claims: Callable[[], Awaitable[Claimed]] | None = None
         self.outside = OutsidePods()  # pods that are not topogang's holding GPUs of the config's nodes
         self.on_outside: Callable[[Held], None] = lambda held: None  # told once per such pod
-        # run once the start's recovery is done, before ready (`topogang serve`: `gc.freeze`)
-        self.after_recovery: Callable[[], None] | None = None
+        self.after_recovery: Callable[[], None] | None = None  # before ready (`serve`: `gc.freeze`)
+        # the start's recovery judged (`extender.kube.start_config`), before the sync is synced
+        self.on_recovered: Callable[[RecoveryReport], Awaitable[None]] | None = None
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -103,6 +106,8 @@ class ClusterSync:
         for line in report.lines():
             log.info("%s", line)
         self.claims.tell(self.s.core, report.unverified, self.on_unverified)
+        if self.on_recovered is not None:
+            await self.on_recovered(report)
         self.synced = True
         self.synced_event.set()
         self.refresh_ready()
@@ -200,12 +205,11 @@ class ClusterSync:
 
     # ------------------------------------------------------------------------------ nodes
     async def apply_nodes(self, nodes: list[dict[str, Any]], *, full: bool) -> None:
-        core = self.s.core
         async with self.s.lock:
-            seen = set()
+            core, seen = self.s.core, set()  # read under the lock: a reload may have replaced it
             for node in nodes:
                 h = node_health(node)
-                if not views.has_node(core, h.name):
+                if not views.has_node(core, h.name) or h.name in self.fenced:
                     continue
                 seen.add(h.name)
                 _, configured = views.node_fill(core, h.name)
@@ -414,17 +418,7 @@ class ClusterSync:
         return grant(self.s.entitlement.rules, pr, pod, held=held)
 
     def _verify(self, pods: Sequence[Mapping[str, Any]], *, first: bool) -> Verify | None:
-        """How recovery judges bind info. Unsigned bind info (HiveD's) is adopted only at the
-        first start, with the admin's opt-in, and only while no pod carries bind info this key
-        signed: once topogang has bound anything, a switch-over is over."""
-        signer = self.signer
-        if signer is None:
-            return None
-        unsigned = first and self.adopt_unsigned
-        if unsigned and signed_by(signer, pods):
-            log.warning("unsigned bind info not adopted despite the opt-in: topogang has bound pods already")
-            unsigned = False
-        return verifier(signer, adopt_unsigned=unsigned)
+        return recovery_verifier(self.signer, pods, adopt_unsigned=first and self.adopt_unsigned)
 
     def _held(self, uid: str) -> bool:
         """Whether the core has this pod in a gang slot, or its claim waits for GPUs (`Claims`)."""

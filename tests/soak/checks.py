@@ -113,8 +113,8 @@ def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
             out.append(f"core holds pod {key(p)} on {slot_node}, the API has it on {kpods.node_name(p)}")
     for p in by_uid.values():
         node = kpods.node_name(p)
-        if node is None or kpods.finished(p) or not is_enabled(p):
-            continue
+        if node is None or kpods.finished(p) or not is_enabled(p) or node not in core.topo.node_index:
+            continue  # (a node the config in force does not describe: its GPUs are no one's to give)
         info = bind_info(p)
         if info is None:
             continue

@@ -20,6 +20,9 @@ Around it, the driver plays everyone else:
   binds at once, filter after bind, prioritize before filter, bind with a stale node or UID,
   spurious preempt); and extender restarts (the service is thrown away and a new one recovers
   from the same API state while the cluster carries on).
+- **the admin** (`--hostile`: `tenants`; `--cells`: `layouts`): entitlements and cells rewritten in
+  the config file and hot-reloaded by the extender's own watcher; a refused edit is confirmed or
+  left on disk, where a restart reads it (and refuses it at the start, until confirmed or put back).
 
 After every operation the invariants of `checks` are checked; at the end every job is deleted,
 time runs on past every TTL, and every per-pod and per-gang collection of the extender must be
@@ -53,6 +56,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from config.against import CONFIRM_FILE, config_digest
 from config.load import LoadedConfig, load_config
 from extender import kubesched
 from extender.gangs import bindinfo, podspec
@@ -69,7 +73,7 @@ from extender.kube.sync import ClusterSync
 from extender.ops.background import expiry_interval
 from extender.standalone import EXAMPLE_CONFIG
 from loadtest.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fault
-from tests.soak import checks, tenants, vclock
+from tests.soak import checks, layouts, tenants, vclock
 from tests.soak.jobs import VCS, Job, new_job
 from topology.core import Core
 from topology.invariants import snapshot
@@ -96,6 +100,7 @@ class Options:
     restarts: bool = True
     progress: bool = False
     hostile: bool = False  # other tenants push past their entitlements (`tests.soak.tenants`)
+    cells: bool = False  # the admin edits the hardware and quotas (`tests.soak.layouts`)
 
 
 @dataclass
@@ -163,17 +168,22 @@ def rss_kib() -> int:
         return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
-def soak_config(ttl: int, *, rules: int | None = None, path: Path | None = None) -> LoadedConfig:
-    """The bundled example cluster with a shorter reservation TTL; with `rules`, the entitlements
-    `tenants.RULES[rules]` too, written to `path`, the file the extender's watcher reloads."""
-    if rules is None or path is None:
+def soak_config(
+    ttl: int, *, rules: int | None = None, path: Path | None = None, layout: int = 0
+) -> LoadedConfig:
+    """The bundled example cluster with a shorter reservation TTL; with `path`, written there (the
+    file the extender's watcher reloads), its cells as `layouts.LAYOUTS[layout]` and with `rules`,
+    the entitlements `tenants.RULES[rules]` too."""
+    if path is None:
         loaded = load_config(EXAMPLE_CONFIG)
         extras = loaded.model.topogang.model_copy(update={"reservation_ttl_seconds": ttl})
         return replace(loaded, model=loaded.model.model_copy(update={"topogang": extras}))
-    base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
-    base = re.sub(r"reservationTtlSeconds: \d+", f"reservationTtlSeconds: {ttl}", base)
+    text = layouts.layout_text(EXAMPLE_CONFIG.read_text(encoding="utf-8"), layout)
+    text = re.sub(r"reservationTtlSeconds: \d+", f"reservationTtlSeconds: {ttl}", text)
+    if rules is not None:
+        text = tenants.config_text(text, rules)
     staged = path.with_suffix(".new")  # swapped in whole, as a ConfigMap volume is: never read half-written
-    staged.write_text(tenants.config_text(base, rules), encoding="utf-8")
+    staged.write_text(text, encoding="utf-8")
     staged.replace(path)
     return load_config(path)
 
@@ -216,6 +226,9 @@ class LogTally(logging.Handler):
             exc = record.exc_info[1] if record.exc_info else None
             if isinstance(exc, ConnectionClosedError):
                 return
+            text = record.getMessage()
+            if text.startswith("config reload refused") or "refused at the start" in text:
+                return  # an edit that costs running gangs, refused until confirmed (`Soak.check` judges)
             self.errors.append(f"extender logged {record.levelname}: {record.getMessage()} ({exc!r})")
 
 
@@ -295,10 +308,15 @@ class Soak:
         self.config_path = Path(self.config_dir.name) / "cluster.yaml"
         self.judge = tenants.Judge()  # `hostile`: the entitlements in force, and what each gang was given
         rules = self.judge.rules if opts.hostile else None
-        self.loaded = soak_config(opts.ttl, rules=rules, path=self.config_path)
+        written = opts.hostile or opts.cells  # else the example file itself, as shipped
+        self.loaded = soak_config(opts.ttl, rules=rules, path=self.config_path if written else None)
+        self.layout = 0  # `cells`: the layout in force, and the one on disk (a refused edit stays there)
+        self.on_disk = 0
         self.ttl = float(opts.ttl)
         self.server = FakeApiServer()
         self.nodes = sorted(Core(self.loaded.spec).topo.node_names)
+        if opts.cells:  # every layout's nodes are Kubernetes nodes, described to the extender or not
+            self.nodes = layouts.every_node(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
         self.report = Report(opts.seed)
         self.jobs: dict[str, Job] = {}
         self.serial = 0
@@ -451,6 +469,8 @@ class Soak:
                 ("request edited", 1.5, self.op_edit_request),
                 ("entitlements reloaded", 0.3, self.op_reload_rules),
             ]
+        if self.opts.cells:
+            table.append(("cells reloaded", 0.3, self.op_reload_cells))
         return table
 
     async def loop(self, t0: float) -> None:
@@ -490,6 +510,8 @@ class Soak:
         self.violate(self.partial.check(pods, self.now(), watched=watched, whole=whole))
         self.violate(self.logs.errors)
         self.logs.errors.clear()
+        if self.service is not None and "refused at the start" in self.s.not_ready_reason:
+            self.violate([f"the extender refused its config at the start: {self.s.not_ready_reason}"])
         if not ready:
             return
         if self.before_restart is not None:  # the first check once the restarted extender is ready
@@ -634,16 +656,44 @@ class Soak:
     async def op_reload_rules(self) -> None:
         """The admin rewrites the entitlements; the extender's own config watcher applies them."""
         rules = self.rng.choice([k for k in range(len(tenants.RULES)) if k != self.judge.rules])
-        self.loaded = soak_config(self.opts.ttl, rules=rules, path=self.config_path)
-        assert self.service is not None
-        owners = [getattr(fn, "__self__", None) for fn in self.service.background]
-        watcher = next(w for w in owners if isinstance(w, ConfigWatcher))
+        self.on_disk = self.layout  # the entitlements are written over the cells in force
+        self.loaded = soak_config(self.opts.ttl, rules=rules, path=self.config_path, layout=self.layout)
+        watcher = self.watcher()
         self.judge.renumbered()  # the core is rebuilt around the running gangs: new gang ids
         await watcher.check()  # None: its own poll applied it first
         if watcher.status.last_result != "applied":
             self.violate([f"entitlements {rules} not applied: {watcher.status.last_errors}"])
         self.judge.rules = rules
         self.report.faults["entitlements reloaded"] += 1
+
+    def watcher(self) -> ConfigWatcher:
+        assert self.service is not None
+        owners = [getattr(fn, "__self__", None) for fn in self.service.background]
+        return next(w for w in owners if isinstance(w, ConfigWatcher))
+
+    async def op_reload_cells(self) -> None:
+        """The admin rewrites the cells (`layouts`); the extender's watcher applies the edit, or
+        refuses one that costs running gangs until the admin confirms it (some are confirmed, the
+        others stay on disk, refused, until the next edit or a restart reads them)."""
+        layout = self.rng.choice([k for k in range(len(layouts.LAYOUTS)) if k != self.on_disk])
+        rules = self.judge.rules if self.opts.hostile else None
+        soak_config(self.opts.ttl, rules=rules, path=self.config_path, layout=layout)
+        self.on_disk = layout
+        watcher = self.watcher()
+        self.judge.renumbered()
+        await watcher.check()
+        if watcher.status.last_result == "refused" and self.rng.random() < 0.5:
+            (self.config_path.parent / CONFIRM_FILE).write_text(watcher.status.refused_digest)
+            self.report.faults["cells reload confirmed"] += 1
+            await watcher.check()
+        result = watcher.status.last_result
+        self.report.faults[f"cells reloaded: {result}"] += 1
+        if result == "applied":
+            self.layout, self.loaded = layout, load_config(self.config_path)
+        elif result != "refused":
+            self.violate(
+                [f"layout {layout} ({layouts.LAYOUTS[layout][0]}) {result}: {watcher.status.last_errors}"]
+            )
 
     async def op_finish_job(self) -> None:
         running = [
@@ -836,15 +886,42 @@ class Soak:
         self.report.faults["watch cut"] += 1
 
     async def op_restart(self) -> None:
-        self.judge.renumbered()
+        in_force = self.layout
+        if self.opts.cells:  # the restarted process reads the file as it is, a refused edit too
+            self.loaded, self.layout = load_config(self.config_path), self.on_disk
         self.before_restart = (
             checks.bound_requests(self.s) if self.service is not None and self.s.ready else {}
         )
+        await self.restart()
+        if self.opts.cells and await self.refused_at_start():
+            if self.layout == in_force:
+                self.violate([f"a restart refused layout {in_force}, the one its gangs run under"])
+            if self.rng.random() < 0.5:  # the admin confirms the edit, or puts the config in force back
+                (self.config_path.parent / CONFIRM_FILE).write_text(config_digest(self.loaded))
+                self.report.faults["refused at a restart, then confirmed"] += 1
+            else:
+                rules = self.judge.rules if self.opts.hostile else None
+                self.loaded = soak_config(self.opts.ttl, rules=rules, path=self.config_path, layout=in_force)
+                self.layout = self.on_disk = in_force
+                self.report.faults["refused at a restart, then put back"] += 1
+            await self.restart()  # the Deployment starts the replica the refusal ended again
+
+    async def restart(self) -> None:
+        self.judge.renumbered()
         await self.stop_extender()
         self.report.restarts += 1
         self.backoff.clear()  # kube-scheduler saw every bind in flight fail: retry soon
         self.partial.restart()
         await self.start_extender()
+
+    async def refused_at_start(self) -> bool:
+        """Whether the restarted extender refused the config on disk (`extender.kube.start_config`:
+        `topogang serve` exits then), once its start's recovery is done."""
+        for _ in range(200):
+            if self.sync().synced:
+                break
+            await self.settle(0.5)
+        return "refused at the start" in self.s.not_ready_reason
 
     # ------------------------------------------------------------------------------ the others
     def set_phase(self, pod: Obj, phase: str) -> None:
@@ -1015,6 +1092,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check-every", type=int, default=10, help="full core invariant check period (ops)")
     p.add_argument("--no-restarts", action="store_true", help="never restart the extender")
     p.add_argument("--hostile", action="store_true", help="other tenants push past their entitlements")
+    p.add_argument("--cells", action="store_true", help="the admin edits the hardware and quotas")
     args = p.parse_args(argv)
     failed = False
     for seed in args.seed or [1]:
@@ -1027,6 +1105,7 @@ def main(argv: list[str] | None = None) -> int:
             restarts=not args.no_restarts,
             progress=True,
             hostile=args.hostile,
+            cells=args.cells,
         )
         report = run_soak(opts)
         print("\n".join(report.lines()), flush=True)

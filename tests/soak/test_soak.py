@@ -111,3 +111,16 @@ def test_the_soak_reports_a_tenant_past_its_entitlement(monkeypatch: pytest.Monk
     assert any("may use" in v or "may ask for at most" in v for v in report.violations), "\n".join(
         report.lines()
     )
+
+
+@pytest.mark.parametrize("seed", [6, 12])
+def test_the_admin_edits_the_cells_while_tenants_push(seed: int) -> None:
+    """The hostile soak with the cells edited too (`tests.soak.layouts`): VCs grown and shrunk, a
+    rack added, a rack taken out for repair while its pods run, through hot reloads (some refused,
+    some confirmed) and restarts that read the file as it is. Nothing runs on GPUs the core thinks
+    free, no gang stays partial past its TTL, and every other invariant holds."""
+    report = run_soak(Options(ops=OPS, seconds=SECONDS, seed=seed, hostile=True, cells=True))
+    show(report)
+    assert report.violation_count == 0, "\n".join(report.lines())
+    assert report.faults["cells reloaded: applied"] > 0 and report.faults["cells reloaded: refused"] > 0
+    assert report.faults["cells reload confirmed"] > 0 and report.restarts > 0

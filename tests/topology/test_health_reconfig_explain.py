@@ -105,6 +105,29 @@ def test_reconfiguration_reports_pods_on_removed_hardware() -> None:
     assert violations(new) == []
 
 
+def test_a_gang_not_whole_whose_placement_loses_hardware_is_let_go() -> None:
+    """A reload that takes out nodes of a gang still waiting for members leaves it a placement it
+    can never be whole in: it is let go as at its TTL, its running member evicted, and placed afresh
+    when its members come back. A gang not whole on hardware that stays keeps its reservation; a
+    whole gang cut the same way runs on (the admin confirmed the cut)."""
+    old = Core(rack_cluster(racks=2, vcs={"a": [("NODE", 6)]}))
+    waiting = gang("w", "a", (2, 8), suggested_nodes=frozenset({"r1-n2", "r1-n3"}))
+    first = old.schedule(waiting, "w-0", 8, 0.0)
+    assert isinstance(first, Bind) and first.node in ("r1-n2", "r1-n3")
+    kept = gang("k", "a", (2, 8), suggested_nodes=frozenset({"r0-n0", "r0-n1"}))
+    assert isinstance(old.schedule(kept, "k-0", 8, 0.0), Bind)
+    whole = run(old, gang("g", "a", (1, 8), suggested_nodes=frozenset({"r1-n1"})), "g")[0]
+    new, report = reconfigure(old, rack_cluster(racks=1, vcs={"a": [("NODE", 4)]}), now=0.0)
+    assert report.evict == ["w-0"] and new.gang("w") is None
+    assert "evicted (its gang not whole, its placement's hardware gone): pod w-0" in report.lines()
+    by_gang = {i.gang: i for i in report.impacts}
+    assert not by_gang["w"].whole and "it is let go and its running pods are evicted" in by_gang["w"].text()
+    assert by_gang["g"].whole and "evicted" not in by_gang["g"].text() and whole.pod_uid not in report.evict
+    k = new.gang("k")
+    assert "k" not in by_gang and k is not None and [s.pod_uid for s in k.slots].count("k-0") == 1
+    assert violations(new) == []
+
+
 def test_adopt_rebuilds_a_gang_pod_by_pod_after_restart() -> None:
     core = Core(rack_cluster())
     req = gang("g", "a", (2, 8))

@@ -1,0 +1,71 @@
+"""A start judges the config it reads as a hot reload does: an edit that costs running gangs GPUs
+is not taken up unless confirmed.
+
+A hot reload refuses such an edit until `confirm-capacity-loss` names its digest
+(`extender.http.reload`), and the running config stays in force. The refused file stays on disk,
+though, and a restart (a rolling upgrade, a node drained under the extender, a crash) would read it
+and rebuild every gang under it: the refusal would hold only until the process next started. So the
+start's recovery reports what the config cost the gangs that run (`RecoveryReport.costs`: their
+pods on nodes it does not have), and an unconfirmed cost stops the start: the replica stays not
+ready, says why (log, `ConfigRejected` Event on its own pod, /readyz) and, under `topogang serve`,
+exits, so the Deployment restarts it until the admin confirms the edit or puts the config back,
+while a replica that still runs the config in force keeps serving. A confirmed cost is taken up as
+the reload takes it up: the running pods of gangs not whole yet whose placement lost nodes are
+evicted (such a gang can never be whole where it was placed).
+
+What a start cannot judge is a VC shrunk below what runs: a gang lazily preempted before the restart
+comes back opportunistic under the very config it ran under (its bind info still records the quota
+cells it held), so a gang that comes back opportunistic is logged (the recovery's notes), not
+refused. Only a hot reload, which knows the config in force, refuses that edit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from config.against import config_digest
+from config.load import LoadedConfig
+from extender.http.reload import read_confirmation
+from extender.kube.recovery_report import RecoveryReport
+
+log = logging.getLogger("topogang.kube")
+
+
+class StartConfig:
+    """The start's judgement of the config (`ClusterSync.on_recovered`); `refusal` holds the sync
+    back from ready once it refused."""
+
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        evict: Callable[[Sequence[str], str], Awaitable[None]],
+        tell: Callable[[str], object],
+        on_refused: Callable[[], None] | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.evict = evict
+        self.tell = tell  # e.g. a ConfigRejected Event on the extender's own pod
+        self.on_refused = on_refused
+        self.refusal = ""
+
+    async def judge(self, report: RecoveryReport) -> None:
+        costs = report.costs()
+        if not costs:
+            return
+        digest, file = config_digest(self.loaded), self.loaded.file
+        if read_confirmation(file) == digest:
+            log.warning("config %s taken up at the start, its cost confirmed: %s", file, "; ".join(costs))
+            if report.evict:
+                await self.evict(report.evict, "its gang was not whole and the config took out its node")
+            return
+        self.refusal = (
+            f"config {file} refused at the start: it costs running gangs GPUs ("
+            + "; ".join(costs)
+            + f"); to take it up, write {digest} to the file confirm-capacity-loss beside it "
+            f"(Helm: --set-string confirmCapacityLoss={digest}), or put back the config they run under"
+        )
+        log.error("%s", self.refusal)
+        self.tell(self.refusal)
+        if self.on_refused is not None:
+            self.on_refused()

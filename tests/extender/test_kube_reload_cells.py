@@ -1,0 +1,191 @@
+"""Hot reloads that change the cells, in Kubernetes mode, against the in-memory API server: what
+runs on hardware a reload adds or takes out (found by the soak's `--cells` mode).
+
+- A node the reload adds may already run pods: topogang's own, left running on a rack the admin
+  took out for repair and now brings back, and other schedulers' pods holding GPUs. The new core
+  gets the node fenced until the sync has read what runs there (`extender.kube.added_nodes`).
+- A gang placed again after a reload took out one member's node has pods of two placements under
+  one name; a restart takes the placement that lies on the config's nodes as the current one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from config.against import CONFIRM_FILE, config_digest
+from config.load import load_config
+from extender.http.reload import ConfigWatcher
+from extender.kube.added_nodes import AddedNodes
+from extender.kube.recovery import recover
+from extender.kube.service import kube_service
+from extender.kube.sync import ClusterSync
+from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
+from tests.extender.helpers import example, place, pod, run, scheduler, spec
+from tests.extender.test_kube_edge import apiserver, bound_pods, node
+from tests.extender.test_kube_outside import plain
+from tests.soak.layouts import layout_text
+from topology.core import Core
+from topology.invariants import violations
+
+REPAIRED = "a100-r3-n2"  # a node of rack 3, which the layout "rack 3 out for repair" does not have
+WITHOUT_RACK3 = 4  # `tests.soak.layouts.LAYOUTS`
+
+
+def owner(service: Any, kind: type) -> Any:
+    """The object of `kind` whose method runs among the service's background tasks."""
+    return next(o for fn in service.background if isinstance(o := getattr(fn, "__self__", None), kind))
+
+
+def only_healthy(s: Any, keep: set[str]) -> None:
+    for n in s.core.node_names():
+        s.core.set_node_health(n, n in keep)
+
+
+def test_a_node_a_reload_adds_is_used_only_once_what_runs_there_is_held(tmp_path: Path) -> None:
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        only_healthy(s, {REPAIRED})
+        ours = pod("u1", "train-0", "nlp", spec("nlp", 4))
+        await place(s, ours)
+        api = bound_pods(s, binder, [ours])
+        assert api[0]["spec"]["nodeName"] == REPAIRED
+        theirs = plain("other", REPAIRED, 2)  # another scheduler's pod, 2 GPUs
+        path = tmp_path / "cluster.yaml"
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        path.write_text(layout_text(base, WITHOUT_RACK3), encoding="utf-8")
+        kube = apiserver([*api, theirs], [node(n) for n in s.core.node_names()])
+        service = kube_service(load_config(path), kube)
+        k, sync, watcher = service.scheduler, owner(service, ClusterSync), owner(service, ConfigWatcher)
+        await sync.start()
+        assert not k.core.has_node(REPAIRED) and not k.core.holds_slot("u1")
+
+        path.write_text(base, encoding="utf-8")  # rack 3 is back
+        assert await watcher.check() == "applied"
+        assert k.core.node_health(REPAIRED) == tuple(range(8)), "usable before what runs there is read"
+        added = watcher.on_applied.__self__
+        assert isinstance(added, AddedNodes)
+        await asyncio.gather(*added.tasks)
+        assert k.core.holds_slot("u1"), "topogang's pod on the added node is not held"
+        assert k.core.node_fill(REPAIRED) == (8 - 4 - 2, 8), "a running pod's GPUs are free"
+        assert sync.fenced == set() and violations(k.core) == []
+
+    run(go())
+
+
+def test_a_node_list_waiting_for_the_lock_is_applied_to_the_core_a_reload_put_in_place() -> None:
+    async def go() -> None:
+        names = Core(example().spec).node_names()
+        kube = apiserver([], [node(n) for n in names])
+        service = kube_service(example(), kube)
+        k, sync = service.scheduler, owner(service, ClusterSync)
+        await sync.start()
+        async with k.lock:  # a reload holds the lock while the node watch lists again
+            relist = asyncio.create_task(sync.relist_nodes([node(n) for n in names if n != REPAIRED]))
+            await asyncio.sleep(0)
+            k.core = Core(example().spec)  # ... and puts a new core in place, every node healthy
+        await relist
+        assert k.core.node_health(REPAIRED) == tuple(range(8)), "a node gone from the API is usable"
+
+    run(go())
+
+
+def test_a_restart_takes_the_placement_on_the_configs_nodes_as_the_current_one(tmp_path: Path) -> None:
+    """Member 0 of a two-pod gang was bound on rack 3; the admin took rack 3 out (confirmed) and the
+    gang was placed again elsewhere, where member 1 is bound. After a restart, the gang is the one
+    placed again, with member 0's slot open (its pod on rack 3 never counts for it), not a remnant
+    kept until gone that no reservation TTL ever ends."""
+
+    async def go() -> None:
+        text = spec("nlp", 4, 2, "nlp/pair")
+        first, second = pod("a", "pair-0", "nlp", text), pod("b", "pair-1", "nlp", text)
+        binder = MemoryBinder()
+        before = scheduler(binder)
+        only_healthy(before, {"a100-r3-n1", "a100-r3-n2"})
+        await place(before, first)
+        path = tmp_path / "cluster.yaml"
+        path.write_text(layout_text(EXAMPLE_CONFIG.read_text(encoding="utf-8"), WITHOUT_RACK3))
+        after = scheduler(binder)
+        after.core = Core(load_config(path).spec)
+        await place(after, second)
+        api = bound_pods(before, binder, [first]) + bound_pods(after, binder, [second])
+        assert api[0]["spec"]["nodeName"].startswith("a100-r3-") and api[1]["spec"]["nodeName"]
+        fresh = Core(load_config(path).spec)
+        report = recover(fresh, api, now=0.0, namespace_vcs={"nlp": "nlp"})
+        gang = fresh.gang("nlp/pair")
+        assert gang is not None, report.lines()
+        assert [sl.pod_uid for sl in gang.slots].count("b") == 1 and gang.deadline is not None
+        assert fresh.reservations.pod_gang.get("a") is None
+        assert violations(fresh) == []
+
+    run(go())
+
+
+async def one_member_bound_on_rack3(binder: MemoryBinder) -> list[dict[str, Any]]:
+    """A two-pod gang of nlp whose one member is bound on rack 3 (the other not yet created), and
+    two one-node nlp gangs filling the rest of VC nlp's three node cells: the API's pods after the
+    binds."""
+    s = scheduler(binder)
+    only_healthy(s, {REPAIRED})
+    member = pod("a", "pair-0", "nlp", spec("nlp", 4, 2, "nlp/pair"))
+    await place(s, member)
+    only_healthy(s, {n for n in s.core.node_names() if not n.startswith("a100-r3-")})
+    full = [pod(f"n{i}", f"whole-{i}", "nlp", spec("nlp", 8)) for i in range(2)]
+    for p in full:
+        await place(s, p)
+    return bound_pods(s, binder, [member, *full])
+
+
+def refusing_start(tmp_path: Path, layout: int, api: list[dict[str, Any]]) -> tuple[Any, Any, list[int]]:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(layout_text(EXAMPLE_CONFIG.read_text(encoding="utf-8"), layout), encoding="utf-8")
+    names = Core(example().spec).node_names()
+    kube = apiserver(api, [node(n) for n in names])
+    exits: list[int] = []
+    service = kube_service(load_config(path), kube, on_config_refused=lambda: exits.append(1))
+    return service, kube, exits
+
+
+def test_a_start_refuses_a_config_that_costs_running_gangs_until_it_is_confirmed(tmp_path: Path) -> None:
+    """The config on disk drops rack 3 (a member of a gang not whole runs there) and shrinks nlp to
+    one node cell (one of its two one-node gangs no longer fits): a hot reload refuses that unless
+    confirmed, and so does a start. Confirmed, the start takes it up as the reload would: the gang
+    not whole is let go (its member evicted) and the others run on as opportunistic."""
+
+    async def go() -> None:
+        api = await one_member_bound_on_rack3(MemoryBinder())
+        service, kube, exits = refusing_start(tmp_path, WITHOUT_RACK3, api)
+        k, sync = service.scheduler, owner(service, ClusterSync)
+        await sync.start()
+        digest = config_digest(load_config(tmp_path / "cluster.yaml"))
+        assert not k.ready and "refused at the start" in k.not_ready_reason and exits == [1]
+        assert digest in k.not_ready_reason and "nlp/pair" in k.not_ready_reason
+        assert not [c for c in kube.calls if c[0] == "DELETE"]  # refused: nothing evicted
+
+        (tmp_path / CONFIRM_FILE).write_text(digest + "\n")
+        service, kube, exits = refusing_start(tmp_path, WITHOUT_RACK3, api)
+        k, sync = service.scheduler, owner(service, ClusterSync)
+        await sync.start()
+        assert sync.synced and "refused" not in k.not_ready_reason and exits == [], k.not_ready_reason
+        deleted = [path for method, path, _ in kube.calls if method == "DELETE"]
+        assert deleted == ["/api/v1/namespaces/nlp/pods/pair-0"]
+        whole = sorted(g.priority for g in k.core.gangs() if g.name.startswith("nlp/pod:whole-"))
+        assert whole == [-1, 0], whole
+        assert violations(k.core) == []
+
+    run(go())
+
+
+def test_a_start_under_the_config_its_gangs_run_under_refuses_nothing(tmp_path: Path) -> None:
+    async def go() -> None:
+        api = await one_member_bound_on_rack3(MemoryBinder())
+        service, kube, exits = refusing_start(tmp_path, 0, api)
+        k, sync = service.scheduler, owner(service, ClusterSync)
+        await sync.start()
+        assert sync.synced and "refused" not in k.not_ready_reason and exits == []
+        assert k.core.holds_slot("a")
+        assert not [c for c in kube.calls if c[0] == "DELETE"] and violations(k.core) == []
+
+    run(go())
