@@ -101,12 +101,12 @@ manifests: $(RUN_STAMP)
 
 ## soak: the Kubernetes mode against an in-memory API server with randomized faults and restarts,
 ##       longer than the suite's (SOAK_OPS operations for each of SOAK_SEEDS; SOAK_HOSTILE=1 adds tenants
-##       pushing past their entitlements); prints the figures
+##       pushing past their entitlements, SOAK_CELLS=1 the admin editing the cells); prints the figures
 SOAK_OPS ?= 20000
 SOAK_SEEDS ?= 1 2 3
 .PHONY: soak
 soak: $(STAMP)
-	$(BIN)/python -m tests.soak.driver --ops $(SOAK_OPS) $(foreach s,$(SOAK_SEEDS),--seed $(s)) $(if $(SOAK_HOSTILE),--hostile)
+	$(BIN)/python -m tests.soak.driver --ops $(SOAK_OPS) $(foreach s,$(SOAK_SEEDS),--seed $(s)) $(if $(SOAK_HOSTILE),--hostile) $(if $(SOAK_CELLS),--cells)
 
 ## fuzz: hostile requests across every route of a fresh standalone extender (FUZZ_REQUESTS of them, from
 ##       FUZZ_SEED); prints violations by kind, the server's RSS before and after, and whether the

@@ -442,6 +442,21 @@ class Extender:
     def stop(self) -> int | None:
         return self.process.stop() if self.process is not None else None
 
+    def run_until_exit(self, timeout: float = 60.0) -> tuple[int | None, str]:
+        """Start it and wait for it to leave by itself (a start that refuses its config): its exit
+        code and this run's log."""
+        assert self.process is None or not self.process.alive(), "extender already running"
+        self.starts += 1
+        log = self.cluster.workdir / "logs" / f"extender-{self.starts}.log"
+        self.process = Process("extender", self.argv, log, cwd=REPO, env={**os.environ, **self.env})
+        deadline = time.monotonic() + timeout
+        while self.process.alive():
+            if time.monotonic() >= deadline:
+                self.process.stop()
+                pytest.fail(f"the extender still runs after {timeout:.0f}s:\n{_tail(self.process.log())}")
+            time.sleep(0.2)
+        return self.process.proc.returncode, self.process.log()
+
     def restart(self) -> None:
         self.stop()
         self.start()

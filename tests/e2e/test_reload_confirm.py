@@ -11,6 +11,7 @@ Event; `topogang diff --against` the running extender says the same. A second up
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from scripts import manifests
 from tests.e2e import chart
 from tests.e2e.conftest import REPO, E2ECluster, Extender
 from tests.e2e.helpers import pods_of, submit_gang, wait_running, wait_until
+from tests.soak.layouts import without_rack
 
 pytestmark = pytest.mark.e2e
 
@@ -120,3 +122,41 @@ def test_helm_upgrade_that_downgrades_a_running_gang_needs_its_digest(
         mount(e2e_cluster, extender)
         wait_until("the original config back", lambda: nlp_quota(extender) == 24, 60)
         assert not (config_file(extender).parent / "confirm-capacity-loss").exists()
+
+
+def test_a_restart_refuses_a_config_that_takes_out_a_running_pods_node_until_confirmed(
+    e2e_cluster: E2ECluster, extender: Extender, gang_ns: str
+) -> None:
+    """The config on disk takes out the rack a running pod is on, and nobody confirmed it: the hot
+    reload refuses that, and so must the next start (a rolling upgrade, a crash), or the refusal
+    would last only until the process restarts. `topogang serve` exits naming the pod's node and
+    the digest; confirmed by that digest, it starts, and the whole one-pod gang runs on, outside
+    the config's books."""
+    core = e2e_cluster.core
+    (name,) = submit_gang(core, gang_ns, "solo", 1, 8, "nlp", priority=10)
+    placed = wait_running(core, gang_ns, [name])[name]
+    assert placed.node is not None
+    rack = int(placed.node.split("-r")[1].split("-")[0])  # a100-r<rack>-n<node>
+    cfg = config_file(extender)
+    original = cfg.read_text(encoding="utf-8")
+    confirm = cfg.parent / "confirm-capacity-loss"
+    try:
+        extender.stop()
+        cfg.write_text(without_rack(original, rack), encoding="utf-8")
+        rc, log = extender.run_until_exit()
+        assert rc == 4 and "refused at the start" in log and f"{name} on {placed.node}" in log, log[-3000:]
+        found = re.search(r"write ([0-9a-f]{16}) to the file confirm-capacity-loss", log)
+        assert found is not None, log[-3000:]
+
+        confirm.write_text(found.group(1), encoding="utf-8")
+        extender.start()
+        groups = extender.get("/v1/inspect/affinitygroups/")["items"]
+        assert f"{gang_ns}/solo" not in [
+            g["metadata"]["name"] for g in groups
+        ]  # its node is not the config's
+        assert wait_running(core, gang_ns, [name])[name].node == placed.node  # not evicted
+    finally:
+        extender.stop()
+        cfg.write_text(original, encoding="utf-8")
+        confirm.unlink(missing_ok=True)
+        extender.start()

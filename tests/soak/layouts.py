@@ -51,10 +51,10 @@ def _add_rack(text: str) -> str:
     return head.rstrip("\n") + "\n" + RACK4 + sep + tail
 
 
-def _without_rack3(text: str) -> str:
-    """Rack 3 out for repair; vision and nlp down to the 8 nodes left (vision's rack and one more
-    node, nlp's one node, research's two nodes of halves)."""
-    text = re.sub(r"  - cellType: A100-RACK           # rack 3\n(    .*\n)+", "", text)
+def without_rack(text: str, rack: int) -> str:
+    """Rack `rack` (1-3) out for repair; vision and nlp down to the 8 nodes left (vision's rack and
+    one more node, nlp's one node, research's two nodes of halves)."""
+    text = re.sub(rf"  - cellType: A100-RACK +# rack {rack}\b.*\n(    .*\n)+", "", text)
     return _nlp_nodes(_vision_nodes(text, 1), 1)
 
 
@@ -64,7 +64,7 @@ LAYOUTS: tuple[tuple[str, Callable[[str], str]], ...] = (
     ("nlp one node more", lambda t: _nlp_nodes(t, 4)),
     ("nlp shrunk, research grown", lambda t: _research_halves(_nlp_nodes(t, 2), 6)),
     ("a fourth rack", _add_rack),
-    ("rack 3 out for repair", _without_rack3),
+    ("rack 3 out for repair", lambda t: without_rack(t, 3)),
 )
 
 
