@@ -16,7 +16,10 @@ evicted (such a gang can never be whole where it was placed).
 What a start cannot judge is a VC shrunk below what runs: a gang lazily preempted before the restart
 comes back opportunistic under the very config it ran under (its bind info still records the quota
 cells it held), so a gang that comes back opportunistic is logged (the recovery's notes), not
-refused. Only a hot reload, which knows the config in force, refuses that edit.
+refused. Only a hot reload, which knows the config in force, refuses that edit. Nor can a start tell
+pods this edit takes out from pods an earlier confirmed edit left running outside the config: while
+such pods run, a start after any later edit of the file asks for that edit's digest (a confirmation
+names one digest, never the next).
 """
 
 from __future__ import annotations
