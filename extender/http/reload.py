@@ -108,7 +108,7 @@ class ConfigWatcher:
         self.refused: tuple[str, str] | None = None  # (file hash, confirmation) last refused
         self.on_result: Callable[[str, list[str]], None] | None = None  # e.g. a Kubernetes Event
         # (old core, new core), under the lock right after the swap: what the edge keeps per node
-        # follows the new config before any verb reads it (Kubernetes: `extender.kube.added_nodes`)
+        # follows the new config before any verb reads it (Kubernetes: `extender.kube.node_changes`)
         self.on_applied: Callable[[Core, Core], None] | None = None
         self.outcomes = Counter(
             "topogang_config_reloads",

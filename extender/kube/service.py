@@ -37,12 +37,12 @@ from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
 from extender.kube import dra_mode
 from extender.kube import pods as kpods
-from extender.kube.added_nodes import AddedNodes
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quoted
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
+from extender.kube.node_changes import NodeChanges
 from extender.kube.outside import Held
 from extender.kube.requeue import Requeuer
 from extender.kube.reservation_sync import ReservationStore
@@ -280,7 +280,7 @@ def kube_service(
     nodes = len(scheduler.core.node_names())
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     watcher.on_result = on_reload
-    watcher.on_applied = AddedNodes(sync).reconfigured
+    watcher.on_applied = NodeChanges(sync).reconfigured
     authority = KubeAuthority(
         kube,
         audience=audience,

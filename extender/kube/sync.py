@@ -4,8 +4,7 @@ Start-up (before /readyz turns ready, and before any verb is served): list nodes
 is bad until the API server shows it Ready), list pods, and rebuild every bound gang from its
 annotations (`recovery`). Then watch both from the lists' resourceVersions, listing again on 410:
 
-- node added or changed -> `Core.set_node_health` (Ready, unschedulable, GPU allocatable); deleted
-  -> all its GPUs bad;
+- node added or changed -> `Core.set_node_health` (Ready, unschedulable, GPU allocatable); deleted -> bad;
 - pod deleted -> its slot opens (`Core.release_pod`); pod Succeeded -> finished (released early with
   gangReleaseEnable); pod Failed -> its slot opens for the retry;
 - a bound pod the core does not hold (bound elsewhere, or missed) -> adopted;
@@ -38,6 +37,7 @@ from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
+from extender.kube.off_config import OffConfig
 from extender.kube.outside import Held, OutsidePods
 from extender.kube.recovery import Claimed, Verify, recover
 from extender.kube.recovery_report import RecoveryReport
@@ -73,7 +73,8 @@ class ClusterSync:
         # DRA mode: GPUs its device map keeps out (tainted, or slices contradicting the config)
         self.extra_bad: Callable[[str], frozenset[int]] = lambda node: frozenset()
         self.health: dict[str, tuple[bool, int | None]] = {}  # node -> (healthy, healthy GPUs)
-        self.fenced: set[str] = set()  # nodes a reload added, unhealthy until read (`added_nodes`)
+        self.fenced: set[str] = set()  # nodes a reload added, unhealthy until read (`node_changes`)
+        self.off_config = OffConfig(lambda: self.s.core, self.pods, lambda: self.signer, self.evict)
         # DRA mode: a finished or deleted pod's claims go back
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
         # DRA mode: how the start's recovery reads a pod's GPUs from its claims
@@ -81,8 +82,7 @@ class ClusterSync:
         self.outside = OutsidePods()  # pods that are not topogang's holding GPUs of the config's nodes
         self.on_outside: Callable[[Held], None] = lambda held: None  # told once per such pod
         self.after_recovery: Callable[[], None] | None = None  # before ready (`serve`: `gc.freeze`)
-        # the start's recovery judged (`extender.kube.start_config`), before the sync is synced
-        self.on_recovered: Callable[[RecoveryReport], Awaitable[None]] | None = None
+        self.on_recovered: Callable[[RecoveryReport], Awaitable[None]] | None = None  # `start_config`
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -150,6 +150,7 @@ class ClusterSync:
                 uid = kpods.uid(pod)
                 self.live[uid] = (kpods.namespace(pod), kpods.name(pod))
                 self.pods[uid] = kpods.kept(pod)
+                self.off_config.saw(pod)
                 if uid in judged:
                     self.checked[uid] = fingerprint(pod)
                 else:
@@ -334,6 +335,7 @@ class ClusterSync:
                 await self._gone_pod(uid, pod)
             return
         self.check(pod)
+        self.off_config.saw(pod)
         if kpods.node_name(pod) is not None and uid not in self.foreign and not self._held(uid):
             async with self.s.lock:
                 report = recover(
@@ -356,7 +358,9 @@ class ClusterSync:
     async def _gone_pod(self, uid: str, pod: Mapping[str, Any]) -> None:
         """A pod deleted or finished: its GPUs go back, first to pods that wait for GPUs to free."""
         self.claims.gone(uid)
+        gang = None if kpods.succeeded(pod) else self.off_config.leaving(uid)
         await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
+        await self.off_config.left(uid, gang)
         await self._freed()
         if self.on_gone is not None:
             await self.on_gone(pod)
@@ -438,7 +442,9 @@ class ClusterSync:
             self.done.discard(uid)
             self.checked.pop(uid, None)
             self.claims.gone(uid)
+            gang = self.off_config.leaving(uid)
             await self.s.pod_gone(uid)
+            await self.off_config.left(uid, gang)
         await self._freed()
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them

@@ -3,7 +3,7 @@ runs on hardware a reload adds or takes out (found by the soak's `--cells` mode)
 
 - A node the reload adds may already run pods: topogang's own, left running on a rack the admin
   took out for repair and now brings back, and other schedulers' pods holding GPUs. The new core
-  gets the node fenced until the sync has read what runs there (`extender.kube.added_nodes`).
+  gets the node fenced until the sync has read what runs there (`extender.kube.node_changes`).
 - A gang placed again after a reload took out one member's node has pods of two placements under
   one name; a restart takes the placement that lies on the config's nodes as the current one.
 """
@@ -17,7 +17,7 @@ from typing import Any
 from config.against import CONFIRM_FILE, config_digest
 from config.load import load_config
 from extender.http.reload import ConfigWatcher
-from extender.kube.added_nodes import AddedNodes
+from extender.kube.node_changes import NodeChanges
 from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
@@ -66,7 +66,7 @@ def test_a_node_a_reload_adds_is_used_only_once_what_runs_there_is_held(tmp_path
         assert await watcher.check() == "applied"
         assert k.core.node_health(REPAIRED) == tuple(range(8)), "usable before what runs there is read"
         added = watcher.on_applied.__self__
-        assert isinstance(added, AddedNodes)
+        assert isinstance(added, NodeChanges)
         await asyncio.gather(*added.tasks)
         assert k.core.holds_slot("u1"), "topogang's pod on the added node is not held"
         assert k.core.node_fill(REPAIRED) == (8 - 4 - 2, 8), "a running pod's GPUs are free"
@@ -187,5 +187,39 @@ def test_a_start_under_the_config_its_gangs_run_under_refuses_nothing(tmp_path: 
         assert sync.synced and "refused" not in k.not_ready_reason and exits == []
         assert k.core.holds_slot("a")
         assert not [c for c in kube.calls if c[0] == "DELETE"] and violations(k.core) == []
+
+    run(go())
+
+
+def test_a_whole_gang_a_confirmed_start_cut_takes_its_pod_outside_along_when_let_go(tmp_path: Path) -> None:
+    """A whole two-pod gang with one pod on rack 3: confirmed, the start without rack 3 keeps the
+    gang running on its other pod, and the pod on rack 3 outside the books. When the held member
+    goes, the gang is not whole, and the pod outside is evicted: no TTL would ever reach it."""
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        only_healthy(s, {"a100-r1-n4", REPAIRED})
+        text = spec("nlp", 8, 2, "nlp/duo")
+        duo = [pod("d0", "duo-0", "nlp", text), pod("d1", "duo-1", "nlp", text)]
+        for p in duo:
+            await place(s, p)
+        api = bound_pods(s, binder, duo)
+        assert sorted(p["spec"]["nodeName"] for p in api) == ["a100-r1-n4", REPAIRED]
+        service, kube, _ = refusing_start(tmp_path, WITHOUT_RACK3, api)
+        digest = config_digest(load_config(tmp_path / "cluster.yaml"))
+        (tmp_path / CONFIRM_FILE).write_text(digest, encoding="utf-8")
+        k, sync = service.scheduler, owner(service, ClusterSync)
+        await sync.start()
+        outside = next(p for p in api if p["spec"]["nodeName"] == REPAIRED)
+        held = next(p for p in api if p is not outside)
+        gang = k.core.gang("nlp/duo")
+        assert gang is not None and [sl.pod_uid for sl in gang.slots] == [held["metadata"]["uid"]]
+        assert sync.off_config.by_gang == {"nlp/duo": {outside["metadata"]["uid"]}}
+        assert not [c for c in kube.calls if c[0] == "DELETE"]  # whole: it runs on
+        await sync.on_pod("DELETED", held)
+        deleted = [path for method, path, _ in kube.calls if method == "DELETE"]
+        assert deleted == [f"/api/v1/namespaces/nlp/pods/{outside['metadata']['name']}"]
+        assert k.core.gang("nlp/duo") is None
 
     run(go())

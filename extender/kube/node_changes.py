@@ -1,5 +1,5 @@
-"""Nodes a hot reload adds to the config: kept out of every placement until the cluster has been
-read for them.
+"""Nodes a hot reload adds to the config or takes out: an added node is kept out of every placement
+until the cluster has been read for it.
 
 The sync knows the cluster only for the nodes of the config in force: pods on other nodes (topogang's
 pods left running on a rack the admin took out for repair, pods of other schedulers holding GPUs)
@@ -32,7 +32,7 @@ NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
 
 
-class AddedNodes:
+class NodeChanges:
     """Fences the nodes a reload adds and lets them in once read; one per sync."""
 
     def __init__(self, sync: ClusterSync) -> None:
@@ -46,6 +46,7 @@ class AddedNodes:
         for gone in before - after:
             sync.health.pop(gone, None)
         added = frozenset(after - before)
+        sync.off_config.nodes_changed(before - after, added)  # pods there run outside it, or in it again
         if not added:
             return
         for node in added:
