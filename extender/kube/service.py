@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -185,14 +185,21 @@ def kube_service(
     dra_tasks = (
         dra_mode.attach(scheduler, sync, kube, loaded, dra, recorder, metrics) if dra is not None else []
     )
-    scheduler.evictor = sync.evict
+
+    async def evict(uids: Sequence[str], reason: str) -> None:
+        """Evictions are the leader's: a standby sees the same reloads and departures, and keeps its
+        view only (a start that evicts nothing for it leaves the gang to its reservation's TTL)."""
+        if elector is None or elector.leading:
+            await sync.evict(uids, reason)
+
+    scheduler.evictor = sync.off_config.evict = evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)
     gangs = scheduler.conventions
     store = ReservationStore(scheduler, kube, namespace)
     own_pod = ObjectRef("Pod", namespace, os.environ.get("POD_NAME", instance))
     start_config = StartConfig(
         loaded,
-        sync.evict,
+        evict,
         lambda text: recorder.record(own_pod, "ConfigRejected", text, warning=True),
         on_config_refused,
     )

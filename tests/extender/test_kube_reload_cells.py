@@ -17,12 +17,14 @@ from typing import Any
 from config.against import CONFIRM_FILE, config_digest
 from config.load import load_config
 from extender.http.reload import ConfigWatcher
+from extender.kube.leader import LeaseSettings
 from extender.kube.node_changes import NodeChanges
 from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
 from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
-from tests.extender.helpers import example, place, pod, run, scheduler, spec
+from tests.extender.helpers import Clock, example, place, pod, run, scheduler, spec
+from tests.extender.test_kube_durable import NS, Running, cluster, start, submit, until
 from tests.extender.test_kube_edge import apiserver, bound_pods, node
 from tests.extender.test_kube_outside import plain
 from tests.soak.layouts import layout_text
@@ -221,5 +223,29 @@ def test_a_whole_gang_a_confirmed_start_cut_takes_its_pod_outside_along_when_let
         deleted = [path for method, path, _ in kube.calls if method == "DELETE"]
         assert deleted == [f"/api/v1/namespaces/nlp/pods/{outside['metadata']['name']}"]
         assert k.core.gang("nlp/duo") is None
+
+    run(go())
+
+
+def test_evictions_are_the_leaders_a_standby_sees_the_same_and_keeps_its_view_only() -> None:
+    """A reload's evictions and those of a gang's departed member are decided by every replica, which
+    all see the same reloads and pod events; only the leader acts on them."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        lease = LeaseSettings(NS, "lead", lease_seconds=0.3, renew_deadline=0.2, retry_seconds=0.05)
+        a = await start(kube, clock, lease=lease, identity="a")
+        b = Running(kube_service(example(), kube, clock=clock, namespace=NS, lease=lease, identity="b"))
+        await until("b synced, as standby", lambda: b.s.not_ready_reason.endswith("held by a"))
+        submit(kube, "x", "x-0", "vision", spec("vision", 8))
+        await until("both see it", lambda: "x" in owner(a.service, ClusterSync).live)
+        await until("both see it", lambda: "x" in owner(b.service, ClusterSync).live)
+        assert b.s.evictor is not None and a.s.evictor is not None
+        await b.s.evictor(["x"], "a standby's decision")
+        assert kube.server.objects.get(("v1", "pods", "vision", "x-0")) is not None
+        await a.s.evictor(["x"], "the leader's decision")
+        assert kube.server.objects.get(("v1", "pods", "vision", "x-0")) is None
+        await b.stop()
+        await a.stop()
 
     run(go())
