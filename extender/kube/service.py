@@ -224,8 +224,8 @@ def kube_service(
     elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None
 
     def hold_reason() -> str:
-        if start_config.refusal:
-            return start_config.refusal
+        if start_config.reason:
+            return start_config.reason
         if elector is not None and not elector.leading:
             return f"standby: the Lease is held by {elector.holder or 'nobody yet'}"
         if not store_ready[0]:

@@ -36,8 +36,9 @@ log = logging.getLogger("topogang.kube")
 
 
 class StartConfig:
-    """The start's judgement of the config (`ClusterSync.on_recovered`); `refusal` holds the sync
-    back from ready once it refused."""
+    """The start's judgement of the config (`ClusterSync.on_recovered`). Once it refused, `reason`
+    holds the sync back from ready: what `/readyz`, open to anyone, says (no gang or pod names, as
+    on every open route); `refusal` is the whole text, for the log and the Event."""
 
     def __init__(
         self,
@@ -51,6 +52,7 @@ class StartConfig:
         self.tell = tell  # e.g. a ConfigRejected Event on the extender's own pod
         self.on_refused = on_refused
         self.refusal = ""
+        self.reason = ""
 
     async def judge(self, report: RecoveryReport) -> None:
         costs = report.costs()
@@ -67,6 +69,10 @@ class StartConfig:
             + "; ".join(costs)
             + f"); to take it up, write {digest} to the file confirm-capacity-loss beside it "
             f"(Helm: --set-string confirmCapacityLoss={digest}), or put back the config they run under"
+        )
+        self.reason = (
+            f"config refused at the start: it costs running gangs GPUs (see the log or the ConfigRejected "
+            f"Event); confirm digest {digest} or put back the config they run under"
         )
         log.error("%s", self.refusal)
         self.tell(self.refusal)

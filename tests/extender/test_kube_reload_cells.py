@@ -163,7 +163,10 @@ def test_a_start_refuses_a_config_that_costs_running_gangs_until_it_is_confirmed
         await sync.start()
         digest = config_digest(load_config(tmp_path / "cluster.yaml"))
         assert not k.ready and "refused at the start" in k.not_ready_reason and exits == [1]
-        assert digest in k.not_ready_reason and "nlp/pair" in k.not_ready_reason
+        assert digest in k.not_ready_reason and "nlp/pair" not in k.not_ready_reason  # /readyz is open
+        await until("the Event", lambda: bool(kube.server.events))
+        (event,) = [e for e in kube.server.events if e["reason"] == "ConfigRejected"]
+        assert "nlp/pair" in event["message"] and "pair-0" in event["message"] and digest in event["message"]
         assert not [c for c in kube.calls if c[0] == "DELETE"]  # refused: nothing evicted
 
         (tmp_path / CONFIRM_FILE).write_text(digest + "\n")
