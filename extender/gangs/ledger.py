@@ -261,6 +261,13 @@ class GangLedger:
         if rec is None or rec.phase is Phase.PENDING:
             self.touch(core, gang, waiting, known)
 
+    def rebased(self, core: Core) -> None:
+        """A reload put `core` in place: each record's last seen gang is the new core's gang of that
+        name (a reload rebuilds every gang, on the new config's node and cell numbering), or none."""
+        for rec in self.records.values():
+            if rec.last_gang is not None:
+                rec.last_gang = core.gang(rec.last_gang.name)
+
     def released(self, core: Core, r: Released, waiting: WaitingOf) -> None:
         """The core let the gang go: an expired one stays as a tombstone, any other is forgotten."""
         rec = self.records.get(r.gang)

@@ -158,6 +158,7 @@ class ConfigWatcher:
             self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
             self.scheduler.entitlement.configure(loaded.extras)  # the serve flag's mode stays
             withdrawn = withdraw_promotions(new_core, self.scheduler.entitlement.rules)
+            self.scheduler.gang_ledger.rebased(new_core)
             if self.on_applied is not None:
                 self.on_applied(old, new_core)
         self.status.applied_hash = current

@@ -14,40 +14,44 @@ of the pod's own namespace): a tenant's forged annotation names no other team's 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from extender.gangs.bindinfo import pod_bind_info
 from extender.gangs.bindsig import BindSigner, recovery_verifier
 from extender.gangs.identity import split_key
+from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
-from topology.core import Core
+
+
+class Sync(Protocol):
+    """What the index reads of the sync (`ClusterSync`): its scheduler, the pods it watches, the
+    key bind info is signed with and how it evicts."""
+
+    s: Scheduler
+    pods: dict[str, Mapping[str, Any]]
+    signer: BindSigner | None
+    evictor: Callable[[Sequence[str], str], Awaitable[None]]
 
 
 class OffConfig:
     """The index, kept by the sync from the pods it sees (`saw`) and the nodes a reload changes."""
 
-    def __init__(
-        self,
-        core: Callable[[], Core],
-        pods: Mapping[str, Mapping[str, Any]],
-        signer: Callable[[], BindSigner | None],
-        evict: Callable[[Sequence[str], str], Awaitable[None]],
-    ) -> None:
-        self.core, self.pods, self.signer, self.evict = core, pods, signer, evict  # the sync's
+    def __init__(self, sync: Sync) -> None:
+        self.sync = sync
         self.by_gang: dict[str, set[str]] = {}
         self.gang_of: dict[str, str] = {}
 
     def saw(self, pod: Mapping[str, Any]) -> None:
         """A topogang pod as it is now: kept while bound, unfinished, on a node the config lacks."""
         uid, node = kpods.uid(pod), kpods.node_name(pod)
-        if node is None or kpods.finished(pod) or self.core().has_node(node):
+        if node is None or kpods.finished(pod) or self.sync.s.core.has_node(node):
             self.forget(uid)
         elif uid not in self.gang_of and (gang := self._gang(pod)) is not None:
             self.gang_of[uid] = gang
             self.by_gang.setdefault(gang, set()).add(uid)
 
     def _gang(self, pod: Mapping[str, Any]) -> str | None:
-        verify = recovery_verifier(self.signer(), (), adopt_unsigned=False)  # as after the start
+        verify = recovery_verifier(self.sync.signer, (), adopt_unsigned=False)  # as after the start
         if verify is not None and verify(pod) is not None:
             return None
         try:
@@ -66,28 +70,25 @@ class OffConfig:
             if not left:
                 del self.by_gang[gang]
 
-    def leaving(self, uid: str) -> str | None:
-        """The gang of a pod about to go (asked before its slot is released), when that gang has
-        pods outside the config."""
+    async def going(self, uid: str, *, succeeded: bool) -> None:
+        """Pod `uid` goes (called before its slot is released): unless it succeeded, its gang is not
+        whole any more, and the gang's pods outside the config are evicted."""
         gang = self.gang_of.get(uid)
-        if gang is None and (held := self.core().gang_of_pod(uid)) is not None:
+        if gang is None and (held := self.sync.s.core.gang_of_pod(uid)) is not None:
             gang = held.name
-        return gang if gang in self.by_gang else None
-
-    async def left(self, uid: str, gang: str | None) -> None:
-        """Pod `uid` of `gang` (from `leaving`; None: nothing to do) went: the gang's pods outside go."""
         self.forget(uid)
-        rest = sorted(self.by_gang.pop(gang, ())) if gang is not None else []
+        if succeeded or gang not in self.by_gang:
+            return
+        rest = sorted(self.by_gang.pop(gang))
         for other in rest:
             self.gang_of.pop(other, None)
-        if rest:
-            await self.evict(rest, f"its gang {gang} is not whole: a member went")
+        await self.sync.evictor(rest, f"its gang {gang} is not whole: a member went")
 
     def nodes_changed(self, gone: Iterable[str], added: Iterable[str]) -> None:
         """A reload took out `gone` (their pods run outside now) and described `added` (theirs are
         adopted, `node_changes`)."""
         gone, added = set(gone), set(added)
-        for pod in list(self.pods.values()):
+        for pod in list(self.sync.pods.values()):
             node = kpods.node_name(pod)
             if node in gone or node in added:
                 self.saw(pod)

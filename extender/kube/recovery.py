@@ -334,8 +334,13 @@ def _by_placement(found: list[_Found], has_node: Callable[[str], bool]) -> list[
 
 def _keep_until_gone(core: Core, gang: str, k: int, pods: list[_Found], now: float) -> str:
     """Pods of an earlier placement, being evicted: their GPUs stay held, apart from the gang's
-    current placement, until each pod is gone (as `Core.expire` keeps them before a restart)."""
-    name = f"{gang}/evicted/recovered-{k}"
+    current placement, until each pod is gone (as `Core.expire` keeps them before a restart). Named
+    `recovered-<k>` with the first `k` from `k` on that no gang of the core has: pods recovered one by
+    one (a watch event, a node a reload added) each get their own, as a start's list gives each
+    earlier placement its own (adopted into another's name, a pod would match no slot, and run on
+    GPUs the core thinks free)."""
+    while core.gang(name := f"{gang}/evicted/recovered-{k}") is not None:
+        k += 1
     sizes: dict[int, int] = {}
     for f in pods:
         sizes[len(f.gpus)] = sizes.get(len(f.gpus), 0) + 1
@@ -385,9 +390,16 @@ def recover(
             found, earlier = [], [found, *earlier]
         if found:
             _restore(core, gang, found, now, report, held)
+            # a pod recovered one by one (a watch event, a node a reload added back) whose gang the
+            # core has placed again since matches none of its slots: of an earlier placement
+            stray = [f for f in found if core.has_node(f.node) and not core.holds_slot(f.request.uid)]
+            if stray:
+                report.pods -= len(stray)
+                earlier = [stray, *earlier]
         for k, group in enumerate(earlier, 1):
             report.notes.append(_keep_until_gone(core, gang, k, group, now))
             report.pods += len(group)
+            report.evict += [f.request.uid for f in group if not f.deleting]  # never the gang's again
     for u in report.unverified:  # ...but a claim copied from a running pod takes nothing from it
         hold_unverified(core, u, now)
     return report

@@ -24,7 +24,9 @@ class RecoveryReport:
     # what the config in force cost the gangs that run, judged at a start as a hot reload judges
     # its impacts: (gang, what of it runs on nodes the config does not have), and the pods to evict
     off_config: list[tuple[str, str]] = field(default_factory=list)
-    evict: list[str] = field(default_factory=list)  # pods of gangs not whole whose placement lost nodes
+    # pods to evict: of gangs not whole whose placement lost nodes, and of an earlier placement still
+    # running (held until gone, and never part of their gang's placement again)
+    evict: list[str] = field(default_factory=list)
 
     def costs(self) -> list[str]:
         """One line per gang the config cost GPUs. (A guaranteed gang that comes back opportunistic

@@ -192,7 +192,7 @@ def kube_service(
         if elector is None or elector.leading:
             await sync.evict(uids, reason)
 
-    scheduler.evictor = sync.off_config.evict = evict
+    scheduler.evictor = sync.evictor = evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)
     gangs = scheduler.conventions
     store = ReservationStore(scheduler, kube, namespace)

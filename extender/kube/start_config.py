@@ -56,13 +56,12 @@ class StartConfig:
 
     async def judge(self, report: RecoveryReport) -> None:
         costs = report.costs()
-        if not costs:
-            return
         digest, file = config_digest(self.loaded), self.loaded.file
-        if read_confirmation(file) == digest:
-            log.warning("config %s taken up at the start, its cost confirmed: %s", file, "; ".join(costs))
+        if not costs or read_confirmation(file) == digest:
+            if costs:
+                log.warning("config %s taken up at the start, its cost confirmed: %s", file, "; ".join(costs))
             if report.evict:
-                await self.evict(report.evict, "its gang was not whole and the config took out its node")
+                await self.evict(report.evict, "not part of its gang's placement any more")
             return
         self.refusal = (
             f"config {file} refused at the start: it costs running gangs GPUs ("

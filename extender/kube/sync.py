@@ -74,7 +74,8 @@ class ClusterSync:
         self.extra_bad: Callable[[str], frozenset[int]] = lambda node: frozenset()
         self.health: dict[str, tuple[bool, int | None]] = {}  # node -> (healthy, healthy GPUs)
         self.fenced: set[str] = set()  # nodes a reload added, unhealthy until read (`node_changes`)
-        self.off_config = OffConfig(lambda: self.s.core, self.pods, lambda: self.signer, self.evict)
+        self.evictor: Callable[[Sequence[str], str], Awaitable[None]] = self.evict  # (`serve`: the leader's)
+        self.off_config = OffConfig(self)  # pods bound on nodes the config lacks, by gang
         # DRA mode: a finished or deleted pod's claims go back
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
         # DRA mode: how the start's recovery reads a pod's GPUs from its claims
@@ -92,10 +93,9 @@ class ClusterSync:
 
     # ------------------------------------------------------------------------------ start-up
     async def start(self) -> tuple[str, str]:
-        """List nodes and pods, recover, turn ready; the resourceVersions to watch from.
-
-        Without the cyclic collector from the pod list to the end of recovery: a batch that builds
-        (the listed pods, the core's gangs) and frees nearly nothing (`extender.ops.collector`)."""
+        """List nodes and pods, recover, turn ready; the resourceVersions to watch from. Without the
+        cyclic collector from the pod list to the end of recovery: a batch that builds (the listed
+        pods, the core's gangs) and frees nearly nothing (`extender.ops.collector`)."""
         self.s.not_ready_reason = "listing nodes"
         nodes, nodes_rv = await self.kube.list(NODES)
         await self.apply_nodes(nodes, full=True)
@@ -143,8 +143,7 @@ class ClusterSync:
         return pods_rv, report
 
     def _keep_listed(self, pods: list[dict[str, Any]], judged: Container[str]) -> None:
-        """The start's pods as the watch goes on from them; those whose bind info recovery read
-        (`judged`) are checked already, by that bind info."""
+        """The start's pods as the watch goes on from them (`judged`: checked by their bind info)."""
         for pod in pods:
             if is_enabled(pod) and not kpods.finished(pod):
                 uid = kpods.uid(pod)
@@ -244,8 +243,8 @@ class ClusterSync:
         await self.refresh_nodes((node,))
 
     async def refresh_nodes(self, nodes: Iterable[str]) -> None:
-        """Node health again for `nodes`; the outside pods' gauge with it, since only a change of
-        what they hold brings a node here (nothing to do, and no lock, for none)."""
+        """Node health again for `nodes`, and the outside pods' gauge (only a change of what they
+        hold brings a node here); nothing, not even the lock, for none."""
         nodes = list(nodes)
         if not nodes:
             return
@@ -295,8 +294,8 @@ class ClusterSync:
             )
 
     async def on_pod(self, kind: str, pod: dict[str, Any]) -> None:
-        """One pod event. A failure to reach the API server is the watch's to handle (it lists
-        again); anything else is this pod's content, and must not stop the watch."""
+        """One pod event. Failing to reach the API server is the watch's (it lists again); anything
+        else is this pod's content, and must not stop the watch."""
         try:
             await self._on_pod(kind, pod)
         except (ApiError, OSError, TimeoutError):
@@ -350,6 +349,8 @@ class ClusterSync:
             self.claims.tell(self.s.core, report.unverified, self.on_unverified)
             if not report.pods:
                 self.foreign.add(uid)
+            if report.evict:
+                await self.evictor(report.evict, "not part of its gang's placement any more")
             for line in report.lines()[1:]:
                 log.warning("%s", line)
         async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
@@ -358,9 +359,8 @@ class ClusterSync:
     async def _gone_pod(self, uid: str, pod: Mapping[str, Any]) -> None:
         """A pod deleted or finished: its GPUs go back, first to pods that wait for GPUs to free."""
         self.claims.gone(uid)
-        gang = None if kpods.succeeded(pod) else self.off_config.leaving(uid)
+        await self.off_config.going(uid, succeeded=kpods.succeeded(pod))
         await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
-        await self.off_config.left(uid, gang)
         await self._freed()
         if self.on_gone is not None:
             await self.on_gone(pod)
@@ -442,9 +442,8 @@ class ClusterSync:
             self.done.discard(uid)
             self.checked.pop(uid, None)
             self.claims.gone(uid)
-            gang = self.off_config.leaving(uid)
+            await self.off_config.going(uid, succeeded=False)
             await self.s.pod_gone(uid)
-            await self.off_config.left(uid, gang)
         await self._freed()
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them

@@ -78,9 +78,9 @@ def test_the_hook_after_recovery_runs_once_with_the_collector_back_before_ready(
     async def go() -> None:
         kube = apiserver([], [node(n) for n in nodes()])
         service = kube_service(example(), kube, freeze_after_recovery=True)
-        wired = service.scheduler.evictor.__self__  # type: ignore[union-attr]  # the service's own sync
+        wired = service.pod_source.__self__  # type: ignore[union-attr]  # the service's own sync
         assert isinstance(wired, ClusterSync) and wired.after_recovery is gc.freeze
-        assert kube_service(example(), kube).scheduler.evictor.__self__.after_recovery is None  # type: ignore[union-attr]
+        assert kube_service(example(), kube).pod_source.__self__.after_recovery is None  # type: ignore[union-attr]
         sync = ClusterSync(service.scheduler, kube)
         seen: list[tuple[bool, bool]] = []
         sync.after_recovery = lambda: seen.append((gc.isenabled(), service.scheduler.ready))

@@ -27,7 +27,7 @@ from tests.extender.helpers import Clock, example, place, pod, run, scheduler, s
 from tests.extender.test_kube_durable import NS, Running, cluster, start, submit, until
 from tests.extender.test_kube_edge import apiserver, bound_pods, node
 from tests.extender.test_kube_outside import plain
-from tests.soak.layouts import layout_text
+from tests.soak.layouts import layout_text, without_rack
 from topology.core import Core
 from topology.invariants import violations
 
@@ -250,5 +250,65 @@ def test_evictions_are_the_leaders_a_standby_sees_the_same_and_keeps_its_view_on
         assert kube.server.objects.get(("v1", "pods", "vision", "x-0")) is None
         await b.stop()
         await a.stop()
+
+    run(go())
+
+
+def test_a_reservation_that_expires_after_a_reload_renumbered_the_nodes_is_told_on_the_new_ones(
+    tmp_path: Path,
+) -> None:
+    """Rack 1 taken out renumbers every node after it. A gang waiting on rack 3 through the reload
+    expires later: the gang ledger's tombstone is written from the new core's gang, not from the
+    old core's (whose node numbers run past the new node list: the expiry sweep raised)."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = scheduler(MemoryBinder(), clock, ttl_seconds=60.0)
+        path = tmp_path / "cluster.yaml"
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        path.write_text(base, encoding="utf-8")
+        watcher = ConfigWatcher(s, path, clock=clock)
+        only_healthy(s, {"a100-r3-n4"})
+        await place(s, pod("a", "pair-0", "nlp", spec("nlp", 4, 2, "nlp/pair")))
+        assert s.gang_ledger.records["nlp/pair"].last_gang is s.core.gang("nlp/pair")
+        path.write_text(without_rack(base, 1), encoding="utf-8")
+        assert await watcher.check() == "applied"
+        assert s.gang_ledger.records["nlp/pair"].last_gang is s.core.gang("nlp/pair")
+        clock.t += 61
+        (released,) = await s.expire()
+        assert released.gang == "nlp/pair"
+        tomb = s.gang_ledger.records["nlp/pair"].tombstone
+        assert tomb is not None and tomb["placement"]["nodes"] == ["a100-r3-n4"]
+
+    run(go())
+
+
+def test_pods_of_an_earlier_placement_recovered_one_by_one_are_each_held_apart_and_evicted() -> None:
+    """Two members bound on rack 3 whose gang the core has placed again elsewhere meanwhile (rack 3
+    was out, and is back), recovered one by one as the watch or a reload's read brings them: each
+    is held apart until gone, under its own name (the second used to be adopted into the first's
+    name, match no slot, and run on GPUs the core thought free), and named for eviction."""
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        before = scheduler(binder)
+        only_healthy(before, {REPAIRED})
+        text = spec("nlp", 4, 2, "nlp/pair")
+        old = [pod("a", "pair-0", "nlp", text), pod("b", "pair-1", "nlp", text)]
+        for p in old:
+            await place(before, p)
+        api = bound_pods(before, binder, old)
+        after = scheduler(MemoryBinder())
+        only_healthy(after, {"a100-r1-n1"})
+        await place(after, pod("c", "pair-0", "nlp", text))  # the gang placed again, elsewhere
+        evicted: list[str] = []
+        for p in api:
+            report = recover(after.core, [p], now=0.0, namespace_vcs={"nlp": "nlp"})
+            evicted += report.evict
+        assert evicted == ["a", "b"]
+        held = {u: after.core.gang_of_pod(u) for u in ("a", "b")}
+        assert all(g is not None and g.evicting for g in held.values()), held
+        assert len({g.name for g in held.values() if g is not None}) == 2
+        assert violations(after.core) == []
 
     run(go())
