@@ -171,7 +171,8 @@ class ReservationStore:
         gang was released just before the restart or fail-over, faster than the sync deletes
         objects, and would otherwise hold its cells until its TTL for nobody. Report lines."""
         items, _ = await self.kube.list(rsv.collection_path(self.namespace))
-        claimers = Claimers.of(self.s, pods) if pods is not None else None
+        claimers: Claimers | None = None  # read from the pods once a reservation asks (at 60,000 pods,
+        # seconds of a restart that has no reservation with nothing bound to restore)
         lines: list[str] = []
         restored = 0
         async with self.s.lock:
@@ -197,6 +198,8 @@ class ReservationStore:
                 if deadline is not None and deadline <= now:
                     lines.append(f"gang reservation of {r.request.name} expired while no one led, dropped")
                     continue
+                if pods is not None:
+                    claimers = claimers or Claimers.of(self.s, pods)
                 if claimers is not None and not claimers.may_claim(r.request.name):
                     lines.append(f"gang reservation of {r.request.name} dropped: no pod asks for it any more")
                     continue
