@@ -215,7 +215,7 @@ def run_phase(
     tracker.expected = len(pods)
     watch = PodWatch(api_port, ctx, f"{RUN_LABEL}={run}", tracker.on_pod)
     with contextlib.closing(KubeHttp(sched_port, scheduler_context(env))) as m:
-        before = scheduler_metrics(m.text("/metrics"), profile)
+        before = scheduler_metrics(m.text("/metrics", forbidden_for=30.0), profile)
     before.update(_extender_side(extender))
     cpu_before = cpu_seconds(extender[0]) or 0.0 if extender else 0.0
     watch.start()
@@ -236,7 +236,7 @@ def run_phase(
             break
     watch.close()
     with contextlib.closing(KubeHttp(sched_port, scheduler_context(env))) as m:
-        text = m.text("/metrics")
+        text = m.text("/metrics", forbidden_for=30.0)
     after = scheduler_metrics(text, profile)
     after.update(_extender_side(extender))
     cpu_used = (cpu_seconds(extender[0]) or 0.0) - cpu_before if extender else 0.0

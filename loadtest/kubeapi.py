@@ -72,13 +72,21 @@ class KubeHttp:
             raise RuntimeError(f"{method} {path}: HTTP {status}: {str(doc)[:300]}")
         return doc
 
-    def text(self, path: str) -> str:
-        self.conn.request("GET", path)
-        resp = self.conn.getresponse()
-        raw = resp.read()
-        if resp.status != 200:
-            raise RuntimeError(f"GET {path}: HTTP {resp.status}: {raw[:200]!r}")
-        return raw.decode("utf-8", "replace")
+    def text(self, path: str, *, forbidden_for: float = 0.0) -> str:
+        """A GET's body. `forbidden_for`: seconds a 401 or 403 is read again (kube-scheduler checks a
+        client certificate against the CA it loads from the API server a moment after it serves:
+        until then the admin's certificate is anonymous to it)."""
+        deadline = time.monotonic() + forbidden_for
+        while True:
+            self.conn.request("GET", path)
+            resp = self.conn.getresponse()
+            raw = resp.read()
+            if resp.status in (401, 403) and time.monotonic() < deadline:
+                time.sleep(0.5)
+                continue
+            if resp.status != 200:
+                raise RuntimeError(f"GET {path}: HTTP {resp.status}: {raw[:200]!r}")
+            return raw.decode("utf-8", "replace")
 
     def close(self) -> None:
         self.conn.close()
