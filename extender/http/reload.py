@@ -22,7 +22,8 @@ import asyncio
 import hashlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from topology.reconfigure import GangImpact, reconfigure
 log = logging.getLogger("topogang.reload")
 POLL_SECONDS = 5.0
 POLL_ENV = "TOPOGANG_CONFIG_POLL_SECONDS"  # how often the file is checked (default 5 s)
+BIND_WAIT_SECONDS = 10.0  # how long a reload waits for the Bindings being written (`_no_binding`)
 
 
 @dataclass(slots=True)
@@ -147,7 +149,7 @@ class ConfigWatcher:
             self._record("rejected", err.lines())
             return "rejected"
         digest = config_digest(loaded)
-        async with self.scheduler.lock:
+        async with self._no_binding():
             new_core, report = reconfigure(self.scheduler.core, loaded.spec, self.clock())
             if report.loses_capacity and confirmation != digest:
                 self.refused = (current, confirmation)
@@ -181,6 +183,25 @@ class ConfigWatcher:
             "; ".join(self.status.last_report) or "no running gang affected",
         )
         return "applied"
+
+    @asynccontextmanager
+    async def _no_binding(self) -> AsyncIterator[None]:
+        """The scheduler's lock, taken while no Binding is being written. A bind claims its slot
+        under the lock and writes the Binding outside it: a core swapped in between would not know
+        the pod the API is about to show bound, and when the edit takes its node out and a later
+        one puts it back before the watch brings the pod, another pod could be given its GPUs.
+        Binds are quick; after `BIND_WAIT_SECONDS` of them the reload goes ahead all the same."""
+        lock, deadline = self.scheduler.lock, asyncio.get_running_loop().time() + BIND_WAIT_SECONDS
+        while True:
+            await lock.acquire()
+            if not self.scheduler.inflight or asyncio.get_running_loop().time() >= deadline:
+                break
+            lock.release()
+            await asyncio.sleep(0.05)
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _refusal(self, impacts: list[GangImpact], confirmation: str, digest: str) -> list[str]:
         """Why a valid config was refused, and how to confirm it."""

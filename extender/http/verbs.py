@@ -95,7 +95,7 @@ class Scheduler:
         self.promises = Promises()  # slots held for a while for the pod sent to them
         # kube-scheduler's node lists, shared from request to request, within a budget for this cluster
         self.node_lists = NodeLists(budget_for(len(core.node_names())))
-        self._inflight: dict[str, asyncio.Future[str]] = {}
+        self.inflight: dict[str, asyncio.Future[str]] = {}  # Bindings being written: claimed, not yet done
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
@@ -363,19 +363,19 @@ class Scheduler:
         if not self.ready:
             self._count("bind", "error")
             return replies.binding_result(f"topogang: not ready: {self.not_ready_reason}")
-        running = self._inflight.get(args.pod_uid)
+        running = self.inflight.get(args.pod_uid)
         if running is not None:  # a duplicate of a bind still in progress: same answer
             error = await asyncio.shield(running)
             self._count("bind", "duplicate" if not error else "error")
             return replies.binding_result(error)
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._inflight[args.pod_uid] = fut
+        self.inflight[args.pod_uid] = fut
         error = "topogang: the bind did not complete (the request was cancelled)"
         try:
             error = await self._bind(args)
         finally:
             fut.set_result(error)
-            del self._inflight[args.pod_uid]
+            del self.inflight[args.pod_uid]
         self._count("bind", "bound" if not error else "error")
         return replies.binding_result(error)
 

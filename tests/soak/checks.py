@@ -107,7 +107,7 @@ def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
         elif split_key(gang.name)[0] != kpods.namespace(p):
             out.append(f"core holds pod {key(p)} in gang {gang.name} of another namespace")
         elif kpods.node_name(p) is None:
-            if uid not in s._inflight:
+            if uid not in s.inflight:
                 out.append(f"core holds a slot on {slot_node} for unbound pod {key(p)}, no Binding in flight")
         elif kpods.node_name(p) != slot_node:
             out.append(f"core holds pod {key(p)} on {slot_node}, the API has it on {kpods.node_name(p)}")

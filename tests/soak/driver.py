@@ -1060,7 +1060,7 @@ class Soak:
             "scheduler.gang_pods": len(s.pods._gang_pods),
             "scheduler.waiting": len(s.waiting),
             "scheduler.tentative": len(s.promises),
-            "scheduler.inflight": len(s._inflight),
+            "scheduler.inflight": len(s.inflight),
             "core.pod_gang": len(s.core.reservations.pod_gang),
             "core.gangs": len(s.core.reservations.by_id),
             "core.preemptors": len(s.core.preemptors),
