@@ -49,8 +49,7 @@ class NodeChanges:
         sync.off_config.nodes_changed(before - after, added)  # pods there run outside it, or in it again
         if not added:
             return
-        for node in added:
-            sync.health.pop(node, None)
+        for node in added:  # (a node the config lacked has no health record: `apply_nodes` skips it)
             new.set_node_health(node, False)
         sync.fenced |= added
         task = asyncio.get_running_loop().create_task(self.take_in(added))

@@ -55,8 +55,8 @@ class StartConfig:
         self.reason = ""
 
     async def judge(self, report: RecoveryReport) -> None:
-        costs = report.costs()
-        digest, file = config_digest(self.loaded), self.loaded.file
+        costs, file = report.costs(), self.loaded.file
+        digest = config_digest(self.loaded) if costs else ""  # ~35 ms at 12,500 nodes: only to judge
         if not costs or read_confirmation(file) == digest:
             if costs:
                 log.warning("config %s taken up at the start, its cost confirmed: %s", file, "; ".join(costs))

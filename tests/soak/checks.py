@@ -35,10 +35,6 @@ from topology.invariants import violations
 Obj = Mapping[str, Any]
 
 
-def terminating(pod: Obj) -> bool:
-    return kpods.meta(pod).get("deletionTimestamp") is not None
-
-
 _decoded: dict[tuple[str | None, ...], BindInfo | None] = {}
 
 
@@ -80,7 +76,7 @@ def double_held(pods: Iterable[Obj]) -> list[str]:
         for gpu in info.gpus:
             other = holder.get((node, gpu))
             if other is not None:
-                state = " (one of them terminating)" if terminating(p) or terminating(other) else ""
+                state = " (one of them terminating)" if kpods.deleting(p) or kpods.deleting(other) else ""
                 out.append(f"GPU {gpu} of {node} held by {key(other)} and {key(p)}{state}")
             else:
                 holder[(node, gpu)] = p
@@ -121,7 +117,7 @@ def core_vs_api(s: Scheduler, pods: Iterable[Obj]) -> list[str]:
         uid = kpods.uid(p)
         held = core.reservations.by_id.get(core.reservations.pod_gang.get(uid, -1))
         slot = held.slot_of(uid) if held is not None else None
-        what = "terminating pod" if terminating(p) else "pod"
+        what = "terminating pod" if kpods.deleting(p) else "pod"
         if slot is None:
             out.append(f"{what} {key(p)} runs on {node} GPUs {list(info.gpus)}, which the core does not hold")
             continue
@@ -176,7 +172,7 @@ class PartialGangs:
         out = []
         seen = set()
         for k, ms in members.items():
-            staying = [p for p in ms if not kpods.succeeded(p) and not terminating(p)]
+            staying = [p for p in ms if not kpods.succeeded(p) and not kpods.deleting(p)]
             if not staying or len(ms) >= len(k[1]) or k[0] in whole:  # torn down, or whole
                 continue
             seen.add(k)

@@ -531,7 +531,7 @@ class Soak:
         out = []
         for p in self.pods():
             uid = kpods.uid(p)
-            if kpods.node_name(p) or checks.terminating(p) or kpods.finished(p) or uid in self.binding:
+            if kpods.node_name(p) or kpods.deleting(p) or kpods.finished(p) or uid in self.binding:
                 continue
             if self.backoff.get(uid, 0.0) > now:
                 continue
@@ -643,7 +643,7 @@ class Soak:
 
     async def op_edit_request(self) -> None:
         """A tenant rewrites a live member's request in place (annotations and labels are mutable)."""
-        cands = [p for j in self.active() for p in self.job_pods(j) if not checks.terminating(p)]
+        cands = [p for j in self.active() for p in self.job_pods(j) if not kpods.deleting(p)]
         if not cands:
             return
         p = self.rng.choice(cands)
@@ -700,7 +700,7 @@ class Soak:
             j
             for j in self.active()
             if len(ps := self.job_pods(j)) == j.size
-            and all(kpods.phase(p) == "Running" and not checks.terminating(p) for p in ps)
+            and all(kpods.phase(p) == "Running" and not kpods.deleting(p) for p in ps)
         ]
         if not running:
             return
@@ -728,7 +728,7 @@ class Soak:
             self.set_phase(self.rng.choice(cands), "Failed")
 
     async def op_delete_member(self) -> None:
-        cands = [p for j in self.active() for p in self.job_pods(j) if not checks.terminating(p)]
+        cands = [p for j in self.active() for p in self.job_pods(j) if not kpods.deleting(p)]
         if cands:
             self.delete_pod(self.rng.choice(cands))
 
@@ -759,9 +759,7 @@ class Soak:
 
     def bound_pods(self) -> list[Obj]:
         return [
-            p
-            for p in self.pods()
-            if kpods.node_name(p) and not kpods.finished(p) and not checks.terminating(p)
+            p for p in self.pods() if kpods.node_name(p) and not kpods.finished(p) and not kpods.deleting(p)
         ]
 
     async def op_bind_twice(self) -> None:
@@ -949,7 +947,7 @@ class Soak:
             uid = kpods.uid(p)
             live.add(uid)
             path = pod_path(kpods.namespace(p), kpods.name(p))
-            if checks.terminating(p):
+            if kpods.deleting(p):
                 when = self.stops.setdefault(uid, now + self.rng.uniform(0, 10))
                 if when <= now:
                     self.server.finalize(path)
@@ -1001,7 +999,7 @@ class Soak:
             p = found
             attempt = kpods.pod_annotations(p).get("FC_FRAMEWORK_ATTEMPT_INSTANCE_UID")
             old_attempt = job.kind in ("fc", "fcfw") and attempt != job.attempt_uid
-            if kpods.phase(p) == "Failed" or (old_attempt and not checks.terminating(p)):
+            if kpods.phase(p) == "Failed" or (old_attempt and not kpods.deleting(p)):
                 self.delete_pod(p)
 
     # ------------------------------------------------------------------------------ the end
