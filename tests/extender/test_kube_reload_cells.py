@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from config.against import CONFIRM_FILE, config_digest
-from config.load import load_config
+from config.load import load_config, load_config_text
 from extender.http.reload import ConfigWatcher
 from extender.kube.leader import LeaseSettings
 from extender.kube.node_changes import NodeChanges
+from extender.kube.off_config import OffConfig
 from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
@@ -350,5 +352,41 @@ def test_a_reload_waits_for_the_bindings_being_written(tmp_path: Path) -> None:
         binder.go.set()
         await binding
         assert await reload == "applied" and s.core is not old and s.core.holds_slot("a")
+
+    run(go())
+
+
+def test_a_pod_outside_the_config_counts_only_for_a_gang_of_its_own_namespace() -> None:
+    """The gang a pod outside the config is kept under is read from its bind info in the pod's own
+    namespace: a copy of another team's bind info on a pod of an intruder's namespace is kept under
+    no gang, so its going evicts nobody's pods, and another team's member going evicts only that
+    team's pods outside."""
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        only_healthy(s, {REPAIRED})
+        text = spec("nlp", 4, 2, "nlp/pair")
+        members = [pod("a", "pair-0", "nlp", text), pod("b", "pair-1", "nlp", text)]
+        for p in members:
+            await place(s, p)
+        api = bound_pods(s, binder, members)
+        forged = {**api[0], "metadata": {**api[0]["metadata"], "namespace": "intruder", "uid": "x"}}
+        evicted: list[str] = []
+
+        async def evict(uids: Any, reason: str) -> None:
+            evicted.extend(uids)
+
+        core = Core(load_config_text(layout_text(EXAMPLE_CONFIG.read_text(), WITHOUT_RACK3)).spec)
+        s.core = core  # the config without rack 3: every pod above runs outside it
+        sync = SimpleNamespace(s=s, pods={}, signer=None, evictor=evict)  # what `OffConfig` reads
+        off = OffConfig(sync)
+        for p in (*api, forged):
+            off.saw(p)
+        assert off.by_gang == {"nlp/pair": {"a", "b"}} and "x" not in off.gang_of
+        await off.going("x", succeeded=False)  # the forged pod goes: nobody's pods with it
+        assert evicted == []
+        await off.going("a", succeeded=False)
+        assert evicted == ["b"]
 
     run(go())
