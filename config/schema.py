@@ -161,6 +161,7 @@ class VirtualClusterModel(_Model):
 
 ENTITLEMENT_MODES = ("open", "opportunistic", "none")
 EntitlementMode = Literal["open", "opportunistic", "none"]
+VcQueueing = Literal["StrictFIFO", "BestEffortFIFO"]  # `extender.gangs.vc_order`
 
 
 class TenantModel(_Model):
@@ -201,6 +202,14 @@ class TopogangModel(_Model):
     tenants: Annotated[dict[str, TenantModel], _dict_or_null(TenantModel)] = Field(
         default_factory=dict,
         description="Kubernetes namespace -> the VCs, pinned cells and highest priority its pods may use.",
+    )
+    vc_queueing: VcQueueing = Field(
+        default="StrictFIFO",
+        description=(
+            "The order a VC's gangs start in: StrictFIFO, a gang not yet placed waits behind the "
+            "oldest gang of its VC (at its priority or above) that waits for room; BestEffortFIFO, "
+            "later gangs go on whenever they fit (kube-scheduler's own order)."
+        ),
     )
     default_entitlement: EntitlementMode | None = Field(
         default=None,

@@ -120,6 +120,7 @@ def build_standalone(
         ttl_seconds=ttl,
     )
     scheduler.entitlement.configure(extras)  # who may ask for what: the same rules as in a cluster
+    scheduler.vc_queueing = extras.vc_queueing
 
     async def evict(uids: Sequence[str], reason: str) -> None:
         if keep_victims and reason.startswith(PREEMPTED):

@@ -28,6 +28,7 @@ from topology.decisions import (
     UserError,
     Wait,
     WaitCode,
+    WaitReason,
 )
 from topology.reservations import Gang
 
@@ -51,13 +52,16 @@ class FilterAsk:
     preemption). `supersede`: an older framework attempt's gang, let go first (its pods are evicted).
     `abandon`: a gang the pod left (its spec now names another), let go first when no pod of it
     holds a slot. `place`: False when none of kube-scheduler's nodes is in the config (nothing is
-    placed, and nobody waits)."""
+    placed, and nobody waits). `behind`: an older gang of the same VC, at this gang's priority or
+    above, waits for room (as the pod may see it named): a gang not yet placed waits behind it, so
+    a VC's small gangs do not take, one after another, the room its big gang waits for."""
 
     member: MemberAsk
     preempt: bool = False
     supersede: str | None = None
     abandon: str | None = None
     place: bool = True
+    behind: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +185,10 @@ def filter_member(cluster: Cluster, ask: FilterAsk, now: float) -> FilterAnswer:
     try:
         if cluster.reservations.by_name.get(req.name) is not None:
             requests.fits(cluster, req)  # a member of a placed gang: the config may have changed
+        elif ask.behind is not None:  # its VC's older gang goes first: nothing is placed or preempted
+            requests.fits(cluster, req)
+            quota = cluster.vc_quota_leaves.get(req.vc, 0)
+            return FilterAnswer(Waits(queued(req, ask.behind), None, quota), tuple(released))
         placed = _reserve(cluster, req, now, True)
         preempted = None
         if ask.preempt and isinstance(placed, Wait) and placed.reason.code is WaitCode.PREEMPTIBLE:
@@ -213,13 +221,15 @@ def prioritize_member(cluster: Cluster, m: MemberAsk) -> Slots | None:
     return Slots(got.gang, got.slots, got.own, got.rank_slot, got.holder, fill)
 
 
-def preempt_member(cluster: Cluster, m: MemberAsk, now: float) -> PreemptAnswer:
-    """Preempt: place the gang if it fits, else reserve over the cheapest victims. Raises `UserError`."""
+def preempt_member(cluster: Cluster, m: MemberAsk, now: float, behind: str | None = None) -> PreemptAnswer:
+    """Preempt: place the gang if it fits, else reserve over the cheapest victims; a gang not yet
+    placed waits behind its VC's older gang (`FilterAsk.behind`) instead. Raises `UserError`."""
     check_identity(cluster, m)
     req = m.request
-    if cluster.reservations.by_name.get(req.name) is not None:
+    placed = cluster.reservations.by_name.get(req.name) is not None
+    if placed or behind is not None:
         requests.fits(cluster, req)
-    got = preemption.preempt(cluster, req, now)
+    got = preemption.preempt(cluster, req, now) if placed or behind is None else queued(req, behind)
     gang = cluster.reservations.by_name.get(req.name)
     return PreemptAnswer(got, gang, cluster.vc_quota_leaves.get(req.vc, 0))
 
@@ -245,6 +255,15 @@ def bind_member(
 
 
 # ---------------------------------------------------------------------------------- the answers
+def queued(req: GangRequest, behind: str) -> Wait:
+    """The wait of a gang whose VC's older gang (`behind`, as the pod may see it) waits for room."""
+    msg = (
+        f"{behind} of VC {req.vc} waits for room and started waiting first; the gangs of a VC start "
+        "in the order they first waited (topogang.vcQueueing: StrictFIFO)"
+    )
+    return Wait(WaitReason(WaitCode.QUEUED, req.vc, msg))
+
+
 def check_identity(cluster: Cluster, m: MemberAsk) -> None:
     """A pod that holds a slot keeps the identity it was bound with: a request under its UID that
     names another gang or slot shape (a reused UID, or a spec edited after binding) is refused."""

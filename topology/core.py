@@ -53,9 +53,9 @@ class Core(Cluster):
         """A member's slots with each slot node's fill (`asks.prioritize_member`)."""
         return asks.prioritize_member(self, ask)
 
-    def preempt_member(self, ask: MemberAsk, now: float) -> PreemptAnswer:
+    def preempt_member(self, ask: MemberAsk, now: float, behind: str | None = None) -> PreemptAnswer:
         """A member's preempt: `preempt` for its gang, answered with the gang (`asks`)."""
-        return asks.preempt_member(self, ask, now)
+        return asks.preempt_member(self, ask, now, behind)
 
     def bind(self, ask: MemberAsk, node: str, now: float, *, pod_name: str | None = None) -> Claimed | None:
         """A member's bind: its slot on `node` claimed (`asks.bind_member`). Raises `UserError`."""

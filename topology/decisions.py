@@ -75,6 +75,7 @@ class WaitCode(StrEnum):
     PREEMPTIBLE = "Preemptible"  # it would fit by preempting the listed victims (see `Wait.victims`)
     PREEMPTING = "Preempting"  # cells are reserved for it; waiting for the victims to go
     EXPIRED = "Expired"  # its reservation expired before it was whole; placed again one TTL later
+    QUEUED = "Queued"  # an older gang of its VC waits for room, and a VC's gangs start in order
 
 
 @dataclass(frozen=True, slots=True)

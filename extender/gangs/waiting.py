@@ -22,3 +22,4 @@ class Waiting:
     reason: WaitReason
     since: float
     last_seen: float
+    holds: bool = False  # it waits for room it can get: later gangs of its VC wait behind it (`vc_order`)

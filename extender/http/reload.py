@@ -159,6 +159,9 @@ class ConfigWatcher:
             old, self.scheduler.core = self.scheduler.core, new_core
             self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
             self.scheduler.entitlement.configure(loaded.extras)  # the serve flag's mode stays
+            if self.scheduler.vc_queueing != loaded.extras.vc_queueing:
+                self.scheduler.vc_queueing = loaded.extras.vc_queueing
+                self.scheduler.requeue.freed()  # gangs queued behind an older one may go now
             withdrawn = withdraw_promotions(new_core, self.scheduler.entitlement.rules)
             self.scheduler.gang_ledger.rebased(new_core)
             if self.on_applied is not None:

@@ -38,8 +38,15 @@ ROOM_CODES = frozenset(
         WaitCode.RESERVED,
         WaitCode.PREEMPTIBLE,
         WaitCode.PREEMPTING,
+        WaitCode.QUEUED,  # behind its VC's older gang: also due when that gang stops waiting (`freed_vc`)
     }
 )
+
+
+def holds_room(w: Waits, pr: PodRequest) -> bool:
+    """Whether the gang of `pr`, waiting as `w` says, waits for room it can get (a VC's later gangs
+    wait behind such a gang, `extender.gangs.vc_order`)."""
+    return waits_for_room(w.wait.reason.code, pr.request, w.vc_quota)
 
 
 def waits_for_room(code: WaitCode, request: GangRequest, vc_quota: int) -> bool:
@@ -58,10 +65,11 @@ class TurnedAway:
     name: str
     uid: str
     gang: str
+    vc: str = ""
 
     @classmethod
     def of(cls, pr: PodRequest) -> TurnedAway:
-        return cls(pr.namespace, pr.name, pr.uid, pr.gang)
+        return cls(pr.namespace, pr.name, pr.uid, pr.gang, pr.request.vc)
 
 
 class Requeue:
@@ -80,7 +88,7 @@ class Requeue:
 
     def waits(self, pr: PodRequest, w: Waits) -> None:
         """The filter's answer for a pod whose gang waits: recorded if room may end the wait."""
-        if waits_for_room(w.wait.reason.code, pr.request, w.vc_quota):
+        if holds_room(w, pr):
             self.turned_away(TurnedAway.of(pr))
         else:
             self.passed(pr.uid)
@@ -109,6 +117,13 @@ class Requeue:
         else:
             for uid in [u for u, p in self._waiting.items() if p.gang == gang]:
                 self._due[uid] = self._waiting.pop(uid)
+        self._sync_wake()
+
+    def freed_vc(self, vc: str) -> None:
+        """A gang of `vc` stopped waiting (placed, gone, or no longer waiting for room): the pods of
+        `vc` turned away before now are due, those queued behind it among them (`vc_order`)."""
+        for uid in [u for u, p in self._waiting.items() if p.vc == vc]:
+            self._due[uid] = self._waiting.pop(uid)
         self._sync_wake()
 
     def take(self, limit: int) -> list[TurnedAway]:

@@ -30,8 +30,9 @@ from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.ledger_records import Known
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
+from extender.gangs.vc_order import STRICT_FIFO, VcQueueing, ahead_of
 from extender.gangs.waiting import Waiting
-from extender.http import filtercall, podrequests, replies, versionlock, views, wire
+from extender.http import filtercall, letgo, podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
@@ -39,7 +40,7 @@ from extender.http.podrequests import may_preempt, member_ask
 from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
 from extender.http.promises import Promises
 from extender.http.promotions import PromotionWriter, known_names
-from extender.http.turned_away import Requeue, TurnedAway
+from extender.http.turned_away import Requeue, TurnedAway, holds_room
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
 from topology.asks import FilterAsk, IdentityError, Slots, Waits
@@ -92,6 +93,7 @@ class Scheduler:
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
         self.unkept = podrequests.Unkept()  # read, not cached until the core accepts it
         self.waiting: dict[str, Waiting] = {}
+        self.vc_queueing: VcQueueing = STRICT_FIFO  # a VC's gangs in the order they first waited
         self.promises = Promises()  # slots held for a while for the pod sent to them
         # kube-scheduler's node lists, shared from request to request, within a budget for this cluster
         self.node_lists = NodeLists(budget_for(len(core.node_names())))
@@ -176,6 +178,7 @@ class Scheduler:
                 supersede=attempt.superseded,
                 abandon=left,
                 place=len(unknown) < len(names),  # nothing to place on: no reservation, no wait
+                behind=self._behind(pr, now),
             )
             try:
                 answer = filtercall.filter_call(self.core, ask, now, self.lock)
@@ -189,11 +192,11 @@ class Scheduler:
             for r in answer.released:
                 self._released(r)
             if left is not None:
-                self.waiting.pop(left, None)
+                self._stop_waiting(left)
             self.gang_ledger.seen(pr, args.pod.raw)
             if attempt.superseded is not None:
-                self.waiting.pop(attempt.superseded, None)
-                self._superseded(answer.released, attempt.superseded, pr.gang)
+                self._stop_waiting(attempt.superseded)
+                letgo.superseded(self, answer.released, attempt.superseded, pr.gang)
             if answer.error is not None:
                 self._count("filter", "error")
                 msg = user_error(pr.key, pr.spec_annotation, answer.error)
@@ -209,7 +212,7 @@ class Scheduler:
                 self._count("filter", "wait")
                 self.requeue.waits(pr, out)
                 return self._wait_answer(args, pr, out, names, unknown, now)
-            self.waiting.pop(pr.gang, None)
+            self._stop_waiting(pr.gang)
             self.gang_ledger.placed(self.core, pr.gang, self.waiting_of, Known(out.gang))
             if not out.slots:  # its slot's holder, or another member, must go first
                 self.requeue.turned_away(TurnedAway.of(pr))
@@ -254,20 +257,23 @@ class Scheduler:
         unknown: Mapping[str, str],
         now: float,
     ) -> dict[str, Any]:
-        text = self._note_wait(pr, w.wait, now, Known(w.gang, w.vc_quota))
+        text = self._note_wait(pr, w.wait, now, Known(w.gang, w.vc_quota), holds_room(w, pr))
         failed, unresolvable = waiting_nodes(
             pr.gang, w.wait, text, names, unknown, evicts_itself=self.preempt_on_filter
         )
         return replies.filter_result(args, (), failed, unresolvable)
 
-    def _note_wait(self, pr: PodRequest, w: Wait, now: float, known: Known) -> str:
-        """Remember why the gang waits (for inspect and metrics) and tell the pod's watchers."""
+    def _note_wait(self, pr: PodRequest, w: Wait, now: float, known: Known, holds: bool) -> str:
+        """Remember why the gang waits (for inspect, metrics and its VC's order: `holds`, it waits
+        for room it can get) and tell the pod's watchers."""
         text = wait_text(pr.gang, w)  # the core's reason says when the gang can never run
         old = self.waiting.get(pr.gang)
         since = old.since if old is not None else now
         self.waiting[pr.gang] = Waiting(
-            pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now
+            pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now, holds
         )
+        if old is not None and old.holds and not holds:
+            self.requeue.freed_vc(old.vc)  # the gangs queued behind it may go
         if old is None or old.reason.code is not w.reason.code:
             self.gang_ledger.touch(self.core, pr.gang, self.waiting_of, known)
         if self.on_wait is not None:
@@ -333,9 +339,8 @@ class Scheduler:
         async with self.lock:
             now = self.clock()
             try:
-                answer = self.core.preempt_member(
-                    member_ask(pr, frozenset(args.victims) if args.victims else None), now
-                )
+                named = frozenset(args.victims) if args.victims else None
+                answer = self.core.preempt_member(member_ask(pr, named), now, self._behind(pr, now))
             except IdentityError as err:
                 self.unkept.drop(pr.uid)
                 self._count("preempt", "error")
@@ -347,11 +352,12 @@ class Scheduler:
             self._keep(pr.uid)
             got = answer.got
             if isinstance(got, Wait):
-                self._note_wait(pr, got, now, Known(answer.gang, answer.vc_quota))
+                held = holds_room(Waits(got, answer.gang, answer.vc_quota), pr)
+                self._note_wait(pr, got, now, Known(answer.gang, answer.vc_quota), held)
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
             if isinstance(got, GangPlacement):
-                self.waiting.pop(pr.gang, None)
+                self._stop_waiting(pr.gang)
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
             victims = self._preempted(got, pr.gang, "preempt")
@@ -437,38 +443,28 @@ class Scheduler:
             self.requeue.gone(uid, g.name if (g := self.core.gang_of_pod(uid)) else None, finished=finished)
             released = self.core.release_pod(uid, self.clock(), finished=finished)
             if released is None and cached is not None:  # finished or not: a pod that held no slot
-                released = self._abandoned(cached.gang, uid)
+                released = letgo.abandoned(self, cached.gang, uid)
             self._released(released)
             if cached is not None and not self.pods.others_in(cached.gang, uid):
-                self.waiting.pop(cached.gang, None)  # its last pod is gone: nothing waits any more
+                self._stop_waiting(cached.gang)  # its last pod is gone: nothing waits any more
             self.gang_ledger.pod_gone(self.core, uid, self.waiting_of)
         self.forget_pod(uid)
         return released
 
-    def _abandoned(self, gang: str, deleted: str) -> Released | None:
-        """The reservation (or preemption) of a gang none of whose pods is bound or known alive any
-        more: the job was deleted before it started, so its cells go now rather than at its TTL, and
-        victims of its preemption are spared. A pod of it seen later simply places the gang afresh."""
-        g = self.core.gang(gang)
-        if g is None or any(s.pod_uid is not None or s.finished for s in g.slots):
-            return None
-        if self.pods.others_in(gang, deleted):
-            return None
-        log.info("gang %s: every pod deleted before any was bound; reservation released", gang)
-        return self.core.delete_gang(gang)
-
-    def _superseded(self, released: Sequence[Released], old: str, new: str) -> None:
-        """A pod of a newer framework attempt arrived: the older attempt's gang went (the filter's
-        question let it go), and any of its pods still holding cells are evicted."""
-        for r in released:
-            if r.gang != old:
-                continue
-            log.info("gang %s is superseded by %s; released", old, new)
-            if r.evict_pod_uids and self.evictor is not None:
-                spawn(self.evictor(r.evict_pod_uids, f"superseded by framework attempt {new}"))
-
     def waiting_of(self, gang: str) -> Waiting | None:
         return self.waiting.get(gang)
+
+    def _behind(self, pr: PodRequest, now: float) -> str | None:
+        """The older gang of the pod's VC its gang waits behind (`vc_order`), under StrictFIFO."""
+        if self.vc_queueing != STRICT_FIFO:
+            return None
+        return ahead_of(self.waiting, pr, now, now - self.ttl_seconds)
+
+    def _stop_waiting(self, gang: str) -> None:
+        """The gang no longer waits; if it held its VC's later gangs back, they may go now."""
+        w = self.waiting.pop(gang, None)
+        if w is not None and w.holds:
+            self.requeue.freed_vc(w.vc)
 
     def _released(self, released: Released | None) -> None:
         if released is not None:
@@ -485,7 +481,7 @@ class Scheduler:
             for r in released:
                 self._released(r)
             for g in self.gang_ledger.stale_waits(self.waiting, now - self.ttl_seconds):
-                del self.waiting[g]
+                self._stop_waiting(g)
             self.promises.expire(now)
             self.gang_ledger.maybe_prune(self.core)  # tombstones and forgotten gangs go, busy or quiet
             promoted = self.promotions.due(self.core)  # promotions made durable, on this periodic pass

@@ -146,6 +146,7 @@ def kube_service(
     )
     scheduler.not_ready_reason = "connecting to the API server"
     scheduler.entitlement.configure(extras)
+    scheduler.vc_queueing = extras.vc_queueing
 
     def on_refused(pr: PodRequest, err: EntitlementError) -> None:
         text = user_error(pr.key, pr.spec_annotation, err)

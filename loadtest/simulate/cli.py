@@ -2,7 +2,7 @@
 
     topogang simulate [--trace FILE] [--week START [--weeks N]] [--days N] [--limit N]
                       [--policies P ...] [--locality-model published|none] [--slowdown L=F,...]
-                      [--nodes N] [--rack-size N] [--config FILE] [--out DIR]
+                      [--nodes N] [--rack-size N] [--config FILE] [--vc-queueing Q] [--out DIR]
 
 Defaults: the Philly week shipped with the package (`loadtest/simulate/data/`, provenance and the
 paper to cite in its README.md), every policy, output in `results/simulate/` under the current
@@ -192,6 +192,13 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--out", type=Path, default=DEFAULT_OUT, help="output directory (default: results/simulate)"
     )
+    ap.add_argument(
+        "--vc-queueing",
+        choices=("StrictFIFO", "BestEffortFIFO"),
+        default="StrictFIFO",
+        help="topogang's topogang.vcQueueing: StrictFIFO (default; a VC's later jobs wait behind its "
+        "oldest waiting one) or BestEffortFIFO (they start whenever they fit)",
+    )
     ap.add_argument("--no-progress", action="store_true", help="do not draw the progress bar on stderr")
     return ap
 
@@ -243,7 +250,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         else:
             results[name] = simulate(
-                make_policy(name, cluster), jobs, window=window, progress=step, slowdown=slowdown
+                make_policy(name, cluster, args.vc_queueing),
+                jobs,
+                window=window,
+                progress=step,
+                slowdown=slowdown,
             )
         progress.update(name, offset + len(jobs), force=True)
     progress.close()
@@ -259,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         wall_seconds=time.perf_counter() - wall,
         core_fingerprint=core_fingerprint(),
         locality_model=slowdown,
+        vc_queueing=args.vc_queueing,
     )
     files = write_report(args.out, info, metrics, goals)
     for g in goals:

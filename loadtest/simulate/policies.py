@@ -204,9 +204,16 @@ def members(pods: tuple[int, ...]) -> tuple[Member, ...]:
 class CorePolicy(Policy):
     """The real scheduling core; `borrowing` turns opportunistic jobs and preemption on."""
 
-    def __init__(self, cluster: SimCluster, *, borrowing: bool, name: str | None = None) -> None:
+    def __init__(
+        self, cluster: SimCluster, *, borrowing: bool, name: str | None = None, vc_queueing: str = STRICT_FIFO
+    ) -> None:
         super().__init__(cluster)
         self.name = name or ("topogang" if borrowing else "hived-like")
+        # the extender's `topogang.vcQueueing`: StrictFIFO (its default) holds a VC's later gangs
+        # behind its oldest waiting one, as the engine's StrictFIFO does; BestEffortFIFO lets them
+        # go on, the jobs within their VC's quota first (kube-scheduler takes pods of higher
+        # priority first: guaranteed before opportunistic)
+        self.queueing = vc_queueing
         self.borrowing = borrowing
         self.core = Core(cluster.spec)
         if tuple(self.core.node_names()) != cluster.node_names:

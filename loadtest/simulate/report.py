@@ -183,6 +183,11 @@ def markdown(
             + ", ".join(f"{lvl} {f[lvl]:g}" for lvl in LEVELS)
             + ", relative to the closest placement the job's size allows (`loadtest/simulate/slowdown.py`)."
         )
+    if info.vc_queueing != "StrictFIFO":
+        lines.append(
+            f"- topogang runs with `topogang.vcQueueing: {info.vc_queueing}`: a VC's later jobs start "
+            "whenever they fit, ahead of its older waiting ones (those within their VC's quota first)."
+        )
     if info.core_fingerprint:
         lines.append(f"- Scheduling core: sha256 of `topology/*.py` = `{info.core_fingerprint[:16]}`.")
     lines += [f"- {n}" for n in info.notes]
@@ -334,6 +339,7 @@ def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
             "locality_model": None
             if info.locality_model is None
             else {"name": info.locality_model.name, "factors": dict(info.locality_model.factors)},
+            **({} if info.vc_queueing == "StrictFIFO" else {"vc_queueing": info.vc_queueing}),
             "goals": [asdict(g) for g in goals],
             "policies": policies,
             "sharing_anomaly": anomaly,

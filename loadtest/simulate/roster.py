@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.kueue import KueueLikePolicy
-from loadtest.simulate.policies import CorePolicy, ElasticFirstFitPolicy, FirstFitPolicy, Policy
+from loadtest.simulate.policies import STRICT_FIFO, CorePolicy, ElasticFirstFitPolicy, FirstFitPolicy, Policy
 
 
-def make_policy(name: str, cluster: SimCluster) -> Policy:
+def make_policy(name: str, cluster: SimCluster, vc_queueing: str = STRICT_FIFO) -> Policy:
+    """`vc_queueing`: topogang's `topogang.vcQueueing` (the other policies keep their own order)."""
     if name == "topogang":
-        return CorePolicy(cluster, borrowing=True)
+        return CorePolicy(cluster, borrowing=True, vc_queueing=vc_queueing)
     if name == "hived-like":
         return CorePolicy(cluster, borrowing=False)
     if name == "first-fit":

@@ -26,6 +26,7 @@ class RunInfo:
     core_fingerprint: str = ""
     notes: list[str] = field(default_factory=list)
     locality_model: Slowdown | None = None
+    vc_queueing: str = "StrictFIFO"  # topogang's `topogang.vcQueueing` (`--vc-queueing`)
 
 
 def ordered(m: Mapping[str, object]) -> list[str]:

@@ -69,8 +69,10 @@ def partial_gang() -> Undo:
         pr = self.cached(uid)
         if pr is None or uid in solo or pr.request.pod_count <= 1 or self.core.gang(pr.gang) is not None:
             return answer  # placed (another member's slot was free) or already split off
-        # The whole gang waits: place this member alone instead.
+        # The whole gang waits: place this member alone instead (nor does the gang wait any more,
+        # so its VC's order does not queue the member behind its own gang).
         solo[uid] = one = _solo(pr)
+        self.waiting.pop(pr.gang, None)
         self.pods.remember(one, spec_text(args.pod.raw)[1])
         return await original_filter(self, args)
 

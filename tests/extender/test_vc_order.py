@@ -1,0 +1,166 @@
+"""A VC's gangs start in the order they first waited (`topogang.vcQueueing`, `extender.gangs.vc_order`):
+who is held back (a gang of the same VC, not yet placed, at the waiting gang's priority or below),
+what its pod is told (the gang ahead by name only within one namespace), and when it goes (once the
+gang ahead is placed, gone, stale, or waits for what it can never get)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from extender.gangs.vc_order import BEST_EFFORT_FIFO
+from extender.http.verbs import Scheduler
+from tests.extender.helpers import Clock, args, pod, run, scheduler, spec
+
+
+def gang(
+    name: str, pods: int, *, ns: str = "nlp", vc: str = "nlp", gpus: int = 8, **extra: Any
+) -> list[dict[str, Any]]:
+    """`pods` pods of `gpus` GPUs in `vc`, gang `name` of namespace `ns`."""
+    text = spec(vc, gpus, pods, name, **extra)
+    return [pod(f"{ns}-{name}-{i}", f"{name}-{i}", ns, text) for i in range(pods)]
+
+
+async def filtered(s: Scheduler, p: dict[str, Any]) -> tuple[list[str], str]:
+    """The nodes that passed for `p`, and every reason given for the others, joined."""
+    r = await s.filter(args(p))
+    reasons = " ".join(
+        [*r.get("FailedNodes", {}).values(), *r.get("FailedAndUnresolvableNodes", {}).values()]
+    )
+    return list(r.get("NodeNames") or []), reasons + (r.get("Error") or "")
+
+
+async def bound(s: Scheduler, members: list[dict[str, Any]]) -> None:
+    """Every member filtered and bound where its filter sent it."""
+    from tests.extender.helpers import bind_args
+
+    for p in members:
+        passed, why = await filtered(s, p)
+        assert passed, why
+        assert await s.bind(bind_args(p, passed[0])) == {"Error": ""}
+
+
+async def nlp_with_a_big_gang_waiting(s: Scheduler) -> list[dict[str, Any]]:
+    """nlp (3 nodes of quota) runs gang `one` on a node; gang `big` (3 nodes) waits for its quota.
+    The pods of `one`."""
+    one = gang("one", 1)
+    await bound(s, one)
+    passed, why = await filtered(s, gang("big", 3)[0])
+    assert not passed and "[InsufficientQuota]" in why, why
+    return one
+
+
+def test_a_later_gang_of_the_vc_waits_behind_the_older_gang_that_waits_for_room() -> None:
+    async def go() -> None:
+        s = scheduler()
+        one = await nlp_with_a_big_gang_waiting(s)
+        small = gang("small", 1)[0]
+        passed, why = await filtered(s, small)  # it would fit: two of nlp's nodes are free
+        assert not passed and "[Queued]" in why and "gang nlp/big" in why, why
+        assert s.core.gang("nlp/small") is None, "nothing is placed for a queued gang"
+        assert s.waiting["nlp/small"].reason.code.value == "Queued"
+        # another VC's gang is not held back: a VC's quota is its own
+        passed, why = await filtered(s, gang("r", 1, ns="research", vc="research", gpus=4)[0])
+        assert passed, why
+        # `one` finishes: big is placed, and small (turned away behind it) is due for a requeue
+        await s.pod_gone(str(one[0]["metadata"]["uid"]), finished=True)
+        passed, why = await filtered(s, gang("big", 3)[0])
+        assert passed, why
+        due = {p.uid for p in s.requeue.take(100)}
+        assert str(small["metadata"]["uid"]) in due
+        passed, why = await filtered(s, small)  # now it waits for nlp's quota, which big holds
+        assert not passed and "[InsufficientQuota]" in why, why
+
+    run(go())
+
+
+def test_a_gang_of_higher_priority_is_not_held_back() -> None:
+    async def go() -> None:
+        s = scheduler()
+        await nlp_with_a_big_gang_waiting(s)
+        passed, why = await filtered(s, gang("urgent", 1, priority=100)[0])
+        assert passed, why
+
+    run(go())
+
+
+def test_best_effort_fifo_lets_a_later_gang_go_on() -> None:
+    async def go() -> None:
+        s = scheduler()
+        s.vc_queueing = BEST_EFFORT_FIFO
+        await nlp_with_a_big_gang_waiting(s)
+        passed, why = await filtered(s, gang("small", 1)[0])
+        assert passed, why
+
+    run(go())
+
+
+def test_another_namespaces_gang_ahead_is_not_named() -> None:
+    async def go() -> None:
+        s = scheduler()  # the example cluster's entitlement is open: vision may ask for nlp's quota
+        await nlp_with_a_big_gang_waiting(s)
+        passed, why = await filtered(s, gang("mine", 1, ns="vision")[0])
+        assert not passed and "[Queued]" in why, why
+        assert "nlp/big" not in why and "another namespace (3 pods" in why, why
+
+    run(go())
+
+
+def test_a_gang_ahead_not_seen_for_a_ttl_holds_nobody_back() -> None:
+    async def go() -> None:
+        clock = Clock()
+        s = scheduler(clock=clock)
+        await nlp_with_a_big_gang_waiting(s)
+        clock.t += 301.0  # big's pods were not filtered again for a reservation TTL
+        passed, why = await filtered(s, gang("small", 1)[0])
+        assert passed, why
+
+    run(go())
+
+
+def test_a_gang_that_can_never_run_holds_nobody_back() -> None:
+    async def go() -> None:
+        s = scheduler()
+        passed, why = await filtered(s, gang("huge", 4)[0])  # 32 GPUs, nlp's whole quota is 24
+        assert not passed and "[Queued]" not in why, why
+        assert not s.waiting["nlp/huge"].holds
+        passed, why = await filtered(s, gang("small", 1)[0])
+        assert passed, why
+
+    run(go())
+
+
+def test_a_queued_gang_keeps_its_place_behind_the_gang_ahead() -> None:
+    """Two later gangs queue behind `big`; once it is placed, the older of them goes first even
+    when the younger is filtered first."""
+
+    async def go() -> None:
+        s = scheduler()
+        one = await nlp_with_a_big_gang_waiting(s)
+        first, second = gang("first", 1)[0], gang("second", 1)[0]
+        for p in (first, second):
+            passed, why = await filtered(s, p)
+            assert not passed and "gang nlp/big" in why, why
+        await s.pod_gone(str(one[0]["metadata"]["uid"]), finished=True)
+        await s.pod_gone(str(gang("big", 3)[0]["metadata"]["uid"]))  # big's job is deleted instead
+        passed, why = await filtered(s, second)
+        assert not passed and "gang nlp/first" in why, why
+        passed, why = await filtered(s, first)
+        assert passed, why
+
+    run(go())
+
+
+def test_the_preempt_verb_names_no_victims_for_a_queued_gang() -> None:
+    async def go() -> None:
+        from extender.http import wire
+
+        s = scheduler()
+        await nlp_with_a_big_gang_waiting(s)
+        # an opportunistic guest on nlp's free nodes, which a guaranteed gang could preempt
+        await bound(s, gang("guest", 1, ns="vision", vc="vision", priority=-1))
+        small = gang("small", 1)[0]
+        got = await s.preempt(wire.parse_preemption_args({"Pod": small, "NodeNameToMetaVictims": {}}))
+        assert not got.get("NodeNameToMetaVictims"), got
+        assert s.core.gang("nlp/small") is None
+
+    run(go())

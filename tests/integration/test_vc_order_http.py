@@ -1,0 +1,73 @@
+"""`topogang.vcQueueing` against a real `topogang serve` over HTTP: by default a VC's later gang waits
+[Queued] behind its older gang that waits for room, and is told which; `BestEffortFIFO` in the
+config lets it go on. A bad value is refused at load with the key's path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from config import ConfigError
+from config.load import load_config_text
+from extender import kubesched
+from tests.integration.conftest import CONFIG, Pods, running_server
+
+
+def nlp_gang(pods: Pods, name: str, n: int) -> list[dict[str, Any]]:
+    spec = {
+        "virtualCluster": "nlp",
+        "leafCellNumber": 8,
+        "affinityGroup": {"name": f"{name}-{pods.run}", "members": [{"podNumber": n, "leafCellNumber": 8}]},
+    }
+    return [pods.make(f"{name}-{i}", "nlp", spec) for i in range(n)]
+
+
+def filtered(client: httpx.Client, pod: dict[str, Any], nodes: list[str]) -> tuple[list[str], str]:
+    r = client.post("/v1/extender/filter", json={"Pod": pod, "NodeNames": nodes}).json()
+    why = " ".join(
+        [*(r.get("FailedNodes") or {}).values(), *(r.get("FailedAndUnresolvableNodes") or {}).values()]
+    )
+    return list(r.get("NodeNames") or []), why
+
+
+def small_gang_behind_a_big_one(config: Path) -> tuple[list[str], str, str]:
+    """nlp runs a one-node gang, a three-node gang waits for nlp's quota; a later one-node gang is
+    filtered. What passed for it, why not, and the big gang's name."""
+    with running_server(config) as srv, srv.client(timeout=10.0) as client:
+        nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
+        pods = Pods(client)
+        try:
+            one = nlp_gang(pods, "one", 1)[0]
+            passed, why = filtered(client, one, nodes)
+            m = one["metadata"]
+            bind = {"PodName": m["name"], "PodNamespace": "nlp", "PodUID": m["uid"], "Node": passed[0]}
+            assert client.post("/v1/extender/bind", json=bind).json() == {"Error": ""}
+            big = nlp_gang(pods, "big", 3)
+            passed, why = filtered(client, big[0], nodes)
+            assert not passed and "[InsufficientQuota]" in why, why
+            passed, why = filtered(client, nlp_gang(pods, "small", 1)[0], nodes)
+            return passed, why, f"nlp/big-{pods.run}"
+        finally:
+            pods.cleanup()
+
+
+def test_a_later_gang_waits_behind_the_vcs_older_gang_by_default() -> None:
+    passed, why, big = small_gang_behind_a_big_one(CONFIG)
+    assert not passed and "[Queued]" in why and f"gang {big}" in why, why
+
+
+def test_best_effort_fifo_in_the_config_lets_it_go_on(tmp_path: Path) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(CONFIG.read_text(encoding="utf-8") + "  vcQueueing: BestEffortFIFO\n", encoding="utf-8")
+    passed, why, _ = small_gang_behind_a_big_one(config)
+    assert passed, why
+
+
+def test_a_bad_value_names_its_path() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config_text(CONFIG.read_text(encoding="utf-8") + "  vcQueueing: Fifo\n", "c.yaml")
+    got = dict(info.value.errors)
+    assert "topogang.vcQueueing" in got and "StrictFIFO" in got["topogang.vcQueueing"], got
