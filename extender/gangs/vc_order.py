@@ -3,12 +3,13 @@
 kube-scheduler takes pods of one priority oldest first, but a pod the extender turns away goes to its
 unschedulable queue and the later pods go on. A VC's small gangs arriving after its big one then
 take, one after another, the quota and GPUs the big gang waits for, and it can wait for days: the
-simulator, run with that order (`topogang simulate --core-queueing BestEffortFIFO`), keeps e13805's
-32-GPU gangs of the shipped Philly week waiting 69 hours against 12.6 on a private cluster of its
-quota. With `StrictFIFO` (the default, the order the simulator's goals are measured with) a gang not
-yet placed waits behind the oldest gang of its VC, at its priority or above, that waits for room it
-can get; `BestEffortFIFO` lets it go on, as Kueue's ClusterQueues of that name do. Gangs of other
-VCs are never held back: a VC's quota is its own.
+simulator, run with that order (`topogang simulate --vc-queueing BestEffortFIFO`), gives VC e13805
+of the shipped Philly week (32-GPU gangs behind later, smaller ones) a p95 queueing of 68.4 hours
+against 12.6 on a private cluster of its quota. With `StrictFIFO` (the default, the order the
+simulator's goals are measured with) a gang not yet placed waits behind the oldest gang of its VC,
+at its priority or above, that waits for room it can get; `BestEffortFIFO` lets it go on, as
+Kueue's ClusterQueues of that name do. Gangs of other VCs are never held back: a VC's quota is its
+own.
 
 Which gang is ahead is read from the waits the verbs keep (`Scheduler.waiting`): one that has not
 been filtered for a reservation TTL holds nobody back (its pods are gone, or nobody asks for it), so

@@ -8,7 +8,10 @@ snapshot (`extender.http.snapshot`), in a worker thread, inside a transaction th
 never holds the verbs' lock. How many run at once, server-wide and per caller, is bounded by
 `extender.http.limits` (429 beyond). The pod is held to its namespace's entitlement first, as the
 filter holds it (`extender.gangs.entitlement`): what the filter would refuse is a 422 here too, and a
-pod with a PriorityClass is explained at the priority it would get.
+pod with a PriorityClass is explained at the priority it would get. A gang not yet placed that
+would wait behind an older gang of its VC (`topogang.vcQueueing: StrictFIFO`) is told so in
+`queuedBehind`, named as its filter would name it: the core's what-if says where it would go once
+that gang no longer waits.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ def explain_route(scheduler: Scheduler, snapshots: Snapshots | None = None) -> R
             pr = podrequests.explained(scheduler, pod)
             core, now = await private_core(snaps)
             answer = await asyncio.to_thread(explain, core, pr.request, now)
+            if core.gang(pr.gang) is None and (behind := scheduler.behind(pr, now)) is not None:
+                answer = {**answer, "queuedBehind": behind}
         except BodyTooLargeError as err:
             return JSONResponse({"error": str(err)}, status_code=413)
         except wire.WireError as err:

@@ -43,9 +43,14 @@ ROOM_CODES = frozenset(
 )
 
 
-def holds_room(w: Waits, pr: PodRequest) -> bool:
-    """Whether the gang of `pr`, waiting as `w` says, waits for room it can get (a VC's later gangs
-    wait behind such a gang, `extender.gangs.vc_order`)."""
+def holds_vc(w: Waits, pr: PodRequest) -> bool:
+    """Whether the gang of `pr`, waiting as `w` says, holds its VC's later gangs back
+    (`extender.gangs.vc_order`): it waits for room it can get, not for hardware to heal (a node
+    down for days would stop its VC's every other gang)."""
+    return w.wait.reason.code is not WaitCode.BAD_HARDWARE and _room_ends(w, pr)
+
+
+def _room_ends(w: Waits, pr: PodRequest) -> bool:
     return waits_for_room(w.wait.reason.code, pr.request, w.vc_quota)
 
 
@@ -88,7 +93,7 @@ class Requeue:
 
     def waits(self, pr: PodRequest, w: Waits) -> None:
         """The filter's answer for a pod whose gang waits: recorded if room may end the wait."""
-        if holds_room(w, pr):
+        if _room_ends(w, pr):
             self.turned_away(TurnedAway.of(pr))
         else:
             self.passed(pr.uid)

@@ -40,7 +40,7 @@ from extender.http.podrequests import may_preempt, member_ask
 from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
 from extender.http.promises import Promises
 from extender.http.promotions import PromotionWriter, known_names
-from extender.http.turned_away import Requeue, TurnedAway, holds_room
+from extender.http.turned_away import Requeue, TurnedAway, holds_vc
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
 from topology.asks import FilterAsk, IdentityError, Slots, Waits
@@ -178,7 +178,7 @@ class Scheduler:
                 supersede=attempt.superseded,
                 abandon=left,
                 place=len(unknown) < len(names),  # nothing to place on: no reservation, no wait
-                behind=self._behind(pr, now),
+                behind=self.behind(pr, now),
             )
             try:
                 answer = filtercall.filter_call(self.core, ask, now, self.lock)
@@ -257,7 +257,7 @@ class Scheduler:
         unknown: Mapping[str, str],
         now: float,
     ) -> dict[str, Any]:
-        text = self._note_wait(pr, w.wait, now, Known(w.gang, w.vc_quota), holds_room(w, pr))
+        text = self._note_wait(pr, w.wait, now, Known(w.gang, w.vc_quota), holds_vc(w, pr))
         failed, unresolvable = waiting_nodes(
             pr.gang, w.wait, text, names, unknown, evicts_itself=self.preempt_on_filter
         )
@@ -340,7 +340,7 @@ class Scheduler:
             now = self.clock()
             try:
                 named = frozenset(args.victims) if args.victims else None
-                answer = self.core.preempt_member(member_ask(pr, named), now, self._behind(pr, now))
+                answer = self.core.preempt_member(member_ask(pr, named), now, self.behind(pr, now))
             except IdentityError as err:
                 self.unkept.drop(pr.uid)
                 self._count("preempt", "error")
@@ -352,7 +352,7 @@ class Scheduler:
             self._keep(pr.uid)
             got = answer.got
             if isinstance(got, Wait):
-                held = holds_room(Waits(got, answer.gang, answer.vc_quota), pr)
+                held = holds_vc(Waits(got, answer.gang, answer.vc_quota), pr)
                 self._note_wait(pr, got, now, Known(answer.gang, answer.vc_quota), held)
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
@@ -454,7 +454,7 @@ class Scheduler:
     def waiting_of(self, gang: str) -> Waiting | None:
         return self.waiting.get(gang)
 
-    def _behind(self, pr: PodRequest, now: float) -> str | None:
+    def behind(self, pr: PodRequest, now: float) -> str | None:
         """The older gang of the pod's VC its gang waits behind (`vc_order`), under StrictFIFO."""
         if self.vc_queueing != STRICT_FIFO:
             return None

@@ -9,7 +9,8 @@ from typing import Any
 
 from extender.gangs.vc_order import BEST_EFFORT_FIFO
 from extender.http.verbs import Scheduler
-from tests.extender.helpers import Clock, args, pod, run, scheduler, spec
+from tests.extender.helpers import Clock, args, nodes, pod, run, scheduler, spec
+from topology import inspect
 
 
 def gang(
@@ -162,5 +163,25 @@ def test_the_preempt_verb_names_no_victims_for_a_queued_gang() -> None:
         got = await s.preempt(wire.parse_preemption_args({"Pod": small, "NodeNameToMetaVictims": {}}))
         assert not got.get("NodeNameToMetaVictims"), got
         assert s.core.gang("nlp/small") is None
+
+    run(go())
+
+
+def test_a_gang_waiting_for_hardware_to_heal_holds_nobody_back() -> None:
+    """nlp's quota can only map onto a node that is down: its gang waits [BadHardware], and a later
+    gang of nlp is not queued behind it (a node down for days would stop the VC's every gang)."""
+
+    async def go() -> None:
+        s = scheduler()
+        await bound(s, gang("one", 1))
+        await bound(s, gang("two", 1))
+        free = [n for n in nodes() if len(inspect.node_unheld_gpus(s.core, n)) == 8]
+        for n in free:  # every free node down: nlp's last quota node can only be bad hardware
+            s.core.set_node_health(n, False)
+        passed, why = await filtered(s, gang("big", 1)[0])
+        assert not passed and "[BadHardware]" in why, why
+        assert not s.waiting["nlp/big"].holds
+        passed, why = await filtered(s, gang("small", 1)[0])
+        assert not passed and "[Queued]" not in why and "[BadHardware]" in why, why
 
     run(go())

@@ -33,9 +33,10 @@ def filtered(client: httpx.Client, pod: dict[str, Any], nodes: list[str]) -> tup
     return list(r.get("NodeNames") or []), why
 
 
-def small_gang_behind_a_big_one(config: Path) -> tuple[list[str], str, str]:
+def small_gang_behind_a_big_one(config: Path) -> tuple[list[str], str, str, str | None]:
     """nlp runs a one-node gang, a three-node gang waits for nlp's quota; a later one-node gang is
-    filtered. What passed for it, why not, and the big gang's name."""
+    explained, then filtered. What passed for it, why not, the big gang's name, and what the
+    explain API said it waits behind."""
     with running_server(config) as srv, srv.client(timeout=10.0) as client:
         nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
         pods = Pods(client)
@@ -48,22 +49,25 @@ def small_gang_behind_a_big_one(config: Path) -> tuple[list[str], str, str]:
             big = nlp_gang(pods, "big", 3)
             passed, why = filtered(client, big[0], nodes)
             assert not passed and "[InsufficientQuota]" in why, why
-            passed, why = filtered(client, nlp_gang(pods, "small", 1)[0], nodes)
-            return passed, why, f"nlp/big-{pods.run}"
+            small = nlp_gang(pods, "small", 1)[0]
+            explained = client.post("/v1/explain", json=small).json()
+            passed, why = filtered(client, small, nodes)
+            return passed, why, f"nlp/big-{pods.run}", explained.get("queuedBehind")
         finally:
             pods.cleanup()
 
 
 def test_a_later_gang_waits_behind_the_vcs_older_gang_by_default() -> None:
-    passed, why, big = small_gang_behind_a_big_one(CONFIG)
+    passed, why, big, behind = small_gang_behind_a_big_one(CONFIG)
     assert not passed and "[Queued]" in why and f"gang {big}" in why, why
+    assert behind == f"gang {big}"
 
 
 def test_best_effort_fifo_in_the_config_lets_it_go_on(tmp_path: Path) -> None:
     config = tmp_path / "cluster.yaml"
     config.write_text(CONFIG.read_text(encoding="utf-8") + "  vcQueueing: BestEffortFIFO\n", encoding="utf-8")
-    passed, why, _ = small_gang_behind_a_big_one(config)
-    assert passed, why
+    passed, why, _, behind = small_gang_behind_a_big_one(config)
+    assert passed and behind is None, why
 
 
 def test_a_bad_value_names_its_path() -> None:
