@@ -1,0 +1,51 @@
+"""A VC's gangs in the order they first waited (`topogang.vcQueueing: StrictFIFO`), behind the real
+kube-scheduler: a later gang that would fit waits [Queued] behind the VC's older gang, binds nothing
+meanwhile, and is requeued in kube-scheduler (it sits in its unschedulable queue) once that gang is
+placed and, later, once room frees for it. The cluster is the example config (nlp: 3 nodes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.e2e.conftest import E2ECluster, Extender
+from tests.e2e.helpers import (
+    delete_pods,
+    hold_for,
+    none_bound,
+    pod_events,
+    seen_by_scheduler,
+    submit_gang,
+    wait_gone,
+    wait_running,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+
+HOLD_SECONDS = 4.0
+
+
+def test_a_later_gang_waits_behind_the_vcs_older_gang_and_starts_after_it(
+    e2e_cluster: E2ECluster, extender: Extender, gang_ns: str
+) -> None:
+    core = e2e_cluster.core
+    one = submit_gang(core, gang_ns, "one", 1, 8, "nlp")
+    wait_running(core, gang_ns, one)
+    big = submit_gang(core, gang_ns, "big", 3, 8, "nlp")  # nlp's whole quota: waits for `one`
+    wait_until("gang big to be filtered", lambda: seen_by_scheduler(core, gang_ns, big[0]), 30)
+    small = submit_gang(core, gang_ns, "small", 1, 8, "nlp")  # would fit on a free nlp node
+
+    def queued() -> str | None:
+        return next((e for e in pod_events(core, gang_ns, small[0]) if "[Queued]" in e), None)
+
+    event = wait_until("gang small to wait behind big", queued, 30)
+    assert f"gang {gang_ns}/big" in event, event
+    hold_for("small must not bind while big waits", lambda: none_bound(core, gang_ns, small), HOLD_SECONDS)
+    usage = extender.summary()["virtualClusters"]["nlp"]
+    assert usage["quota"] - usage["used"] == 16, f"two nlp nodes stay free for big: {usage}"
+
+    wait_gone(core, gang_ns, delete_pods(core, gang_ns, one))
+    wait_running(core, gang_ns, big)  # big goes first; small now waits for nlp's quota, big's
+    hold_for("small must not bind while big runs", lambda: none_bound(core, gang_ns, small), HOLD_SECONDS)
+    wait_gone(core, gang_ns, delete_pods(core, gang_ns, big))
+    wait_running(core, gang_ns, small)
