@@ -75,3 +75,33 @@ def test_a_bad_value_names_its_path() -> None:
         load_config_text(CONFIG.read_text(encoding="utf-8") + "  vcQueueing: Fifo\n", "c.yaml")
     got = dict(info.value.errors)
     assert "topogang.vcQueueing" in got and "StrictFIFO" in got["topogang.vcQueueing"], got
+
+
+def test_a_hot_reload_switches_the_order(tmp_path: Path) -> None:
+    """Queued under the default, the later gang places once the admin's edit to BestEffortFIFO is
+    applied, without a restart."""
+    from tests.integration.test_reload import wait_for
+
+    config = tmp_path / "cluster.yaml"
+    text = CONFIG.read_text(encoding="utf-8")
+    config.write_text(text, encoding="utf-8")
+    with (
+        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as srv,
+        srv.client(timeout=10.0) as client,
+    ):
+        nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
+        pods = Pods(client)
+        one = nlp_gang(pods, "one", 1)[0]
+        passed, _ = filtered(client, one, nodes)
+        m = one["metadata"]
+        bind = {"PodName": m["name"], "PodNamespace": "nlp", "PodUID": m["uid"], "Node": passed[0]}
+        assert client.post("/v1/extender/bind", json=bind).json() == {"Error": ""}
+        assert not filtered(client, nlp_gang(pods, "big", 3)[0], nodes)[0]
+        small = nlp_gang(pods, "small", 1)[0]
+        passed, why = filtered(client, small, nodes)
+        assert not passed and "[Queued]" in why, why
+        config.write_text(text + "  vcQueueing: BestEffortFIFO\n", encoding="utf-8")
+        wait_for(client, "applied")
+        passed, why = filtered(client, small, nodes)
+        assert passed, why
+        pods.cleanup()
