@@ -46,8 +46,12 @@ ROOM_CODES = frozenset(
 def holds_vc(w: Waits, pr: PodRequest) -> bool:
     """Whether the gang of `pr`, waiting as `w` says, holds its VC's later gangs back
     (`extender.gangs.vc_order`): it waits for room it can get, not for hardware to heal (a node
-    down for days would stop its VC's every other gang)."""
-    return w.wait.reason.code is not WaitCode.BAD_HARDWARE and _room_ends(w, pr)
+    down for days would stop its VC's every other gang), nor only behind another gang (then the
+    gangs queued behind one would, once it is placed, start one requeue round trip at a time)."""
+    return w.wait.reason.code not in NOT_HOLDING and _room_ends(w, pr)
+
+
+NOT_HOLDING = frozenset({WaitCode.BAD_HARDWARE, WaitCode.QUEUED})
 
 
 def _room_ends(w: Waits, pr: PodRequest) -> bool:
