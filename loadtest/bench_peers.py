@@ -246,6 +246,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--nodes", type=int, default=None, help="nodes (default: the simulator's 80)")
     ap.add_argument("--locality-model", choices=("published", "none"), default="published")
     ap.add_argument("--simulate", action="store_true", help="also the simulator's policies on the same slice")
+    ap.add_argument(
+        "--vc-queueing",
+        choices=("StrictFIFO", "BestEffortFIFO"),
+        default="StrictFIFO",
+        help="topogang.vcQueueing of topogang's arm (and of the simulator's topogang)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench-peers")
     ap.add_argument(
         "--reuse",
@@ -273,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         drain_hours=args.drain_hours,
         limit=args.limit,
     )
-    (out / "cluster.yaml").write_text(topology_config(cluster))
+    (out / "cluster.yaml").write_text(topology_config(cluster, vc_queueing=args.vc_queueing))
     (out / "kwok-pod-complete-at.yaml").write_text(COMPLETE_STAGE)
     slowdown = make_slowdown(args.locality_model)
     run = f"peers-{os.getpid()}"
@@ -289,6 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "locality_model": slowdown.name,
         "machine": machine(),
         "load_before": load_average(),
+        "vc_queueing": args.vc_queueing,
     }
     say(f"{meta['slice']}: {meta['jobs']}; {meta['factor']}")
     figures: dict[str, ArmFigures] = {}
@@ -333,6 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         slowdown,
         ["topogang", "kueue-like", "first-fit"] if args.simulate else [],
         records_to=out,
+        vc_queueing=args.vc_queueing,
     )
     private = sims.pop("private").metrics
     cols += list(sims.values())

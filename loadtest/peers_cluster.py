@@ -44,9 +44,10 @@ def rack_name(cluster: SimCluster, node: int) -> str:
     return f"rack-{cluster.rack_of(node) + 1:02d}"
 
 
-def topology_config(cluster: SimCluster, reservation_ttl: int = 300) -> str:
+def topology_config(cluster: SimCluster, reservation_ttl: int = 300, vc_queueing: str = "StrictFIFO") -> str:
     """The topogang (HiveD-format) config of the simulator's cluster: same node names, node shape,
-    racks and VC quotas (whole nodes), each VC's namespace mapped to it."""
+    racks and VC quotas (whole nodes), each VC's namespace mapped to it; `vc_queueing` is
+    `topogang.vcQueueing` (written only when it is not the default)."""
     racks: dict[int, list[str]] = {}
     for n, name in enumerate(cluster.node_names):
         racks.setdefault(cluster.rack_of(n), []).append(name)
@@ -73,6 +74,7 @@ def topology_config(cluster: SimCluster, reservation_ttl: int = 300) -> str:
                 namespace_of(vc): vc for vc, n in sorted(cluster.quotas.items()) if n > 0
             },
             "reservationTtlSeconds": reservation_ttl,
+            **({} if vc_queueing == "StrictFIFO" else {"vcQueueing": vc_queueing}),
         },
     }
     head = "# make bench-peers: the simulator's shared cluster (loadtest/peers_cluster.py)\n"

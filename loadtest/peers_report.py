@@ -73,9 +73,11 @@ def simulated(
     slowdown: Slowdown,
     policies: Sequence[str],
     records_to: Path | None = None,
+    vc_queueing: str = "StrictFIFO",
 ) -> dict[str, ArmFigures]:
     """The simulator on the same slice and cluster: `policies` and the private replay; with
-    `records_to`, each policy's per-job records go to `sim-<policy>-jobs.json` there."""
+    `records_to`, each policy's per-job records go to `sim-<policy>-jobs.json` there.
+    `vc_queueing`: topogang's order within a VC, as the live arm's config sets it."""
     window = (0.0, sl.hours * 3600)
     jobs = list(sl.jobs)
     out: dict[str, ArmFigures] = {}
@@ -89,7 +91,8 @@ def simulated(
         )
     }
     for name in policies:
-        runs[name] = simulate(make_policy(name, cluster), jobs, window=window, slowdown=slowdown)
+        policy = make_policy(name, cluster, vc_queueing)
+        runs[name] = simulate(policy, jobs, window=window, slowdown=slowdown)
     for name, run in runs.items():
         cut, unstarted = censored(run, sl)
         if records_to is not None and name != "private":
