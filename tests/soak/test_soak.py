@@ -89,7 +89,7 @@ def test_the_soak_reports_reservations_that_never_expire(monkeypatch: pytest.Mon
     assert any("members bound for" in v for v in report.violations), "\n".join(report.lines())
 
 
-@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("seed", [4, 6])
 def test_tenants_stay_in_their_lanes_under_randomized_faults(seed: int) -> None:
     """The soak with hostile tenants (`tests.soak.tenants`): other namespaces' jobs under live gang
     names, forged framework identities, specs edited in place, entitlements reloaded, through
