@@ -11,11 +11,15 @@ at its priority or above, that waits for room it can get; `BestEffortFIFO` lets 
 Kueue's ClusterQueues of that name do. Gangs of other VCs are never held back: a VC's quota is its
 own.
 
-Which gang is ahead is read from the waits the verbs keep (`Scheduler.waiting`): one that has not
-been filtered for a reservation TTL holds nobody back (its pods are gone, or nobody asks for it), so
-a wait that is never asked about again cannot block its VC for good. The gang ahead is named to
-the pod only when it is of the pod's own namespace; a VC shared by several namespaces shows another
-namespace's gang by its size and age alone.
+Which gang is ahead is read from the waits the verbs keep (`Scheduler.waiting`). Only a wait for room
+the gang can get holds its VC back (`Waiting.holds`, `extender.http.turned_away.holds_vc`): not a
+gang that can never run, nor one waiting for bad hardware to heal, nor one that only waits behind
+another (the gangs queued behind one then start together once it goes, not one requeue at a time).
+One that has not been filtered for a reservation TTL holds nobody back either (its pods are gone, or
+nobody asks for it), so a wait that is never asked about again cannot block its VC for good.
+
+The gang ahead is named to the pod only when it is of the pod's own namespace; a VC shared by
+several namespaces shows another namespace's gang by its size and age alone.
 """
 
 from __future__ import annotations
