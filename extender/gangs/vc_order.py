@@ -31,28 +31,52 @@ from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest
 from extender.gangs.waiting import Waiting
 
-__all__ = ["BEST_EFFORT_FIFO", "STRICT_FIFO", "VcQueueing", "ahead_of", "shown"]
+__all__ = ["BEST_EFFORT_FIFO", "STRICT_FIFO", "Holders", "VcQueueing", "shown"]
 
 STRICT_FIFO: VcQueueing = "StrictFIFO"
 BEST_EFFORT_FIFO: VcQueueing = "BestEffortFIFO"
 
 
-def ahead_of(waiting: Mapping[str, Waiting], pr: PodRequest, now: float, seen_since: float) -> str | None:
-    """The gang `pr`'s gang waits behind (as the pod may see it named), or None: the oldest gang of
-    its VC at its priority or above that holds its VC's later gangs back (`Waiting.holds`), was
-    seen since `seen_since`, and started waiting before it (the gang's own first wait, else now)."""
-    if not waiting:
-        return None
-    req = pr.request
-    mine = waiting.get(pr.gang)
-    key = (mine.since if mine is not None else now, pr.gang)
-    first: Waiting | None = None
-    for w in waiting.values():
-        if not w.holds or w.vc != req.vc or w.priority < req.priority or w.last_seen < seen_since:
-            continue
-        if (w.since, w.gang) < key and (first is None or (w.since, w.gang) < (first.since, first.gang)):
-            first = w
-    return None if first is None else shown(first, pr.namespace, now)
+class Holders:
+    """The waits that hold their VC's later gangs back, by VC: a filter reads its own VC's few
+    holders, not every waiting gang (under StrictFIFO a backed-up VC's later gangs are queued, and
+    a queued gang holds nobody back). Kept beside `Scheduler.waiting` by the verbs; a holder that
+    is no longer the wait recorded for its gang there is skipped."""
+
+    def __init__(self) -> None:
+        self._by_vc: dict[str, dict[str, Waiting]] = {}
+
+    def note(self, w: Waiting) -> None:
+        """`w` is now the gang's wait: a holder if it holds its VC back, else no longer one."""
+        if w.holds:
+            self._by_vc.setdefault(w.vc, {})[w.gang] = w
+        else:
+            self.drop(w.gang, w.vc)
+
+    def drop(self, gang: str, vc: str) -> None:
+        of_vc = self._by_vc.get(vc)
+        if of_vc is not None and of_vc.pop(gang, None) is not None and not of_vc:
+            del self._by_vc[vc]
+
+    def ahead_of(
+        self, waiting: Mapping[str, Waiting], pr: PodRequest, now: float, seen_since: float
+    ) -> str | None:
+        """The gang `pr`'s gang waits behind (as the pod may see it named), or None: the oldest
+        holder of its VC at its priority or above, seen since `seen_since`, that started waiting
+        before it (the gang's own first wait, else now)."""
+        req = pr.request
+        of_vc = self._by_vc.get(req.vc)
+        if not of_vc:
+            return None
+        mine = waiting.get(pr.gang)
+        key = (mine.since if mine is not None else now, pr.gang)
+        first: Waiting | None = None
+        for w in of_vc.values():
+            if w.priority < req.priority or w.last_seen < seen_since or waiting.get(w.gang) is not w:
+                continue
+            if (w.since, w.gang) < key and (first is None or (w.since, w.gang) < (first.since, first.gang)):
+                first = w
+        return None if first is None else shown(first, pr.namespace, now)
 
 
 def shown(w: Waiting, namespace: str, now: float) -> str:

@@ -30,7 +30,7 @@ from extender.gangs.ledger import GangLedger
 from extender.gangs.ledger_metrics import LedgerCollector
 from extender.gangs.ledger_records import Known
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
-from extender.gangs.vc_order import STRICT_FIFO, VcQueueing, ahead_of
+from extender.gangs.vc_order import STRICT_FIFO, Holders, VcQueueing
 from extender.gangs.waiting import Waiting
 from extender.http import filtercall, letgo, podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
@@ -94,6 +94,7 @@ class Scheduler:
         self.unkept = podrequests.Unkept()  # read, not cached until the core accepts it
         self.waiting: dict[str, Waiting] = {}
         self.vc_queueing: VcQueueing = STRICT_FIFO  # a VC's gangs in the order they first waited
+        self.holders = Holders()  # the waits holding their VC's later gangs back (`vc_order`)
         self.promises = Promises()  # slots held for a while for the pod sent to them
         # kube-scheduler's node lists, shared from request to request, within a budget for this cluster
         self.node_lists = NodeLists(budget_for(len(core.node_names())))
@@ -269,9 +270,10 @@ class Scheduler:
         text = wait_text(pr.gang, w)  # the core's reason says when the gang can never run
         old = self.waiting.get(pr.gang)
         since = old.since if old is not None else now
-        self.waiting[pr.gang] = Waiting(
+        self.waiting[pr.gang] = new = Waiting(
             pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now, holds
         )
+        self.holders.note(new)
         if old is not None and old.holds and not holds:
             self.requeue.freed_vc(old.vc)  # the gangs queued behind it may go
         if old is None or old.reason.code is not w.reason.code:
@@ -458,12 +460,13 @@ class Scheduler:
         """The older gang of the pod's VC its gang waits behind (`vc_order`), under StrictFIFO."""
         if self.vc_queueing != STRICT_FIFO:
             return None
-        return ahead_of(self.waiting, pr, now, now - self.ttl_seconds)
+        return self.holders.ahead_of(self.waiting, pr, now, now - self.ttl_seconds)
 
     def _stop_waiting(self, gang: str) -> None:
         """The gang no longer waits; if it held its VC's later gangs back, they may go now."""
         w = self.waiting.pop(gang, None)
         if w is not None and w.holds:
+            self.holders.drop(gang, w.vc)
             self.requeue.freed_vc(w.vc)
 
     def _released(self, released: Released | None) -> None:

@@ -1,0 +1,76 @@
+"""`vc_order.Holders`, the per-VC index of the waits that hold their VC back, answers as a scan of
+every waiting gang would, whatever the order of waits noted and ended (hypothesis)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.gangs.podspec import PodRequest
+from extender.gangs.vc_order import Holders, shown
+from extender.gangs.waiting import Waiting
+from topology.decisions import WaitCode, WaitReason
+
+GANGS = [f"{ns}/g{i}" for ns in ("nlp", "vision") for i in range(2)]
+
+waits = st.builds(
+    lambda gang, vc, priority, since, seen, holds: Waiting(
+        gang, vc, priority, 1, WaitReason(WaitCode.INSUFFICIENT_QUOTA, vc, "m"), since, since + seen, holds
+    ),
+    st.sampled_from(GANGS),
+    st.sampled_from(["nlp", "vision"]),
+    st.sampled_from([-1, 0, 100]),
+    st.integers(0, 20).map(float),
+    st.integers(0, 20).map(float),
+    st.booleans(),
+)
+steps = st.lists(
+    st.one_of(st.tuples(st.just("wait"), waits), st.tuples(st.just("end"), st.sampled_from(GANGS)))
+)
+
+
+def scan(
+    waiting: dict[str, Waiting], gang: str, ns: str, vc: str, priority: int, now: float, since: float
+) -> str | None:
+    """The reference: every waiting gang looked at."""
+    mine = waiting.get(gang)
+    key = (mine.since if mine is not None else now, gang)
+    ahead = [
+        w
+        for w in waiting.values()
+        if w.holds
+        and w.vc == vc
+        and w.priority >= priority
+        and w.last_seen >= since
+        and (w.since, w.gang) < key
+    ]
+    return shown(min(ahead, key=lambda w: (w.since, w.gang)), ns, now) if ahead else None
+
+
+@settings(max_examples=600, deadline=None)
+@given(steps, st.sampled_from(GANGS), st.sampled_from(["nlp", "vision"]), st.sampled_from([-1, 0, 100]))
+def test_the_index_answers_as_a_scan_of_every_wait(
+    ops: list[tuple[str, Any]], gang: str, vc: str, priority: int
+) -> None:
+    waiting: dict[str, Waiting] = {}
+    holders = Holders()
+    for kind, x in ops:  # as the verbs do: `_note_wait` and `_stop_waiting`
+        if kind == "wait":
+            old = waiting.get(x.gang)
+            if old is not None and old.vc != x.vc:
+                holders.drop(old.gang, old.vc)
+            waiting[x.gang] = x
+            holders.note(x)
+        elif (w := waiting.pop(x, None)) is not None:
+            holders.drop(x, w.vc)
+    ns = gang.split("/")[0]
+    # what `ahead_of` reads of a pod's request: its gang, namespace, VC and priority
+    pr = cast(
+        PodRequest,
+        SimpleNamespace(gang=gang, namespace=ns, request=SimpleNamespace(vc=vc, priority=priority)),
+    )
+    for now, since in ((10.0, 0.0), (25.0, 12.0), (40.0, 30.0)):
+        assert holders.ahead_of(waiting, pr, now, since) == scan(waiting, gang, ns, vc, priority, now, since)
