@@ -79,6 +79,7 @@ from loadtest.servers import ROOT, Children, stop_on_sigterm
 from loadtest.simulate.cli import DEFAULT_TRACE
 from loadtest.simulate.cluster import SimCluster, shared_cluster
 from loadtest.simulate.metrics import policy_metrics
+from loadtest.simulate.policies import STRICT_FIFO, VC_QUEUEINGS
 from loadtest.simulate.slowdown import make_slowdown
 
 ARM_PICKLE = "arm.pickle"
@@ -248,8 +249,8 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--simulate", action="store_true", help="also the simulator's policies on the same slice")
     ap.add_argument(
         "--vc-queueing",
-        choices=("StrictFIFO", "BestEffortFIFO"),
-        default="StrictFIFO",
+        choices=VC_QUEUEINGS,
+        default=STRICT_FIFO,
         help="topogang.vcQueueing of topogang's arm (and of the simulator's topogang)",
     )
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench-peers")

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from loadtest.simulate.cluster import HALF, LEAF, NODE, RACK, SWITCH, SimCluster
+from loadtest.simulate.policies import BEST_EFFORT_FIFO, STRICT_FIFO
 
 RACK_LABEL = "topogang.io/rack"
 HOST_LABEL = "kubernetes.io/hostname"
@@ -44,7 +45,7 @@ def rack_name(cluster: SimCluster, node: int) -> str:
     return f"rack-{cluster.rack_of(node) + 1:02d}"
 
 
-def topology_config(cluster: SimCluster, reservation_ttl: int = 300, vc_queueing: str = "StrictFIFO") -> str:
+def topology_config(cluster: SimCluster, reservation_ttl: int = 300, vc_queueing: str = STRICT_FIFO) -> str:
     """The topogang (HiveD-format) config of the simulator's cluster: same node names, node shape,
     racks and VC quotas (whole nodes), each VC's namespace mapped to it; `vc_queueing` is
     `topogang.vcQueueing` (written only when it is not the default)."""
@@ -74,7 +75,7 @@ def topology_config(cluster: SimCluster, reservation_ttl: int = 300, vc_queueing
                 namespace_of(vc): vc for vc, n in sorted(cluster.quotas.items()) if n > 0
             },
             "reservationTtlSeconds": reservation_ttl,
-            **({} if vc_queueing == "StrictFIFO" else {"vcQueueing": vc_queueing}),
+            **({} if vc_queueing == STRICT_FIFO else {"vcQueueing": vc_queueing}),
         },
     }
     head = "# make bench-peers: the simulator's shared cluster (loadtest/peers_cluster.py)\n"
@@ -125,7 +126,7 @@ spec:
 """
 
 
-def kueue_objects(cluster: SimCluster, queueing: str = "BestEffortFIFO") -> list[tuple[str, dict[str, Any]]]:
+def kueue_objects(cluster: SimCluster, queueing: str = BEST_EFFORT_FIFO) -> list[tuple[str, dict[str, Any]]]:
     """(API path, object) for Kueue, in creation order: the Topology (rack, host), the ResourceFlavor
     that uses it, a ClusterQueue per VC (nominal quota = its GPUs, one cohort, borrowing without limit,
     reclaim from any borrower, borrowing never preempts: all trace jobs have one priority) and a

@@ -30,7 +30,7 @@ from loadtest.simulate.metrics import (
     policy_metrics,
     sharing_anomaly,
 )
-from loadtest.simulate.policies import CorePolicy
+from loadtest.simulate.policies import STRICT_FIFO, CorePolicy
 from loadtest.simulate.roster import make_policy
 from loadtest.simulate.slowdown import Slowdown
 
@@ -73,7 +73,7 @@ def simulated(
     slowdown: Slowdown,
     policies: Sequence[str],
     records_to: Path | None = None,
-    vc_queueing: str = "StrictFIFO",
+    vc_queueing: str = STRICT_FIFO,
 ) -> dict[str, ArmFigures]:
     """The simulator on the same slice and cluster: `policies` and the private replay; with
     `records_to`, each policy's per-job records go to `sim-<policy>-jobs.json` there.

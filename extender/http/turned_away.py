@@ -20,6 +20,7 @@ Everything here runs under the verbs' lock (or, single-threaded, between two awa
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import islice
 
@@ -43,19 +44,16 @@ ROOM_CODES = frozenset(
 )
 
 
-def holds_vc(w: Waits, pr: PodRequest) -> bool:
-    """Whether the gang of `pr`, waiting as `w` says, holds its VC's later gangs back
-    (`extender.gangs.vc_order`): it waits for room it can get, not for hardware to heal (a node
-    down for days would stop its VC's every other gang), nor only behind another gang (then the
-    gangs queued behind one would, once it is placed, start one requeue round trip at a time)."""
-    return w.wait.reason.code not in NOT_HOLDING and _room_ends(w, pr)
-
-
+# waits for room that hold nobody back (`holds_vc`)
 NOT_HOLDING = frozenset({WaitCode.BAD_HARDWARE, WaitCode.QUEUED})
 
 
-def _room_ends(w: Waits, pr: PodRequest) -> bool:
-    return waits_for_room(w.wait.reason.code, pr.request, w.vc_quota)
+def holds_vc(code: WaitCode, request: GangRequest, vc_quota: int) -> bool:
+    """Whether a gang waiting with `code` holds its VC's later gangs back (`extender.gangs.vc_order`):
+    it waits for room it can get (`waits_for_room`), not for hardware to heal (a node down for days
+    would stop its VC's every other gang), nor only behind another gang (then the gangs queued
+    behind one would, once it is placed, start one requeue round trip at a time)."""
+    return code not in NOT_HOLDING and waits_for_room(code, request, vc_quota)
 
 
 def waits_for_room(code: WaitCode, request: GangRequest, vc_quota: int) -> bool:
@@ -97,7 +95,7 @@ class Requeue:
 
     def waits(self, pr: PodRequest, w: Waits) -> None:
         """The filter's answer for a pod whose gang waits: recorded if room may end the wait."""
-        if _room_ends(w, pr):
+        if waits_for_room(w.wait.reason.code, pr.request, w.vc_quota):
             self.turned_away(TurnedAway.of(pr))
         else:
             self.passed(pr.uid)
@@ -123,15 +121,17 @@ class Requeue:
         if gang is None:
             self._due.update(self._waiting)
             self._waiting.clear()
+            self._sync_wake()
         else:
-            for uid in [u for u, p in self._waiting.items() if p.gang == gang]:
-                self._due[uid] = self._waiting.pop(uid)
-        self._sync_wake()
+            self._due_where(lambda p: p.gang == gang)
 
     def freed_vc(self, vc: str) -> None:
         """A gang of `vc` stopped waiting (placed, gone, or no longer waiting for room): the pods of
         `vc` turned away before now are due, those queued behind it among them (`vc_order`)."""
-        for uid in [u for u, p in self._waiting.items() if p.vc == vc]:
+        self._due_where(lambda p: p.vc == vc)
+
+    def _due_where(self, which: Callable[[TurnedAway], bool]) -> None:
+        for uid in [u for u, p in self._waiting.items() if which(p)]:
             self._due[uid] = self._waiting.pop(uid)
         self._sync_wake()
 

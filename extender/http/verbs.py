@@ -258,18 +258,19 @@ class Scheduler:
         unknown: Mapping[str, str],
         now: float,
     ) -> dict[str, Any]:
-        text = self._note_wait(pr, w.wait, now, Known(w.gang, w.vc_quota), holds_vc(w, pr))
+        text = self._note_wait(pr, w.wait, now, Known(w.gang, w.vc_quota))
         failed, unresolvable = waiting_nodes(
             pr.gang, w.wait, text, names, unknown, evicts_itself=self.preempt_on_filter
         )
         return replies.filter_result(args, (), failed, unresolvable)
 
-    def _note_wait(self, pr: PodRequest, w: Wait, now: float, known: Known, holds: bool) -> str:
-        """Remember why the gang waits (for inspect, metrics and its VC's order: `holds`, it waits
-        for room it can get) and tell the pod's watchers."""
+    def _note_wait(self, pr: PodRequest, w: Wait, now: float, known: Known) -> str:
+        """Remember why the gang waits (for inspect, metrics and its VC's order: whether it holds
+        its VC's later gangs back) and tell the pod's watchers."""
         text = wait_text(pr.gang, w)  # the core's reason says when the gang can never run
         old = self.waiting.get(pr.gang)
         since = old.since if old is not None else now
+        holds = known.vc_quota is not None and holds_vc(w.reason.code, pr.request, known.vc_quota)
         self.waiting[pr.gang] = new = Waiting(
             pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now, holds
         )
@@ -354,8 +355,7 @@ class Scheduler:
             self._keep(pr.uid)
             got = answer.got
             if isinstance(got, Wait):
-                held = holds_vc(Waits(got, answer.gang, answer.vc_quota), pr)
-                self._note_wait(pr, got, now, Known(answer.gang, answer.vc_quota), held)
+                self._note_wait(pr, got, now, Known(answer.gang, answer.vc_quota))
                 self._count("preempt", "none")
                 return replies.preemption_result(None)
             if isinstance(got, GangPlacement):

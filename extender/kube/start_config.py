@@ -56,13 +56,16 @@ class StartConfig:
 
     async def judge(self, report: RecoveryReport) -> None:
         costs, file = report.costs(), self.loaded.file
-        digest = config_digest(self.loaded) if costs else ""  # ~35 ms at 12,500 nodes: only to judge
-        if not costs or read_confirmation(file) == digest:
-            if costs:
-                log.warning("config %s taken up at the start, its cost confirmed: %s", file, "; ".join(costs))
-            if report.evict:
-                await self.evict(report.evict, "not part of its gang's placement any more")
-            return
+        if costs:
+            digest = config_digest(self.loaded)  # ~35 ms at 12,500 nodes: only when there is a cost
+            if read_confirmation(file) != digest:
+                self._refuse(file, costs, digest)
+                return
+            log.warning("config %s taken up at the start, its cost confirmed: %s", file, "; ".join(costs))
+        if report.evict:
+            await self.evict(report.evict, "not part of its gang's placement any more")
+
+    def _refuse(self, file: str, costs: list[str], digest: str) -> None:
         self.refusal = (
             f"config {file} refused at the start: it costs running gangs GPUs ("
             + "; ".join(costs)

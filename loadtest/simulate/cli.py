@@ -28,7 +28,7 @@ from loadtest.simulate.config_cluster import ConfigError, config_cluster
 from loadtest.simulate.engine import RunResult, simulate, simulate_private
 from loadtest.simulate.goals import evaluate_goals
 from loadtest.simulate.metrics import PolicyMetrics, policy_metrics
-from loadtest.simulate.policies import CorePolicy
+from loadtest.simulate.policies import STRICT_FIFO, VC_QUEUEINGS, CorePolicy
 from loadtest.simulate.report import write_report
 from loadtest.simulate.roster import make_policy
 from loadtest.simulate.runinfo import RunInfo
@@ -194,8 +194,8 @@ def parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--vc-queueing",
-        choices=("StrictFIFO", "BestEffortFIFO"),
-        default="StrictFIFO",
+        choices=VC_QUEUEINGS,
+        default=STRICT_FIFO,
         help="topogang's topogang.vcQueueing: StrictFIFO (default; a VC's later jobs wait behind its "
         "oldest waiting one) or BestEffortFIFO (they start whenever they fit)",
     )

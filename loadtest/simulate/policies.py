@@ -41,6 +41,7 @@ from topology.decisions import (
 NodeGpus = tuple[int, tuple[int, ...]]
 STRICT_FIFO = "StrictFIFO"
 BEST_EFFORT_FIFO = "BestEffortFIFO"
+VC_QUEUEINGS = (STRICT_FIFO, BEST_EFFORT_FIFO)  # the values of topogang's `topogang.vcQueueing`
 
 
 @dataclass(frozen=True, slots=True)

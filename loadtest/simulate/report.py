@@ -26,6 +26,7 @@ from loadtest.simulate.metrics import (
     sharing_anomaly,
 )
 from loadtest.simulate.plots import plot
+from loadtest.simulate.policies import STRICT_FIFO
 from loadtest.simulate.runinfo import RunInfo, ordered
 from loadtest.simulate.slowdown import LEVELS
 
@@ -183,7 +184,7 @@ def markdown(
             + ", ".join(f"{lvl} {f[lvl]:g}" for lvl in LEVELS)
             + ", relative to the closest placement the job's size allows (`loadtest/simulate/slowdown.py`)."
         )
-    if info.vc_queueing != "StrictFIFO":
+    if info.vc_queueing != STRICT_FIFO:
         lines.append(
             f"- topogang runs with `topogang.vcQueueing: {info.vc_queueing}`: a VC's later jobs start "
             "whenever they fit, ahead of its older waiting ones (those within their VC's quota first)."
@@ -339,7 +340,7 @@ def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
             "locality_model": None
             if info.locality_model is None
             else {"name": info.locality_model.name, "factors": dict(info.locality_model.factors)},
-            **({} if info.vc_queueing == "StrictFIFO" else {"vc_queueing": info.vc_queueing}),
+            **({} if info.vc_queueing == STRICT_FIFO else {"vc_queueing": info.vc_queueing}),
             "goals": [asdict(g) for g in goals],
             "policies": policies,
             "sharing_anomaly": anomaly,

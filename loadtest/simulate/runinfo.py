@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from loadtest.simulate.cluster import SimCluster
+from loadtest.simulate.policies import STRICT_FIFO
 from loadtest.simulate.slowdown import Slowdown
 
 ORDER = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "kueue-like", "private")
@@ -26,7 +27,7 @@ class RunInfo:
     core_fingerprint: str = ""
     notes: list[str] = field(default_factory=list)
     locality_model: Slowdown | None = None
-    vc_queueing: str = "StrictFIFO"  # topogang's `topogang.vcQueueing` (`--vc-queueing`)
+    vc_queueing: str = STRICT_FIFO  # topogang's `topogang.vcQueueing` (`--vc-queueing`)
 
 
 def ordered(m: Mapping[str, object]) -> list[str]:

@@ -127,6 +127,18 @@ def test_a_restart_takes_the_placement_on_the_configs_nodes_as_the_current_one(t
     run(go())
 
 
+async def pair_bound_on_rack3(binder: MemoryBinder) -> tuple[Any, str, list[dict[str, Any]]]:
+    """A two-pod gang of nlp, both members bound on rack 3: the scheduler, the gang's spec text and
+    the API's pods after the binds."""
+    s = scheduler(binder)
+    only_healthy(s, {REPAIRED})
+    text = spec("nlp", 4, 2, "nlp/pair")
+    members = [pod("a", "pair-0", "nlp", text), pod("b", "pair-1", "nlp", text)]
+    for p in members:
+        await place(s, p)
+    return s, text, bound_pods(s, binder, members)
+
+
 async def one_member_bound_on_rack3(binder: MemoryBinder) -> list[dict[str, Any]]:
     """A two-pod gang of nlp whose one member is bound on rack 3 (the other not yet created), and
     two one-node nlp gangs filling the rest of VC nlp's three node cells: the API's pods after the
@@ -292,14 +304,7 @@ def test_pods_of_an_earlier_placement_recovered_one_by_one_are_each_held_apart_a
     name, match no slot, and run on GPUs the core thought free), and named for eviction."""
 
     async def go() -> None:
-        binder = MemoryBinder()
-        before = scheduler(binder)
-        only_healthy(before, {REPAIRED})
-        text = spec("nlp", 4, 2, "nlp/pair")
-        old = [pod("a", "pair-0", "nlp", text), pod("b", "pair-1", "nlp", text)]
-        for p in old:
-            await place(before, p)
-        api = bound_pods(before, binder, old)
+        _, text, api = await pair_bound_on_rack3(MemoryBinder())
         after = scheduler(MemoryBinder())
         only_healthy(after, {"a100-r1-n1"})
         await place(after, pod("c", "pair-0", "nlp", text))  # the gang placed again, elsewhere
@@ -363,14 +368,7 @@ def test_a_pod_outside_the_config_counts_only_for_a_gang_of_its_own_namespace() 
     team's pods outside."""
 
     async def go() -> None:
-        binder = MemoryBinder()
-        s = scheduler(binder)
-        only_healthy(s, {REPAIRED})
-        text = spec("nlp", 4, 2, "nlp/pair")
-        members = [pod("a", "pair-0", "nlp", text), pod("b", "pair-1", "nlp", text)]
-        for p in members:
-            await place(s, p)
-        api = bound_pods(s, binder, members)
+        s, _, api = await pair_bound_on_rack3(MemoryBinder())
         forged = {**api[0], "metadata": {**api[0]["metadata"], "namespace": "intruder", "uid": "x"}}
         evicted: list[str] = []
 

@@ -14,6 +14,7 @@ from config import ConfigError
 from config.load import load_config_text
 from extender import kubesched
 from tests.integration.conftest import CONFIG, Pods, running_server
+from tests.integration.test_server import schedule
 
 
 def nlp_gang(pods: Pods, name: str, n: int) -> list[dict[str, Any]]:
@@ -33,6 +34,13 @@ def filtered(client: httpx.Client, pod: dict[str, Any], nodes: list[str]) -> tup
     return list(r.get("NodeNames") or []), why
 
 
+def big_gang_after_one(client: httpx.Client, pods: Pods, nodes: list[str]) -> tuple[list[str], str]:
+    """nlp runs a one-node gang; then a three-node gang (nlp's whole quota) is filtered: what passed
+    for it, and why not."""
+    assert schedule(client, nlp_gang(pods, "one", 1)[0], nodes) is not None
+    return filtered(client, nlp_gang(pods, "big", 3)[0], nodes)
+
+
 def small_gang_behind_a_big_one(config: Path) -> tuple[list[str], str, str, str | None]:
     """nlp runs a one-node gang, a three-node gang waits for nlp's quota; a later one-node gang is
     explained, then filtered. What passed for it, why not, the big gang's name, and what the
@@ -41,13 +49,7 @@ def small_gang_behind_a_big_one(config: Path) -> tuple[list[str], str, str, str 
         nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
         pods = Pods(client)
         try:
-            one = nlp_gang(pods, "one", 1)[0]
-            passed, why = filtered(client, one, nodes)
-            m = one["metadata"]
-            bind = {"PodName": m["name"], "PodNamespace": "nlp", "PodUID": m["uid"], "Node": passed[0]}
-            assert client.post("/v1/extender/bind", json=bind).json() == {"Error": ""}
-            big = nlp_gang(pods, "big", 3)
-            passed, why = filtered(client, big[0], nodes)
+            passed, why = big_gang_after_one(client, pods, nodes)
             assert not passed and "[InsufficientQuota]" in why, why
             small = nlp_gang(pods, "small", 1)[0]
             explained = client.post("/v1/explain", json=small).json()
@@ -91,12 +93,7 @@ def test_a_hot_reload_switches_the_order(tmp_path: Path) -> None:
     ):
         nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
         pods = Pods(client)
-        one = nlp_gang(pods, "one", 1)[0]
-        passed, _ = filtered(client, one, nodes)
-        m = one["metadata"]
-        bind = {"PodName": m["name"], "PodNamespace": "nlp", "PodUID": m["uid"], "Node": passed[0]}
-        assert client.post("/v1/extender/bind", json=bind).json() == {"Error": ""}
-        assert not filtered(client, nlp_gang(pods, "big", 3)[0], nodes)[0]
+        assert not big_gang_after_one(client, pods, nodes)[0]
         small = nlp_gang(pods, "small", 1)[0]
         passed, why = filtered(client, small, nodes)
         assert not passed and "[Queued]" in why, why
