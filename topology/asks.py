@@ -258,8 +258,8 @@ def bind_member(
 def queued(req: GangRequest, behind: str) -> Wait:
     """The wait of a gang whose VC's older gang (`behind`, as the pod may see it) waits for room."""
     msg = (
-        f"{behind} of VC {req.vc} waits for room and started waiting first; the gangs of a VC start "
-        "in the order they first waited (topogang.vcQueueing: StrictFIFO)"
+        f"{behind} of VC {req.vc} is older and waits for room; the gangs of a VC start in the order "
+        "they were created (topogang.vcQueueing: StrictFIFO)"
     )
     return Wait(WaitReason(WaitCode.QUEUED, req.vc, msg))
 

@@ -24,7 +24,7 @@ from extender.conventions.common import (
 )
 from extender.gangs.identity import explicit_key, one_pod_key
 from extender.gangs.optin import GPU_RESOURCE, pod_gpus
-from extender.gangs.podspec import PodRequest, framework_task, merge_members, spec_text
+from extender.gangs.podspec import PodRequest, creation_text, framework_task, merge_members, spec_text
 from topology.decisions import GangRequest, Member, UserError
 from topology.requests import check_ranges
 
@@ -175,5 +175,5 @@ def resolve(
         within_level=None if c.topology_key is None else workload.level_of_key(c.topology_key),
     )
     check_ranges(request, leaf, members_of=c.where(), members_field=GPU_RESOURCE)
-    pr = PodRequest(uid, namespace, name, request, leaf, spec_annotation=c.key)
+    pr = PodRequest(uid, namespace, name, request, leaf, spec_annotation=c.key, created=creation_text(pod))
     return Resolved(pr, c.source, timeout, is_soft, request.pod_count, c.topology_key)

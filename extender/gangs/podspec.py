@@ -101,6 +101,9 @@ class PodRequest:
     ignore_suggested_nodes: bool = False
     spec_annotation: str = SPEC_ANNOTATIONS[0]  # where the request came from, for its errors
     priority_asked: bool = False  # the spec names a priority (its default 0 asks for nothing)
+    # the pod's `metadata.creationTimestamp` as the API server wrote it: its gang's place in its
+    # VC's order (`extender.gangs.vc_order`), read only when that order is asked
+    created: str | None = None
 
     @property
     def gang(self) -> str:
@@ -177,6 +180,13 @@ def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = pod.get("metadata")
     ann = meta.get("annotations") if isinstance(meta, dict) else None
     return ann if isinstance(ann, dict) else {}
+
+
+def creation_text(pod: Mapping[str, Any]) -> str | None:
+    """The pod's `metadata.creationTimestamp`, as text (parsed only when its VC's order is asked)."""
+    meta = pod.get("metadata")
+    created = meta.get("creationTimestamp") if isinstance(meta, dict) else None
+    return created if isinstance(created, str) else None
 
 
 def framework_task(pod: Mapping[str, Any]) -> FrameworkTask | None:
@@ -373,6 +383,7 @@ def pod_request(
         ignore_suggested_nodes=part.ignore_suggested_nodes,
         spec_annotation=annotation,
         priority_asked=part.priority_asked,
+        created=creation_text(pod),
     )
 
 

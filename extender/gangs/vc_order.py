@@ -1,4 +1,4 @@
-"""The order in which a VC's gangs start: the one that first waited goes first (`topogang.vcQueueing`).
+"""The order in which a VC's gangs start: the oldest goes first (`topogang.vcQueueing`).
 
 kube-scheduler takes pods of one priority oldest first, but a pod the extender turns away goes to its
 unschedulable queue and the later pods go on. A VC's small gangs arriving after its big one then
@@ -18,13 +18,24 @@ another (the gangs queued behind one then start together once it goes, not one r
 One that has not been filtered for a reservation TTL holds nobody back either (its pods are gone, or
 nobody asks for it), so a wait that is never asked about again cannot block its VC for good.
 
+A gang's place in the queue is when its pods were created (`Holders.joined`), as the API server
+wrote it: the latest `creationTimestamp` among the pods of it the verbs have read, so a gang is not
+older than its newest member (creating one pod early and the rest later buys no place), and a gang
+whose pods carry none (a standalone caller's) takes its place when it first waits. That is the
+simulator's order (a job's submit time) and Kueue's (a Workload's creation), and it is the API
+server's, not this process's: a restart or a new leader, which start with no waits, find each gang
+at the place it had as soon as it is filtered again, where an order kept as "who waited first"
+would put the gangs kube-scheduler happens to retry first ahead of older ones.
+
 The gang ahead is named to the pod only when it is of the pod's own namespace; a VC shared by
 several namespaces shows another namespace's gang by its size and age alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 
 from config.schema import VcQueueing
 from extender.gangs.identity import split_key
@@ -43,8 +54,32 @@ class Holders:
     a queued gang holds nobody back). Kept beside `Scheduler.waiting` by the verbs; a holder that
     is no longer the wait recorded for its gang there is skipped."""
 
-    def __init__(self) -> None:
+    def __init__(self, wall: Callable[[], float] = time.time) -> None:
         self._by_vc: dict[str, dict[str, Waiting]] = {}
+        self.wall = wall  # the API server's clock, which `creationTimestamp` is read on
+
+    def joined(self, pr: PodRequest, now: float, old: Waiting | None) -> float:
+        """When `pr`'s gang joined its VC's queue, on the scheduler's clock (`now`'s): its newest
+        pod's creation among those read (this one's, and `old`'s, the gang's wait so far), else
+        when it first waited (`old`), else now."""
+        created = self._created(pr, now)
+        if created is None:
+            return now if old is None else old.order
+        return created if old is None or old.queued is None else max(old.queued, created)
+
+    def _created(self, pr: PodRequest, now: float) -> float | None:
+        """The pod's creation on the scheduler's clock: as long before `now` as it is before the
+        wall clock's now, so a pod's is the same at every read. An API server whose clock runs
+        ahead of this one's shifts every pod's alike, which keeps their order. None: it has none."""
+        if pr.created is None:
+            return None
+        try:
+            at = datetime.fromisoformat(pr.created)
+        except ValueError:
+            return None  # the API server writes RFC 3339; anything else names no time
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=UTC)
+        return now - (self.wall() - at.timestamp())
 
     def note(self, w: Waiting) -> None:
         """`w` is now the gang's wait: a holder if it holds its VC back, else no longer one."""
@@ -68,13 +103,14 @@ class Holders:
         of_vc = self._by_vc.get(req.vc)
         if not of_vc:
             return None
-        mine = waiting.get(pr.gang)
-        key = (mine.since if mine is not None else now, pr.gang)
+        key = (self.joined(pr, now, waiting.get(pr.gang)), pr.gang)
         first: Waiting | None = None
         for w in of_vc.values():
             if w.priority < req.priority or w.last_seen < seen_since or waiting.get(w.gang) is not w:
                 continue
-            if (w.since, w.gang) < key and (first is None or (w.since, w.gang) < (first.since, first.gang)):
+            if w.gang == pr.gang:  # its own wait, older than the pod read now: no gang to wait behind
+                continue
+            if (w.order, w.gang) < key and (first is None or (w.order, w.gang) < (first.order, first.gang)):
                 first = w
         return None if first is None else shown(first, pr.namespace, now)
 

@@ -23,3 +23,10 @@ class Waiting:
     since: float
     last_seen: float
     holds: bool = False  # it waits for room it can get: later gangs of its VC wait behind it (`vc_order`)
+    # its place in its VC's queue, on the scheduler's clock (`vc_order.Holders.joined`); None: `since`
+    queued: float | None = None
+
+    @property
+    def order(self) -> float:
+        """When the gang joined its VC's queue: the key of its VC's order (`vc_order`)."""
+        return self.since if self.queued is None else self.queued

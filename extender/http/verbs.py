@@ -93,7 +93,7 @@ class Scheduler:
         self.pods = PodCache()  # what filter read, for bind (which carries only names)
         self.unkept = podrequests.Unkept()  # read, not cached until the core accepts it
         self.waiting: dict[str, Waiting] = {}
-        self.vc_queueing: VcQueueing = STRICT_FIFO  # a VC's gangs in the order they first waited
+        self.vc_queueing: VcQueueing = STRICT_FIFO  # a VC's gangs in the order they were created
         self.holders = Holders()  # the waits holding their VC's later gangs back (`vc_order`)
         self.promises = Promises()  # slots held for a while for the pod sent to them
         # kube-scheduler's node lists, shared from request to request, within a budget for this cluster
@@ -271,8 +271,9 @@ class Scheduler:
         old = self.waiting.get(pr.gang)
         since = old.since if old is not None else now
         holds = known.vc_quota is not None and holds_vc(w.reason.code, pr.request, known.vc_quota)
+        req, queued = pr.request, self.holders.joined(pr, now, old)
         self.waiting[pr.gang] = new = Waiting(
-            pr.gang, pr.request.vc, pr.request.priority, pr.request.pod_count, w.reason, since, now, holds
+            pr.gang, req.vc, req.priority, req.pod_count, w.reason, since, now, holds, queued
         )
         self.holders.note(new)
         if old is not None and old.holds and not holds:

@@ -1,4 +1,4 @@
-"""A VC's gangs in the order they first waited (`topogang.vcQueueing: StrictFIFO`), behind the real
+"""A VC's gangs in the order they were created (`topogang.vcQueueing: StrictFIFO`), behind the real
 kube-scheduler: a later gang that would fit waits [Queued] behind the VC's older gang, binds nothing
 meanwhile, and is requeued in kube-scheduler (it sits in its unschedulable queue) once that gang is
 placed and, later, once room frees for it. The cluster is the example config (nlp: 3 nodes)."""

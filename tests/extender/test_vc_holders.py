@@ -17,8 +17,16 @@ from topology.decisions import WaitCode, WaitReason
 GANGS = [f"{ns}/g{i}" for ns in ("nlp", "vision") for i in range(2)]
 
 waits = st.builds(
-    lambda gang, vc, priority, since, seen, holds: Waiting(
-        gang, vc, priority, 1, WaitReason(WaitCode.INSUFFICIENT_QUOTA, vc, "m"), since, since + seen, holds
+    lambda gang, vc, priority, since, seen, holds, queued: Waiting(
+        gang,
+        vc,
+        priority,
+        1,
+        WaitReason(WaitCode.INSUFFICIENT_QUOTA, vc, "m"),
+        since,
+        since + seen,
+        holds,
+        queued,
     ),
     st.sampled_from(GANGS),
     st.sampled_from(["nlp", "vision"]),
@@ -26,6 +34,7 @@ waits = st.builds(
     st.integers(0, 20).map(float),
     st.integers(0, 20).map(float),
     st.booleans(),
+    st.one_of(st.none(), st.integers(-5, 20).map(float)),  # its pods' creation, when they carry one
 )
 steps = st.lists(
     st.one_of(st.tuples(st.just("wait"), waits), st.tuples(st.just("end"), st.sampled_from(GANGS)))
@@ -37,17 +46,18 @@ def scan(
 ) -> str | None:
     """The reference: every waiting gang looked at."""
     mine = waiting.get(gang)
-    key = (mine.since if mine is not None else now, gang)
+    key = (mine.order if mine is not None else now, gang)
     ahead = [
         w
         for w in waiting.values()
         if w.holds
         and w.vc == vc
+        and w.gang != gang
         and w.priority >= priority
         and w.last_seen >= since
-        and (w.since, w.gang) < key
+        and (w.order, w.gang) < key
     ]
-    return shown(min(ahead, key=lambda w: (w.since, w.gang)), ns, now) if ahead else None
+    return shown(min(ahead, key=lambda w: (w.order, w.gang)), ns, now) if ahead else None
 
 
 @settings(max_examples=600, deadline=None)
@@ -70,7 +80,9 @@ def test_the_index_answers_as_a_scan_of_every_wait(
     # what `ahead_of` reads of a pod's request: its gang, namespace, VC and priority
     pr = cast(
         PodRequest,
-        SimpleNamespace(gang=gang, namespace=ns, request=SimpleNamespace(vc=vc, priority=priority)),
+        SimpleNamespace(
+            gang=gang, namespace=ns, request=SimpleNamespace(vc=vc, priority=priority), created=None
+        ),
     )
     for now, since in ((10.0, 0.0), (25.0, 12.0), (40.0, 30.0)):
         assert holders.ahead_of(waiting, pr, now, since) == scan(waiting, gang, ns, vc, priority, now, since)

@@ -1,10 +1,12 @@
-"""A VC's gangs start in the order they first waited (`topogang.vcQueueing`, `extender.gangs.vc_order`):
+"""A VC's gangs start in the order they were created (`topogang.vcQueueing`, `extender.gangs.vc_order`):
 who is held back (a gang of the same VC, not yet placed, at the waiting gang's priority or below),
-what its pod is told (the gang ahead by name only within one namespace), and when it goes (once the
-gang ahead is placed, gone, stale, or waits for what it can never get)."""
+what its pod is told (the gang ahead by name only within one namespace), when it goes (once the
+gang ahead is placed, gone, stale, or waits for what it can never get), and which gang is older
+(its newest pod's `creationTimestamp`, else when it first waited)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from extender.gangs.vc_order import BEST_EFFORT_FIFO
@@ -185,5 +187,92 @@ def test_a_gang_waiting_for_hardware_to_heal_holds_nobody_back() -> None:
         assert not s.waiting["nlp/big"].holds
         passed, why = await filtered(s, gang("small", 1)[0])
         assert not passed and "[Queued]" not in why and "[BadHardware]" in why, why
+
+    run(go())
+
+
+WALL = 1_800_000_000.0  # the API server's clock when the scheduler's reads 0
+
+
+def created_at(members: list[dict[str, Any]], t: float) -> list[dict[str, Any]]:
+    """The pods, created (`creationTimestamp`, as the API server writes it) at scheduler time `t`."""
+    for p in members:
+        p["metadata"]["creationTimestamp"] = datetime.fromtimestamp(WALL + t, UTC).strftime(
+            "%Y-%m-%dT%H:%M:%SZ"
+        )
+    return members
+
+
+def on_the_api_servers_clock(clock: Clock) -> Scheduler:
+    s = scheduler(clock=clock)
+    s.holders.wall = lambda: WALL + clock.t
+    return s
+
+
+def test_the_older_gang_goes_first_though_a_younger_one_waited_first() -> None:
+    """What a restart or a new leader meets: kube-scheduler retries the younger gang first. It waits
+    for room first, yet the older gang, filtered after it, is not queued behind it: the order is
+    the pods' creation, which the API server keeps, not who this process saw waiting first."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = on_the_api_servers_clock(clock)
+        await bound(s, gang("one", 1))
+        old, young = created_at(gang("old", 3), 900.0), created_at(gang("young", 3), 950.0)
+        passed, why = await filtered(s, young[0])
+        assert not passed and "[InsufficientQuota]" in why, why
+        assert s.waiting["nlp/young"].holds
+        clock.t += 5.0
+        passed, why = await filtered(s, old[0])
+        assert not passed and "[InsufficientQuota]" in why and "[Queued]" not in why, why
+        passed, why = await filtered(s, young[0])
+        assert not passed and "[Queued]" in why and "gang nlp/old" in why, why
+        small = created_at(gang("small", 1), 990.0)[0]  # it would fit, but old is older
+        passed, why = await filtered(s, small)
+        assert not passed and "gang nlp/old" in why, why
+
+    run(go())
+
+
+def test_a_gang_is_as_old_as_its_newest_pod() -> None:
+    """One pod created early and the rest later buys no place: once its newer pod is read, the gang
+    is as old as that pod, and a gang created in between goes first."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = on_the_api_servers_clock(clock)
+        await bound(s, gang("one", 1))
+        early = gang("early", 3)
+        created_at(early[:1], 800.0)
+        created_at(early[1:], 980.0)
+        passed, why = await filtered(s, early[0])
+        assert not passed and "[InsufficientQuota]" in why, why
+        passed, why = await filtered(s, early[1])
+        assert not passed and "[InsufficientQuota]" in why, why
+        clock.t += 5.0
+        between = created_at(gang("between", 3), 900.0)
+        passed, why = await filtered(s, between[0])
+        assert not passed and "[Queued]" not in why, why
+        passed, why = await filtered(s, early[0])
+        assert not passed and "gang nlp/between" in why, why
+
+    run(go())
+
+
+def test_pods_without_a_creation_time_keep_the_order_they_first_waited_in() -> None:
+    """A standalone caller's pods carry no `creationTimestamp`: a gang's place is its first wait,
+    kept while it waits, however often it is filtered again."""
+
+    async def go() -> None:
+        clock = Clock()
+        s = on_the_api_servers_clock(clock)
+        await nlp_with_a_big_gang_waiting(s)
+        clock.t += 60.0
+        passed, why = await filtered(s, gang("later", 3)[0])
+        assert not passed and "gang nlp/big" in why, why
+        clock.t += 60.0
+        passed, why = await filtered(s, gang("big", 3)[0])  # big again: still first
+        assert not passed and "[InsufficientQuota]" in why, why
+        assert s.waiting["nlp/big"].order == 1000.0
 
     run(go())

@@ -380,9 +380,10 @@ class Soak:
         loop = asyncio.get_running_loop()
         self.kube = FakeKube(self.server, watch_lag=self.rng.choice((0.0, 0.0, 0.5, 2.0)))
         self.service = kube_service(self.loaded, self.kube, clock=loop.time, signing_key=SIGNING_KEY)
-        # wall time follows the virtual clock too: the ledger's tombstones and the persisted
-        # reservations' expiresAt are read back against it
+        # wall time follows the virtual clock too: the ledger's tombstones, the persisted
+        # reservations' expiresAt and the pods' creation times (the VC order) are read against it
         self.service.scheduler.gang_ledger.wall = lambda: self.server.wall_offset + loop.time()
+        self.service.scheduler.holders.wall = lambda: self.server.wall_offset + loop.time()
         self.store().wall = lambda: datetime.fromtimestamp(self.server.wall_offset + loop.time(), UTC)
         self.app = build_app(self.service)
         self.stack = contextlib.AsyncExitStack()
