@@ -76,6 +76,9 @@ class WaitCode(StrEnum):
     PREEMPTING = "Preempting"  # cells are reserved for it; waiting for the victims to go
     EXPIRED = "Expired"  # its reservation expired before it was whole; placed again one TTL later
     QUEUED = "Queued"  # an older gang of its VC waits for room, and a VC's gangs start in order
+    # never the core's answer: the edge's note of a gang pending when it took the lead, not yet
+    # filtered since (`extender.kube.pending`)
+    UNASKED = "Unasked"
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,13 @@ class Requeue:
         else:
             self._due_where(lambda p: p.gang == gang)
 
+    def due(self, pod: TurnedAway) -> None:
+        """`pod` is due now: pending when the extender took the lead, unasked since
+        (`extender.kube.pending`), so kube-scheduler filters it again soon."""
+        self._waiting.pop(pod.uid, None)
+        self._due[pod.uid] = pod
+        self._sync_wake()
+
     def freed_vc(self, vc: str) -> None:
         """A gang of `vc` stopped waiting (placed, gone, or no longer waiting for room): the pods of
         `vc` turned away before now are due, those queued behind it among them (`vc_order`)."""

@@ -35,7 +35,7 @@ from extender.http.app import Service
 from extender.http.ledger_api import gang_of_pod, ledger_routes
 from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
-from extender.kube import dra_mode
+from extender.kube import dra_mode, pending
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
@@ -247,6 +247,7 @@ def kube_service(
             await asyncio.Event().wait()
         for line in await _restore_until_done(store, sync.pods.values()):
             log.info("%s", line)
+        await pending.recall(scheduler, list(sync.pods.values()))  # the VC order, kept over the change
         store_ready[0] = True
         scheduler.after_change = store.flush_new
         sync.refresh_ready()

@@ -49,3 +49,33 @@ def test_a_later_gang_waits_behind_the_vcs_older_gang_and_starts_after_it(
     hold_for("small must not bind while big runs", lambda: none_bound(core, gang_ns, small), HOLD_SECONDS)
     wait_gone(core, gang_ns, delete_pods(core, gang_ns, big))
     wait_running(core, gang_ns, small)
+
+
+def test_a_restart_keeps_the_older_gang_ahead(
+    e2e_cluster: E2ECluster, extender: Extender, gang_ns: str
+) -> None:
+    """The extender restarts while `big` waits: the new process notes it `[Unasked]` from the pod
+    list (`extender.kube.pending`), so a younger gang created right after the restart, which
+    kube-scheduler tries first (its pod is new), waits behind big instead of taking nlp's quota."""
+    core = e2e_cluster.core
+    one = submit_gang(core, gang_ns, "one", 1, 8, "nlp")
+    wait_running(core, gang_ns, one)
+    big = submit_gang(core, gang_ns, "big", 3, 8, "nlp")
+    wait_until("gang big to be filtered", lambda: seen_by_scheduler(core, gang_ns, big[0]), 30)
+    extender.restart()
+    assert "1 gangs pending at the start of the lead" in extender.log()  # big, noted at the start
+    status = extender.get(f"/v1/inspect/affinitygroups/{gang_ns}/big")["status"]
+    # [Unasked], or already the core's answer: its pods were marked, so kube-scheduler asks at once
+    assert status["waitReason"]["code"] in ("Unasked", "InsufficientQuota"), status
+    small = submit_gang(core, gang_ns, "small", 1, 8, "nlp")
+
+    def queued() -> str | None:
+        return next((e for e in pod_events(core, gang_ns, small[0]) if "[Queued]" in e), None)
+
+    event = wait_until("gang small to wait behind big", queued, 30)
+    assert f"gang {gang_ns}/big" in event, event
+    hold_for("small must not bind while big waits", lambda: none_bound(core, gang_ns, small), HOLD_SECONDS)
+    wait_gone(core, gang_ns, delete_pods(core, gang_ns, one))
+    wait_running(core, gang_ns, big)
+    wait_gone(core, gang_ns, delete_pods(core, gang_ns, big))
+    wait_running(core, gang_ns, small)

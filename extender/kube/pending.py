@@ -1,0 +1,100 @@
+"""The gangs pending when this extender takes the lead, kept in their VC's order until asked about.
+
+A restart, or a standby that becomes the leader, starts with no waits (`Scheduler.waiting`): the
+VC order (`extender.gangs.vc_order`, `topogang.vcQueueing: StrictFIFO`) knows a gang is waiting only
+once kube-scheduler filters it again, and kube-scheduler retries a pod it holds as unschedulable only
+on some cluster event, or after five minutes. Meanwhile a younger gang of the VC that fits would
+start first, taking the quota the older one waits for. So when the lead begins, every gang with a
+pod of topogang's profile pending (not bound, not finished, not being deleted) that the core does
+not hold is noted as waiting `[Unasked]`: it holds its VC's younger gangs back as a wait for room
+does, from its pods' creation, and its pods are due for a requeue (`extender.kube.requeue`), so
+kube-scheduler filters them again within its backoff. That filter replaces the wait with the core's
+answer; like any wait, one not filtered for a reservation TTL holds nobody back.
+
+Who is noted, and with what: the pods are the API server's (the watch's list, nothing a request
+names), of topogang's scheduler profile (the pods kube-scheduler sends to these verbs); each is read
+as the filter reads it, with its namespace's entitlement, so a pod that may not ask for its VC, or
+whose spec is bad, is noted nowhere. Only a gang that could ever run holds: not one larger than its
+VC's quota. Under `BestEffortFIFO` nothing is noted: no gang is held back there.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from extender.gangs.optin import SCHEDULER_NAMES, scheduler_name
+from extender.gangs.podspec import PodRequest, is_enabled
+from extender.gangs.vc_order import STRICT_FIFO
+from extender.gangs.waiting import Waiting
+from extender.http import wire
+from extender.http.turned_away import TurnedAway, waits_for_room
+from extender.http.verbs import Scheduler
+from extender.kube import pods as kpods
+from topology.decisions import UserError, WaitCode, WaitReason
+
+log = logging.getLogger("topogang.kube")
+
+
+def pending(pod: Mapping[str, Any]) -> bool:
+    """A pod kube-scheduler's topogang profile has yet to place: opted in, not bound, not done."""
+    return (
+        scheduler_name(pod) in SCHEDULER_NAMES
+        and is_enabled(pod)
+        and kpods.node_name(pod) is None
+        and not kpods.finished(pod)
+        and not kpods.deleting(pod)
+    )
+
+
+async def recall(s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> int:
+    """Note the gangs of the pending `pods` as waiting `[Unasked]` (module docstring); how many."""
+    if s.vc_queueing != STRICT_FIFO:
+        return 0
+    read: list[PodRequest] = []
+    for pod in [p for p in pods if pending(p)]:
+        try:
+            read.append(await s.request_of(wire.parse_pod(pod)))
+        except (UserError, wire.WireError):
+            continue  # the filter says why, to the pod, when kube-scheduler asks
+    noted: set[str] = set()
+    async with s.lock:
+        now = s.clock()
+        for pr in read:
+            if s.core.gang(pr.gang) is not None or (pr.gang in s.waiting and pr.gang not in noted):
+                s.unkept.drop(pr.uid)
+                continue  # placed, or already asked about since the lead began
+            req = pr.request
+            if not waits_for_room(WaitCode.INSUFFICIENT_QUOTA, req, s.core.vc_quota(req.vc)):
+                s.unkept.drop(pr.uid)
+                continue  # it can never run: it holds nobody back
+            old = s.waiting.get(pr.gang)
+            w = Waiting(
+                pr.gang,
+                req.vc,
+                req.priority,
+                req.pod_count,
+                WaitReason(WaitCode.UNASKED, req.vc, unasked(pr.gang)),
+                now,
+                now,
+                True,
+                s.holders.joined(pr, now, old),
+            )
+            s.waiting[pr.gang] = w
+            s.holders.note(w)
+            s.unkept.keep(s.pods, pr.uid)
+            s.requeue.due(TurnedAway.of(pr))
+            noted.add(pr.gang)
+    if noted:
+        log.info(
+            "%d gangs pending at the start of the lead wait in their VCs' order until filtered", len(noted)
+        )
+    return len(noted)
+
+
+def unasked(gang: str) -> str:
+    return (
+        f"gang {gang} was pending when this extender took the lead and has not been filtered since; "
+        "its VC's younger gangs wait behind it until it is (topogang.vcQueueing: StrictFIFO)"
+    )
