@@ -52,45 +52,41 @@ async def recall(s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> int:
     """Note the gangs of the pending `pods` as waiting `[Unasked]` (module docstring); how many."""
     if s.vc_queueing != STRICT_FIFO:
         return 0
-    read: list[PodRequest] = []
+    noted: set[str] = set()
     for pod in [p for p in pods if pending(p)]:
         try:
-            read.append(await s.request_of(wire.parse_pod(pod)))
+            pr = await s.request_of(wire.parse_pod(pod))
         except (UserError, wire.WireError):
             continue  # the filter says why, to the pod, when kube-scheduler asks
-    noted: set[str] = set()
-    async with s.lock:
-        now = s.clock()
-        for pr in read:
-            if s.core.gang(pr.gang) is not None or (pr.gang in s.waiting and pr.gang not in noted):
+        async with s.lock:  # each read kept at once: the reads not yet kept are a bounded few
+            if _note(s, pr, s.clock()):
+                noted.add(pr.gang)
+            else:
                 s.unkept.drop(pr.uid)
-                continue  # placed, or already asked about since the lead began
-            req = pr.request
-            if not waits_for_room(WaitCode.INSUFFICIENT_QUOTA, req, s.core.vc_quota(req.vc)):
-                s.unkept.drop(pr.uid)
-                continue  # it can never run: it holds nobody back
-            old = s.waiting.get(pr.gang)
-            w = Waiting(
-                pr.gang,
-                req.vc,
-                req.priority,
-                req.pod_count,
-                WaitReason(WaitCode.UNASKED, req.vc, unasked(pr.gang)),
-                now,
-                now,
-                True,
-                s.holders.joined(pr, now, old),
-            )
-            s.waiting[pr.gang] = w
-            s.holders.note(w)
-            s.unkept.keep(s.pods, pr.uid)
-            s.requeue.due(TurnedAway.of(pr))
-            noted.add(pr.gang)
     if noted:
         log.info(
             "%d gangs pending at the start of the lead wait in their VCs' order until filtered", len(noted)
         )
     return len(noted)
+
+
+def _note(s: Scheduler, pr: PodRequest, now: float) -> bool:
+    """Note `pr`'s gang as waiting `[Unasked]`, unless the core holds it, it waits for what the
+    core said (asked since the lead began), or it can never run."""
+    old, req = s.waiting.get(pr.gang), pr.request
+    if s.core.gang(pr.gang) is not None or (old is not None and old.reason.code is not WaitCode.UNASKED):
+        return False
+    if not waits_for_room(WaitCode.INSUFFICIENT_QUOTA, req, s.core.vc_quota(req.vc)):
+        return False  # it holds nobody back
+    reason = WaitReason(WaitCode.UNASKED, req.vc, unasked(pr.gang))
+    queued = s.holders.joined(pr, now, old)
+    s.waiting[pr.gang] = w = Waiting(
+        pr.gang, req.vc, req.priority, req.pod_count, reason, now, now, True, queued
+    )
+    s.holders.note(w)
+    s.unkept.keep(s.pods, pr.uid)
+    s.requeue.due(TurnedAway.of(pr))
+    return True
 
 
 def unasked(gang: str) -> str:
