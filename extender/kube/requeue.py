@@ -11,7 +11,9 @@ free. Without the mark it would wait for some other cluster event, or the queue'
 Who may cause a mark: only the extender's own watch (a release, a pod gone, a node healed), and
 only on a pod that kube-scheduler's verbs door sent to the filter, as the API server names it (the
 verbs trust the API server's copy, `extender.http.trusted`), and that the filter turned away for
-lack of room, in that pod's own namespace. Nobody can name a pod to be marked. The patch carries the
+lack of room, in that pod's own namespace; or, when the lead begins, a pod of topogang's scheduler
+profile the API server lists as pending, whose gang the start notes in its VC's order
+(`extender.kube.pending`). Nobody can name a pod to be marked. The patch carries the
 pod's UID as a precondition, so a re-created pod of the same name is never touched, and writes only
 that one annotation (RBAC: `patch` on pods, which the chart's ClusterRole has for promotions too).
 At most `rate` patches a second (a burst of as many), so a release that frees room for thousands of
