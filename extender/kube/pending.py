@@ -76,8 +76,10 @@ def _note(s: Scheduler, pr: PodRequest, now: float) -> bool:
     old, req = s.waiting.get(pr.gang), pr.request
     if s.core.gang(pr.gang) is not None or (old is not None and old.reason.code is not WaitCode.UNASKED):
         return False
-    if not waits_for_room(WaitCode.INSUFFICIENT_QUOTA, req, s.core.vc_quota(req.vc)):
-        return False  # it holds nobody back
+    if not s.core.has_vc(req.vc) or not waits_for_room(
+        WaitCode.INSUFFICIENT_QUOTA, req, s.core.vc_quota(req.vc)
+    ):
+        return False  # it holds nobody back: the filter answers it, when asked, that it can never run
     reason = WaitReason(WaitCode.UNASKED, req.vc, unasked(pr.gang))
     queued = s.holders.joined(pr, now, old)
     s.waiting[pr.gang] = w = Waiting(
