@@ -12,7 +12,8 @@ kube-scheduler filters them again within its backoff. That filter replaces the w
 answer; like any wait, one not filtered for a reservation TTL holds nobody back.
 
 Who is noted, and with what: the pods are the API server's (the watch's list, nothing a request
-names), of topogang's scheduler profile (the pods kube-scheduler sends to these verbs); each is read
+names), of topogang's scheduler profile and without scheduling gates (the pods kube-scheduler sends
+to these verbs); each is read
 as the filter reads it, with its namespace's entitlement, so a pod that may not ask for its VC, or
 whose spec is bad, is noted nowhere. Only a gang that could ever run holds: not one larger than its
 VC's quota. Under `BestEffortFIFO` nothing is noted: no gang is held back there.
@@ -38,10 +39,15 @@ log = logging.getLogger("topogang.kube")
 
 
 def pending(pod: Mapping[str, Any]) -> bool:
-    """A pod kube-scheduler's topogang profile has yet to place: opted in, not bound, not done."""
+    """A pod kube-scheduler's topogang profile has yet to place: opted in, not bound, not done, and
+    not held back by scheduling gates (kube-scheduler asks about no gated pod, so its note would
+    hold its VC for a reservation TTL)."""
+    spec = pod.get("spec")
+    gated = isinstance(spec, dict) and bool(spec.get("schedulingGates"))
     return (
         scheduler_name(pod) in SCHEDULER_NAMES
         and is_enabled(pod)
+        and not gated
         and kpods.node_name(pod) is None
         and not kpods.finished(pod)
         and not kpods.deleting(pod)

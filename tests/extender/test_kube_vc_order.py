@@ -93,8 +93,8 @@ def test_a_gang_pending_at_a_restart_stays_ahead_of_younger_gangs_until_it_is_fi
 
 def test_only_gangs_that_could_run_on_topogangs_profile_are_noted() -> None:
     """Not a gang larger than its VC's quota (it holds nobody back), not a pod of another scheduler
-    (kube-scheduler would never ask about it, so its note would hold the VC for a TTL), not a pod
-    whose namespace may not use the VC, and nothing under BestEffortFIFO."""
+    or one with scheduling gates (kube-scheduler would not ask about it, so its note would hold the
+    VC for a TTL), not a pod whose namespace may not use the VC, and nothing under BestEffortFIFO."""
 
     async def go() -> None:
         clock = Clock()
@@ -102,12 +102,16 @@ def test_only_gangs_that_could_run_on_topogangs_profile_are_noted() -> None:
         for i in range(4):
             submit(kube, f"h{i}", f"huge-{i}", spec(NLP, 8, 4, "nlp/huge"))  # 32 GPUs of 24
         submit(kube, "x0", "elsewhere", spec(NLP, 8), scheduler="default-scheduler")
+        gated = pod("q0", "gated", NLP, spec(NLP, 8))
+        gated["spec"] |= {"schedulerName": "topogang", "schedulingGates": [{"name": "example.com/hold"}]}
+        kube.server.put(pod_path(NLP, "gated"), gated)  # kube-scheduler asks about no gated pod
         submit(kube, "l0", "lab-0", spec(NLP, 8, 2, "lab/pair"), ns="lab")  # lab may not use nlp
         submit(kube, "k0", "kept", spec(NLP, 8, 2, "nlp/kept"))
         a = await start_on(kube, clock, loaded=lab_may_use_vision_only())
         assert set(a.s.waiting) == {"nlp/kept"}
         await until("kept's pod marked", lambda: mark_of(kube, NLP, "kept") is not None)
         assert mark_of(kube, NLP, "huge-0") is None and mark_of(kube, NLP, "elsewhere") is None
+        assert mark_of(kube, NLP, "gated") is None
         assert mark_of(kube, "lab", "lab-0") is None
         await a.stop()
 
