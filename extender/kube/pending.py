@@ -16,7 +16,9 @@ names), of topogang's scheduler profile and without scheduling gates (the pods k
 to these verbs); each is read
 as the filter reads it, with its namespace's entitlement, so a pod that may not ask for its VC, or
 whose spec is bad, is noted nowhere. Only a gang that could ever run holds: not one larger than its
-VC's quota. Under `BestEffortFIFO` nothing is noted: no gang is held back there.
+VC's quota, and not one some of whose pods do not exist yet (it may wait for them rather than for
+room: kube-scheduler asks about no pod of a native gang before its group is whole). Under
+`BestEffortFIFO` nothing is noted: no gang is held back there.
 """
 
 from __future__ import annotations
@@ -58,22 +60,28 @@ async def recall(s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> int:
     """Note the gangs of the pending `pods` as waiting `[Unasked]` (module docstring); how many."""
     if s.vc_queueing != STRICT_FIFO:
         return 0
-    noted: set[str] = set()
+    by_gang: dict[str, list[PodRequest]] = {}
     for pod in [p for p in pods if pending(p)]:
         try:
             pr = await s.request_of(wire.parse_pod(pod))
         except (UserError, wire.WireError):
             continue  # the filter says why, to the pod, when kube-scheduler asks
-        async with s.lock:  # each read kept at once: the reads not yet kept are a bounded few
-            if _note(s, pr, s.clock()):
-                noted.add(pr.gang)
+        by_gang.setdefault(pr.gang, []).append(pr)
+    noted = 0
+    async with s.lock:
+        now = s.clock()
+        for members in by_gang.values():
+            # a gang not all of whose pods exist yet may wait for them, not for room (a native
+            # gang's pods are not asked about before then): it is left to its first filter
+            whole = len(members) >= members[0].request.pod_count
+            if whole and all(_note(s, pr, now) for pr in members):  # one gang: one answer for all
+                noted += 1
             else:
-                s.unkept.drop(pr.uid)
+                for pr in members:
+                    s.unkept.drop(pr.uid)
     if noted:
-        log.info(
-            "%d gangs pending at the start of the lead wait in their VCs' order until filtered", len(noted)
-        )
-    return len(noted)
+        log.info("%d gangs pending at the start of the lead wait in their VCs' order until filtered", noted)
+    return noted
 
 
 def _note(s: Scheduler, pr: PodRequest, now: float) -> bool:

@@ -94,7 +94,8 @@ def test_a_gang_pending_at_a_restart_stays_ahead_of_younger_gangs_until_it_is_fi
 def test_only_gangs_that_could_run_on_topogangs_profile_are_noted() -> None:
     """Not a gang larger than its VC's quota (it holds nobody back), not a pod of another scheduler
     or one with scheduling gates (kube-scheduler would not ask about it, so its note would hold the
-    VC for a TTL), not a pod whose namespace may not use the VC, and nothing under BestEffortFIFO."""
+    VC for a TTL), not a gang some of whose pods do not exist yet, not a pod whose namespace may not
+    use the VC, and nothing under BestEffortFIFO."""
 
     async def go() -> None:
         clock = Clock()
@@ -106,12 +107,14 @@ def test_only_gangs_that_could_run_on_topogangs_profile_are_noted() -> None:
         gated["spec"] |= {"schedulerName": "topogang", "schedulingGates": [{"name": "example.com/hold"}]}
         kube.server.put(pod_path(NLP, "gated"), gated)  # kube-scheduler asks about no gated pod
         submit(kube, "l0", "lab-0", spec(NLP, 8, 2, "lab/pair"), ns="lab")  # lab may not use nlp
-        submit(kube, "k0", "kept", spec(NLP, 8, 2, "nlp/kept"))
+        for i in range(2):
+            submit(kube, f"k{i}", f"kept-{i}", spec(NLP, 8, 2, "nlp/kept"))
+        submit(kube, "p0", "partial-0", spec(NLP, 8, 2, "nlp/partial"))  # its second pod is not made yet
         a = await start_on(kube, clock, loaded=lab_may_use_vision_only())
         assert set(a.s.waiting) == {"nlp/kept"}
-        await until("kept's pod marked", lambda: mark_of(kube, NLP, "kept") is not None)
+        await until("kept's pods marked", lambda: all(mark_of(kube, NLP, f"kept-{i}") for i in range(2)))
         assert mark_of(kube, NLP, "huge-0") is None and mark_of(kube, NLP, "elsewhere") is None
-        assert mark_of(kube, NLP, "gated") is None
+        assert mark_of(kube, NLP, "gated") is None and mark_of(kube, NLP, "partial-0") is None
         assert mark_of(kube, "lab", "lab-0") is None
         await a.stop()
 
