@@ -95,9 +95,9 @@ def _note(s: Scheduler, pr: PodRequest, now: float) -> bool:
     ):
         return False  # it holds nobody back: the filter answers it, when asked, that it can never run
     reason = WaitReason(WaitCode.UNASKED, req.vc, unasked(pr.gang))
-    queued = s.holders.joined(pr, now, old)
+    queued = s.holders.joined(pr, now, old)  # also when it began to wait, as far as anyone knows
     s.waiting[pr.gang] = w = Waiting(
-        pr.gang, req.vc, req.priority, req.pod_count, reason, now, now, True, queued
+        pr.gang, req.vc, req.priority, req.pod_count, reason, min(now, queued), now, True, queued
     )
     s.holders.note(w)
     s.unkept.keep(s.pods, pr.uid)

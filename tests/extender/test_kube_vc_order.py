@@ -77,6 +77,7 @@ def test_a_gang_pending_at_a_restart_stays_ahead_of_younger_gangs_until_it_is_fi
         b = await start_on(kube, clock)  # a restart, or a standby taking the lead: no waits yet
         w = b.s.waiting["nlp/big"]
         assert w.reason.code is WaitCode.UNASKED and w.holds
+        assert w.since == w.order <= clock.t - 30.0  # waiting since its pods were made, not the restart
         await until("big's pods marked", lambda: all(mark_of(kube, NLP, f"big-{i}") for i in range(3)))
         clock.t += 10.0
         small = submit(kube, "s0", "small", spec(NLP, 8))  # it would fit: two of nlp's nodes are free
