@@ -162,6 +162,9 @@ class VirtualClusterModel(_Model):
 ENTITLEMENT_MODES = ("open", "opportunistic", "none")
 EntitlementMode = Literal["open", "opportunistic", "none"]
 VcQueueing = Literal["StrictFIFO", "BestEffortFIFO"]  # `extender.gangs.vc_order`
+STRICT_FIFO: VcQueueing = "StrictFIFO"  # a VC's later gangs wait behind its oldest waiting one
+BEST_EFFORT_FIFO: VcQueueing = "BestEffortFIFO"  # they start whenever they fit
+VC_QUEUEINGS: tuple[VcQueueing, ...] = (STRICT_FIFO, BEST_EFFORT_FIFO)
 
 
 class TenantModel(_Model):
@@ -204,7 +207,7 @@ class TopogangModel(_Model):
         description="Kubernetes namespace -> the VCs, pinned cells and highest priority its pods may use.",
     )
     vc_queueing: VcQueueing = Field(
-        default="StrictFIFO",
+        default=STRICT_FIFO,
         description=(
             "The order a VC's gangs start in: StrictFIFO, a gang not yet placed waits behind the "
             "oldest gang of its VC (at its priority or above) that waits for room; BestEffortFIFO, "

@@ -42,6 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from config.schema import STRICT_FIFO, VC_QUEUEINGS
 from loadtest.kube_plane import ControlPlane
 from loadtest.kube_report import scheduler_metrics
 from loadtest.kubeapi import KubeHttp, scheduler_context, tls_context
@@ -79,7 +80,6 @@ from loadtest.servers import ROOT, Children, stop_on_sigterm
 from loadtest.simulate.cli import DEFAULT_TRACE
 from loadtest.simulate.cluster import SimCluster, shared_cluster
 from loadtest.simulate.metrics import policy_metrics
-from loadtest.simulate.policies import STRICT_FIFO, VC_QUEUEINGS
 from loadtest.simulate.slowdown import make_slowdown
 
 ARM_PICKLE = "arm.pickle"

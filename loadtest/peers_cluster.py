@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
+from config.schema import BEST_EFFORT_FIFO, STRICT_FIFO
 from loadtest.simulate.cluster import HALF, LEAF, NODE, RACK, SWITCH, SimCluster
-from loadtest.simulate.policies import BEST_EFFORT_FIFO, STRICT_FIFO
 
 RACK_LABEL = "topogang.io/rack"
 HOST_LABEL = "kubernetes.io/hostname"

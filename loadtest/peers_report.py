@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from config.schema import STRICT_FIFO
 from loadtest.peers_records import JOBS_FILE, job_rows, write_jobs
 from loadtest.peers_slice import PeerSlice
 from loadtest.simulate.engine import RunResult, simulate, simulate_private
@@ -30,7 +31,7 @@ from loadtest.simulate.metrics import (
     policy_metrics,
     sharing_anomaly,
 )
-from loadtest.simulate.policies import STRICT_FIFO, CorePolicy
+from loadtest.simulate.policies import CorePolicy
 from loadtest.simulate.roster import make_policy
 from loadtest.simulate.slowdown import Slowdown
 

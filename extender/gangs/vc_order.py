@@ -37,15 +37,12 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
-from config.schema import VcQueueing
+from config.schema import BEST_EFFORT_FIFO, STRICT_FIFO, VcQueueing
 from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest
 from extender.gangs.waiting import Waiting
 
 __all__ = ["BEST_EFFORT_FIFO", "STRICT_FIFO", "Holders", "VcQueueing", "shown"]
-
-STRICT_FIFO: VcQueueing = "StrictFIFO"
-BEST_EFFORT_FIFO: VcQueueing = "BestEffortFIFO"
 
 
 class Holders:
@@ -81,8 +78,11 @@ class Holders:
             at = at.replace(tzinfo=UTC)
         return now - (self.wall() - at.timestamp())
 
-    def note(self, w: Waiting) -> None:
-        """`w` is now the gang's wait: a holder if it holds its VC back, else no longer one."""
+    def note(self, w: Waiting, old: Waiting | None = None) -> None:
+        """`w` is now the gang's wait, after `old`: a holder if it holds its VC back, else no longer
+        one (nor, if its spec was edited to another VC, a holder of the VC it left)."""
+        if old is not None and old.vc != w.vc:
+            self.drop(old.gang, old.vc)
         if w.holds:
             self._by_vc.setdefault(w.vc, {})[w.gang] = w
         else:
@@ -103,16 +103,20 @@ class Holders:
         of_vc = self._by_vc.get(req.vc)
         if not of_vc:
             return None
-        key = (self.joined(pr, now, waiting.get(pr.gang)), pr.gang)
         first: Waiting | None = None
         for w in of_vc.values():
-            if w.priority < req.priority or w.last_seen < seen_since or waiting.get(w.gang) is not w:
+            # not its own wait (older than the pod read now), nor one no longer current or seen
+            if w.gang == pr.gang or w.priority < req.priority or w.last_seen < seen_since:
                 continue
-            if w.gang == pr.gang:  # its own wait, older than the pod read now: no gang to wait behind
-                continue
-            if (w.order, w.gang) < key and (first is None or (w.order, w.gang) < (first.order, first.gang)):
+            if waiting.get(w.gang) is w and (first is None or (w.order, w.gang) < (first.order, first.gang)):
                 first = w
-        return None if first is None else shown(first, pr.namespace, now)
+        # the pod's creation time is read only when some gang could be ahead of it
+        if first is None or (first.order, first.gang) >= (
+            self.joined(pr, now, waiting.get(pr.gang)),
+            pr.gang,
+        ):
+            return None
+        return shown(first, pr.namespace, now)
 
 
 def shown(w: Waiting, namespace: str, now: float) -> str:

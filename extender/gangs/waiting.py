@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from extender.gangs.podspec import PodRequest
 from topology.decisions import WaitReason
 
 
@@ -25,6 +26,14 @@ class Waiting:
     holds: bool = False  # it waits for room it can get: later gangs of its VC wait behind it (`vc_order`)
     # its place in its VC's queue, on the scheduler's clock (`vc_order.Holders.joined`); None: `since`
     queued: float | None = None
+
+    @classmethod
+    def of(
+        cls, pr: PodRequest, reason: WaitReason, since: float, now: float, holds: bool, queued: float
+    ) -> Waiting:
+        """The wait of `pr`'s gang, seen waiting `now` (its VC, priority and size are its request's)."""
+        req = pr.request
+        return cls(pr.gang, req.vc, req.priority, req.pod_count, reason, since, now, holds, queued)
 
     @property
     def order(self) -> float:

@@ -57,10 +57,12 @@ def holds_vc(code: WaitCode, request: GangRequest, vc_quota: int) -> bool:
 
 
 def waits_for_room(code: WaitCode, request: GangRequest, vc_quota: int) -> bool:
-    """Whether a gang waiting with `code` may fit once room frees: not a guaranteed gang larger than
-    its VC's whole quota (it can never run)."""
-    if code not in ROOM_CODES:
-        return False
+    """Whether a gang waiting with `code` may fit once room frees (`can_ever_run`)."""
+    return code in ROOM_CODES and can_ever_run(request, vc_quota)
+
+
+def can_ever_run(request: GangRequest, vc_quota: int) -> bool:
+    """Not a guaranteed gang larger than its VC's whole quota (`vc_quota` GPUs)."""
     return request.opportunistic or request.leaf_total <= vc_quota
 
 

@@ -271,11 +271,9 @@ class Scheduler:
         old = self.waiting.get(pr.gang)
         since = old.since if old is not None else now
         holds = known.vc_quota is not None and holds_vc(w.reason.code, pr.request, known.vc_quota)
-        req, queued = pr.request, self.holders.joined(pr, now, old)
-        self.waiting[pr.gang] = new = Waiting(
-            pr.gang, req.vc, req.priority, req.pod_count, w.reason, since, now, holds, queued
-        )
-        self.holders.note(new)
+        new = Waiting.of(pr, w.reason, since, now, holds, self.holders.joined(pr, now, old))
+        self.waiting[pr.gang] = new
+        self.holders.note(new, old)
         if old is not None and old.holds and not holds:
             self.requeue.freed_vc(old.vc)  # the gangs queued behind it may go
         if old is None or old.reason.code is not w.reason.code:

@@ -32,7 +32,7 @@ from extender.gangs.podspec import PodRequest, is_enabled
 from extender.gangs.vc_order import STRICT_FIFO
 from extender.gangs.waiting import Waiting
 from extender.http import wire
-from extender.http.turned_away import TurnedAway, waits_for_room
+from extender.http.turned_away import TurnedAway, can_ever_run
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from topology.decisions import UserError, WaitCode, WaitReason
@@ -90,16 +90,12 @@ def _note(s: Scheduler, pr: PodRequest, now: float) -> bool:
     old, req = s.waiting.get(pr.gang), pr.request
     if s.core.gang(pr.gang) is not None or (old is not None and old.reason.code is not WaitCode.UNASKED):
         return False
-    if not s.core.has_vc(req.vc) or not waits_for_room(
-        WaitCode.INSUFFICIENT_QUOTA, req, s.core.vc_quota(req.vc)
-    ):
+    if not s.core.has_vc(req.vc) or not can_ever_run(req, s.core.vc_quota(req.vc)):
         return False  # it holds nobody back: the filter answers it, when asked, that it can never run
     reason = WaitReason(WaitCode.UNASKED, req.vc, unasked(pr.gang))
     queued = s.holders.joined(pr, now, old)  # also when it began to wait, as far as anyone knows
-    s.waiting[pr.gang] = w = Waiting(
-        pr.gang, req.vc, req.priority, req.pod_count, reason, min(now, queued), now, True, queued
-    )
-    s.holders.note(w)
+    s.waiting[pr.gang] = w = Waiting.of(pr, reason, min(now, queued), now, True, queued)
+    s.holders.note(w, old)
     s.unkept.keep(s.pods, pr.uid)
     s.requeue.due(TurnedAway.of(pr))
     return True

@@ -23,12 +23,13 @@ from pathlib import Path
 from typing import TextIO
 
 import topology
+from config.schema import STRICT_FIFO, VC_QUEUEINGS
 from loadtest.simulate.cluster import DEFAULT_NODES, DEFAULT_RACK_SIZE, SimCluster, shared_cluster
 from loadtest.simulate.config_cluster import ConfigError, config_cluster
 from loadtest.simulate.engine import RunResult, simulate, simulate_private
 from loadtest.simulate.goals import evaluate_goals
 from loadtest.simulate.metrics import PolicyMetrics, policy_metrics
-from loadtest.simulate.policies import STRICT_FIFO, VC_QUEUEINGS, CorePolicy
+from loadtest.simulate.policies import CorePolicy
 from loadtest.simulate.report import write_report
 from loadtest.simulate.roster import make_policy
 from loadtest.simulate.runinfo import RunInfo

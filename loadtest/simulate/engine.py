@@ -32,8 +32,9 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from config.schema import BEST_EFFORT_FIFO
 from loadtest.simulate.cluster import SimCluster, private_cluster
-from loadtest.simulate.policies import BEST_EFFORT_FIFO, Placement, Policy
+from loadtest.simulate.policies import Placement, Policy
 from loadtest.simulate.slowdown import Slowdown, spread_level
 from loadtest.simulate.trace import Job
 

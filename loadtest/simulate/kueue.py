@@ -75,8 +75,9 @@ fractional GPUs) either have no input in the trace or move running jobs, which n
 
 from __future__ import annotations
 
+from config.schema import BEST_EFFORT_FIFO
 from loadtest.simulate.cluster import SimCluster
-from loadtest.simulate.policies import BEST_EFFORT_FIFO, NodeGpus, Placement, Policy
+from loadtest.simulate.policies import NodeGpus, Placement, Policy
 from loadtest.simulate.trace import Job
 
 # Kueue's `requeueBatchPeriod` (cache/queue/inadmissible_workloads.go): real seconds from a release

@@ -23,6 +23,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cache
 
+from config.schema import STRICT_FIFO
 from loadtest.firstfit import IndexedFirstFit
 from loadtest.simulate.cluster import SimCluster, private_cluster
 from loadtest.simulate.trace import Job
@@ -39,9 +40,6 @@ from topology.decisions import (
 )
 
 NodeGpus = tuple[int, tuple[int, ...]]
-STRICT_FIFO = "StrictFIFO"
-BEST_EFFORT_FIFO = "BestEffortFIFO"
-VC_QUEUEINGS = (STRICT_FIFO, BEST_EFFORT_FIFO)  # the values of topogang's `topogang.vcQueueing`
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from config.schema import STRICT_FIFO
 from loadtest.simulate import calibration
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.metrics import (
@@ -26,7 +27,6 @@ from loadtest.simulate.metrics import (
     sharing_anomaly,
 )
 from loadtest.simulate.plots import plot
-from loadtest.simulate.policies import STRICT_FIFO
 from loadtest.simulate.runinfo import RunInfo, ordered
 from loadtest.simulate.slowdown import LEVELS
 

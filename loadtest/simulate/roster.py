@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from config.schema import STRICT_FIFO
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.kueue import KueueLikePolicy
-from loadtest.simulate.policies import STRICT_FIFO, CorePolicy, ElasticFirstFitPolicy, FirstFitPolicy, Policy
+from loadtest.simulate.policies import CorePolicy, ElasticFirstFitPolicy, FirstFitPolicy, Policy
 
 
 def make_policy(name: str, cluster: SimCluster, vc_queueing: str = STRICT_FIFO) -> Policy:

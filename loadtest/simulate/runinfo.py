@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from config.schema import STRICT_FIFO
 from loadtest.simulate.cluster import SimCluster
-from loadtest.simulate.policies import STRICT_FIFO
 from loadtest.simulate.slowdown import Slowdown
 
 ORDER = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "kueue-like", "private")

@@ -70,10 +70,8 @@ def test_the_index_answers_as_a_scan_of_every_wait(
     for kind, x in ops:  # as the verbs do: `_note_wait` and `_stop_waiting`
         if kind == "wait":
             old = waiting.get(x.gang)
-            if old is not None and old.vc != x.vc:
-                holders.drop(old.gang, old.vc)
             waiting[x.gang] = x
-            holders.note(x)
+            holders.note(x, old)
         elif (w := waiting.pop(x, None)) is not None:
             holders.drop(x, w.vc)
     ns = gang.split("/")[0]

@@ -76,6 +76,17 @@ class Server:
 
 
 @contextmanager
+def reloading(config: Path) -> Iterator[tuple[Server, httpx.Client]]:
+    """`running_server` on `config`, which it reads again every 0.2 s (a hot reload follows an
+    edit within a second), and a client of it."""
+    with (
+        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
+        server.client(timeout=10.0) as client,
+    ):
+        yield server, client
+
+
+@contextmanager
 def running_server(
     config: Path = CONFIG,
     env: dict[str, str] | None = None,

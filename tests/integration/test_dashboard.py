@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from extender import kubesched
-from tests.integration.conftest import CONFIG, Pods, running_server
+from tests.integration.conftest import CONFIG, Pods, reloading
 from tests.integration.test_reload import wait_for
 from tests.integration.test_server import schedule
 
@@ -119,10 +119,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
     config = tmp_path_factory.mktemp("dashboard") / "cluster.yaml"
     text = CONFIG.read_text(encoding="utf-8")
     config.write_text(text, encoding="utf-8")
-    with (
-        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
-        server.client(timeout=10.0) as client,
-    ):
+    with reloading(config) as (_, client):
         nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
         pods = Pods(client)
         spec = {"virtualCluster": "nlp", "priority": 0, "leafCellNumber": 8}

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from extender import kubesched
-from tests.integration.conftest import CONFIG, Pods, running_server
+from tests.integration.conftest import CONFIG, Pods, reloading
 from tests.integration.test_server import schedule
 from tests.polling import poll
 
@@ -33,10 +33,7 @@ def test_valid_edit_applies_without_restart_and_invalid_one_is_rejected(tmp_path
     config = tmp_path / "cluster.yaml"
     text = CONFIG.read_text()
     config.write_text(text)
-    with (
-        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
-        server.client(timeout=10.0) as client,
-    ):
+    with reloading(config) as (_, client):
         nodes = _nodes(client)
         pods = Pods(client)
         pod = pods.make("keep", "nlp", {"virtualCluster": "nlp", "priority": 0, "leafCellNumber": 8})
@@ -73,10 +70,7 @@ def test_reload_refuses_an_edit_that_validate_refuses_and_keeps_every_gpu(tmp_pa
     text = CONFIG.read_text()
     assert "childCellType: A100-SWITCH" in text
     config.write_text(text)
-    with (
-        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
-        httpx.Client(base_url=server.url, timeout=10.0) as client,
-    ):
+    with reloading(config) as (_, client):
         before = client.get("/v1/inspect").json()
         applied = client.get("/v1/config").json()["appliedHash"]
         config.write_text(text.replace("childCellType: A100-SWITCH", "childCellType: A100-SWTICH", 1))

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from config.cli import cli_diff
-from tests.integration.conftest import CONFIG, Pods, running_server
+from tests.integration.conftest import CONFIG, Pods, reloading
 from tests.integration.test_reload import _nodes, vc_quota, wait_for
 from tests.integration.test_server import schedule
 from tests.polling import poll
@@ -54,10 +54,7 @@ def test_diff_against_names_what_running_gangs_lose_and_reload_needs_the_digest(
     no_node = tmp_path / "no-node.yaml"
     # a rack has exactly 4 nodes: the node leaves the cluster and a new one takes its place
     no_node.write_text(text.replace(f"cellAddress: {GONE_NODE}\n", "cellAddress: a100-r3-n5\n"))
-    with (
-        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as server,
-        server.client(timeout=10.0) as client,
-    ):
+    with reloading(config) as (server, client):
         pods = Pods(client)
         gangs = run_nlp_gangs(client, pods)
 

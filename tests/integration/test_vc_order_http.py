@@ -13,7 +13,7 @@ import pytest
 from config import ConfigError
 from config.load import load_config_text
 from extender import kubesched
-from tests.integration.conftest import CONFIG, Pods, running_server
+from tests.integration.conftest import CONFIG, Pods, reloading, running_server
 from tests.integration.test_server import schedule
 
 
@@ -87,10 +87,7 @@ def test_a_hot_reload_switches_the_order(tmp_path: Path) -> None:
     config = tmp_path / "cluster.yaml"
     text = CONFIG.read_text(encoding="utf-8")
     config.write_text(text, encoding="utf-8")
-    with (
-        running_server(config, {"TOPOGANG_CONFIG_POLL_SECONDS": "0.2"}) as srv,
-        srv.client(timeout=10.0) as client,
-    ):
+    with reloading(config) as (_, client):
         nodes = kubesched.node_names(client.get(kubesched.PHYSICAL_CLUSTER).json())
         pods = Pods(client)
         assert not big_gang_after_one(client, pods, nodes)[0]
