@@ -18,6 +18,7 @@ import hashlib
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TextIO
@@ -34,7 +35,7 @@ from loadtest.simulate.report import write_report
 from loadtest.simulate.roster import make_policy
 from loadtest.simulate.runinfo import RunInfo
 from loadtest.simulate.slowdown import MODELS, make_slowdown
-from loadtest.simulate.trace import TraceError, load_trace
+from loadtest.simulate.trace import TraceError, load_trace, with_run_time_noise
 
 POLICIES = ("topogang", "hived-like", "first-fit", "first-fit-elastic", "kueue-like", "private")
 # package data (pyproject.toml), so a clone and an installed wheel both have it
@@ -200,6 +201,23 @@ def parser() -> argparse.ArgumentParser:
         help="topogang's topogang.vcQueueing: StrictFIFO (default; a VC's later jobs wait behind its "
         "oldest waiting one) or BestEffortFIFO (they start whenever they fit)",
     )
+    ap.add_argument(
+        "--checkpoint-every",
+        type=float,
+        default=None,
+        metavar="HOURS",
+        help="what-if: every job saves its work this often and a preempted one restarts from its last "
+        "save (no policy is told; each chooses its victims as it always does); default: jobs never save",
+    )
+    ap.add_argument(
+        "--run-time-noise",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="scale every run time by a factor drawn from [1 - FRACTION, 1 + FRACTION] (seeded by "
+        "--noise-seed): a replay of the same week no scheduler could tell apart",
+    )
+    ap.add_argument("--noise-seed", type=int, default=0, metavar="N", help="seed of --run-time-noise")
     ap.add_argument("--no-progress", action="store_true", help="do not draw the progress bar on stderr")
     return ap
 
@@ -211,6 +229,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.limit is not None and args.limit <= 0:
         print("topogang simulate: --limit must be positive", file=sys.stderr)
+        return 2
+    if args.run_time_noise is not None and not 0 <= args.run_time_noise < 1:
+        print("topogang simulate: --run-time-noise must be at least 0 and below 1", file=sys.stderr)
+        return 2
+    every = None if args.checkpoint_every is None else round(args.checkpoint_every * 3600)
+    if every is not None and every <= 0:
+        print("topogang simulate: --checkpoint-every must be at least a second", file=sys.stderr)
         return 2
     try:
         since, until = week_span(args.week, args.weeks)
@@ -230,6 +255,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     policies = list(dict.fromkeys(args.policies))
     jobs = trace.jobs
+    if every is not None:
+        jobs = [replace(j, checkpoint_seconds=every) for j in jobs]
+    noise = None if args.run_time_noise is None else (args.run_time_noise, args.noise_seed)
+    if noise is not None:
+        jobs = with_run_time_noise(jobs, *noise)
     window = (jobs[0].submit, jobs[-1].submit)
     progress = Progress(len(jobs) * len(policies), enabled=not args.no_progress)
     wall = time.perf_counter()
@@ -272,6 +302,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         core_fingerprint=core_fingerprint(),
         locality_model=slowdown,
         vc_queueing=args.vc_queueing,
+        checkpoint_seconds=every,
+        run_time_noise=noise,
     )
     files = write_report(args.out, info, metrics, goals)
     for g in goals:

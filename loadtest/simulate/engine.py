@@ -18,7 +18,10 @@ Rules:
   requeue after a release with a delay (`Policy.arrival_delay`, `admission_gap`, `requeue_delay`;
   all 0 by default).
 - A preempted job restarts from scratch: its queueing delay runs from submit to the start of the
-  run that completes (lost runs count as waiting), and the GPU time it lost is reported.
+  run that completes (lost runs count as waiting), and the GPU time it lost is reported. A job
+  that saves its work (`Job.checkpoint_seconds`, a what-if: `--checkpoint-every`; counted from the
+  start of each run) restarts from its last save instead: it loses only the run since then, and its
+  next run is that much shorter.
 - Jobs that can never start are dropped at arrival, identically for every policy: a gang larger than
   its VC's whole quota (quota policies could never place it, and it would block its VC's FIFO
   forever), or a job of a VC without quota.
@@ -54,6 +57,9 @@ class JobRecord:
     waited: float = 0.0  # time in queue, lost runs excluded
     queued_at: float = 0.0
     run_seconds: float = 0.0  # length of the run that completed, stretched by the locality model
+    saved: float = 0.0  # traced seconds of work kept by earlier runs' saves (`checkpoint_seconds`)
+    kept_run: float = 0.0  # run seconds of earlier runs up to their last save: not queueing
+    stretch: float = 1.0  # the current run's locality factor: run seconds per traced second
 
     @property
     def jct(self) -> float:
@@ -63,8 +69,10 @@ class JobRecord:
 
     @property
     def queueing(self) -> float:
+        """Submit to the start of the run that completed, less what earlier runs kept by saving
+        (a lost run counts as waiting, a saved one as running)."""
         assert self.start is not None
-        return self.start - self.job.submit
+        return self.start - self.job.submit - self.kept_run
 
 
 @dataclass(slots=True)
@@ -219,11 +227,12 @@ def simulate(
         rec.placement = placement
         rec.runs += 1
         rec.waited += now - rec.queued_at
-        run = job.duration
+        run = job.duration - rec.saved if rec.saved else job.duration
         if slowdown is not None and not slowdown.off:
-            run *= slowdown.stretch(
+            rec.stretch = slowdown.stretch(
                 cluster, job.held_gpus, spread_level(cluster, placement.pods, job.held_gpus)
             )
+            run *= rec.stretch
         rec.run_seconds = run
         heapq.heappush(finishes, (now + run, job.id, rec.runs))
 
@@ -231,7 +240,14 @@ def simulate(
         rec = records[jid]
         assert rec.start is not None
         rec.preempted += 1
-        rec.lost_gpu_seconds += (now - rec.start) * rec.job.held_gpus
+        ran = now - rec.start
+        every = rec.job.checkpoint_seconds
+        if every:
+            kept = ran - ran % every
+            rec.saved += kept / rec.stretch
+            rec.kept_run += kept
+            ran -= kept
+        rec.lost_gpu_seconds += ran * rec.job.held_gpus
         rec.start = None
         rec.placement = None
         rec.queued_at = now

@@ -189,6 +189,18 @@ def markdown(
             f"- topogang runs with `topogang.vcQueueing: {info.vc_queueing}`: a VC's later jobs start "
             "whenever they fit, ahead of its older waiting ones (those within their VC's quota first)."
         )
+    if info.checkpoint_seconds:
+        lines.append(
+            f"- What-if: every job saves its work every {info.checkpoint_seconds / 3600:g} h of a run and a "
+            "preempted one restarts from its last save (lost GPU-hours are the runs since the last save; "
+            "queueing counts a saved run as running). No policy is told: each chooses victims as always."
+        )
+    if info.run_time_noise is not None:
+        frac, seed = info.run_time_noise
+        lines.append(
+            f"- Replay with noise: every run time scaled by a factor in [{1 - frac:g}, {1 + frac:g}] "
+            f"(seed {seed}; `loadtest.simulate.replays` runs several)."
+        )
     if info.core_fingerprint:
         lines.append(f"- Scheduling core: sha256 of `topology/*.py` = `{info.core_fingerprint[:16]}`.")
     lines += [f"- {n}" for n in info.notes]
@@ -341,6 +353,12 @@ def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
             if info.locality_model is None
             else {"name": info.locality_model.name, "factors": dict(info.locality_model.factors)},
             **({} if info.vc_queueing == STRICT_FIFO else {"vc_queueing": info.vc_queueing}),
+            **({"checkpoint_seconds": info.checkpoint_seconds} if info.checkpoint_seconds else {}),
+            **(
+                {"run_time_noise": {"fraction": info.run_time_noise[0], "seed": info.run_time_noise[1]}}
+                if info.run_time_noise is not None
+                else {}
+            ),
             "goals": [asdict(g) for g in goals],
             "policies": policies,
             "sharing_anomaly": anomaly,

@@ -28,6 +28,8 @@ class RunInfo:
     notes: list[str] = field(default_factory=list)
     locality_model: Slowdown | None = None
     vc_queueing: str = STRICT_FIFO  # topogang's `topogang.vcQueueing` (`--vc-queueing`)
+    checkpoint_seconds: int | None = None  # every job saves its work this often (`--checkpoint-every`)
+    run_time_noise: tuple[float, int] | None = None  # (fraction, seed) of `--run-time-noise`
 
 
 def ordered(m: Mapping[str, object]) -> list[str]:

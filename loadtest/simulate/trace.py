@@ -9,8 +9,9 @@ is one pod; a bigger one is a gang of ⌈g/8⌉ pods × 8 GPUs (so 12 → 2 × 8
 from __future__ import annotations
 
 import csv
-from collections.abc import Collection
-from dataclasses import dataclass, field
+import random
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -34,6 +35,9 @@ class Job:
     duration: float
     gpus: int
     pods: tuple[int, ...]
+    # saves its work every this many seconds of a run (a what-if, `--checkpoint-every`: the traces
+    # do not say); None: a preempted run is lost whole
+    checkpoint_seconds: int | None = None
 
     @property
     def name(self) -> str:
@@ -47,6 +51,14 @@ class Job:
     @property
     def multi_gpu(self) -> bool:
         return self.gpus > 1
+
+
+def with_run_time_noise(jobs: Sequence[Job], fraction: float, seed: int) -> list[Job]:
+    """Each job's run time scaled by a factor drawn uniformly from [1 - fraction, 1 + fraction]
+    (seeded): the same trace, replayed with noise no scheduler could tell apart, to see how far a
+    week's outcome moves on it (`loadtest.simulate.replays`)."""
+    rng = random.Random(seed)
+    return [replace(j, duration=j.duration * (1.0 + rng.uniform(-fraction, fraction))) for j in jobs]
 
 
 @dataclass(slots=True)

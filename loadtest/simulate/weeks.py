@@ -22,7 +22,8 @@ from loadtest.simulate.cli import main as simulate_main
 SHIPPED = "shipped"
 
 
-def _run(trace: Path | None, start: str, weeks: int, out: Path, extra: list[str]) -> float:
+def simulate_week(trace: Path | None, start: str, weeks: int, out: Path, extra: list[str]) -> float:
+    """`topogang simulate` of the `weeks` weeks from `start` into `out`: its wall time (s)."""
     args = ["--out", str(out), "--no-progress", *extra]
     if start != SHIPPED:
         if trace is None:
@@ -70,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs = []
     for start in args.starts:
         out = args.out / (start if args.weeks == 1 else f"{start}+{args.weeks}w")
-        runs.append((out.name, out, _run(args.trace, start, args.weeks, out, extra)))
+        runs.append((out.name, out, simulate_week(args.trace, start, args.weeks, out, extra)))
     lines = table(runs)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "goals.md").write_text("\n".join(lines) + "\n")

@@ -45,6 +45,30 @@ def test_locality_model_none_keeps_traced_run_times(tmp_path: Path) -> None:
     )
 
 
+def test_run_time_noise_replays_the_week_seeded_and_says_so(tmp_path: Path) -> None:
+    ff = ["--policies", "first-fit"]
+    plain = _run(tmp_path, *ff)
+    one = _run(tmp_path, *ff, "--run-time-noise", "0.01", "--noise-seed", "1")
+    again = _run(tmp_path, *ff, "--run-time-noise", "0.01", "--noise-seed", "1")
+    other = _run(tmp_path, *ff, "--run-time-noise", "0.01", "--noise-seed", "2")
+    assert "run_time_noise" not in plain and one["run_time_noise"] == {"fraction": 0.01, "seed": 1}
+
+    def jct(d: dict) -> float:  # type: ignore[type-arg]
+        return float(d["policies"]["first-fit"]["jct"]["all"]["mean"])
+
+    assert jct(one) == jct(again) != jct(other)
+    assert jct(one) == pytest.approx(jct(plain), rel=0.01) and jct(one) != jct(plain)
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert "every run time scaled by a factor in [0.99, 1.01] (seed 2" in report
+
+
+def test_checkpoint_every_saves_every_job_and_says_so(tmp_path: Path) -> None:
+    data = _run(tmp_path, "--policies", "topogang", "--checkpoint-every", "0.5")
+    assert data["checkpoint_seconds"] == 1800
+    assert "every job saves its work every 0.5 h" in (tmp_path / "o" / "report.md").read_text()
+    assert "checkpoint_seconds" not in _run(tmp_path, "--policies", "topogang")
+
+
 def _mean_duration() -> float:
     lines = SAMPLE.read_text().splitlines()[1:]
     return sum(float(x.split(",")[1]) for x in lines) / len(lines)
@@ -115,6 +139,8 @@ def test_a_config_the_simulator_cannot_model_is_refused_with_the_reason(
         (["--slowdown", "rack=0.5"], "must be >= 1"),
         (["--config", "missing.yaml"], "no such file"),
         (["--config", "x.yaml", "--nodes", "8"], "leave out --nodes"),
+        (["--run-time-noise", "1.5"], "--run-time-noise must be at least 0 and below 1"),
+        (["--checkpoint-every", "0"], "--checkpoint-every must be at least a second"),
     ],
 )
 def test_bad_options_exit_2_and_say_why(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -33,6 +34,20 @@ def _check_borrow_and_preempt(p: Policy) -> None:
     assert j1.placement is not None and j1.placement.opportunistic
     assert r.preemptions == 1
     assert r.records[2].queueing == 0.0
+
+
+@pytest.mark.parametrize("policy", ["topogang", "kueue-like"])
+def test_a_job_that_saves_loses_only_the_run_since_its_last_save(policy: str) -> None:
+    # as above, but every job saves every 4 s: j1's 10 s run before the preemption keeps 8 s, loses
+    # 2 s on 4 GPUs, and its next run (from 30) is 42 s; its queueing counts the 8 s saved as
+    # running (30 - 10 - 8), the 2 s lost as waiting
+    saving = [replace(j, checkpoint_seconds=4) for j in BORROW]
+    r = run(policy, tiny({"a": 1, "b": 1}), saving)
+    j1 = r.records[1]
+    assert (j1.start, j1.end, j1.preempted, j1.lost_gpu_seconds) == (30.0, 72.0, 1, 8.0)
+    assert (j1.queueing, j1.waited, j1.saved, j1.kept_run) == (12.0, 10.0, 8.0, 8.0)
+    again = run(policy, tiny({"a": 1, "b": 1}), BORROW)  # the same week without saves: nothing kept
+    assert (again.records[1].end, again.records[1].lost_gpu_seconds) == (80.0, 40.0)
 
 
 def test_topogang_borrows_idle_cells_and_gives_them_back_by_preemption() -> None:
