@@ -17,7 +17,6 @@ failed on some replay; `DIR/replays.json` holds each replay's figures.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.simulate.weeks import SHIPPED, simulate_week
+from loadtest.simulate.weeks import simulate_week, split_options, weeks_parser
 
 PEER = "kueue-like"
 
@@ -111,18 +110,11 @@ def table(replays: Sequence[Replay], noise: float) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    raw = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in raw:
-        i = raw.index("--")
-        raw, extra = raw[:i], raw[i + 1 :]
-    ap = argparse.ArgumentParser(prog="python -m loadtest.simulate.replays", description=__doc__)
-    ap.add_argument("--trace", type=Path, default=None)
-    ap.add_argument("--out", type=Path, required=True)
+    raw, extra = split_options(argv)
+    ap = weeks_parser("python -m loadtest.simulate.replays", __doc__)
     ap.add_argument("--replays", type=int, default=8)
     ap.add_argument("--noise", type=float, default=0.001, help="run-time noise per replay (default 0.001)")
     ap.add_argument("--workers", type=int, default=2, help="replays run at once (default 2)")
-    ap.add_argument("starts", nargs="+", metavar="START", help=f"YYYY-MM-DD, or {SHIPPED}")
     args = ap.parse_args(raw)
     if args.replays < 1 or args.workers < 1 or not 0 < args.noise < 1:
         print("replays: --replays and --workers must be positive, --noise in (0, 1)", file=sys.stderr)

@@ -56,17 +56,28 @@ def table(runs: Sequence[tuple[str, Path, float]]) -> list[str]:
     return lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def split_options(argv: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """The command's own arguments, and the `topogang simulate` options after `--`."""
     raw = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in raw:
-        i = raw.index("--")
-        raw, extra = raw[:i], raw[i + 1 :]
-    ap = argparse.ArgumentParser(prog="python -m loadtest.simulate.weeks", description=__doc__)
+    if "--" not in raw:
+        return raw, []
+    i = raw.index("--")
+    return raw[:i], raw[i + 1 :]
+
+
+def weeks_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The options every several-weeks command takes: the trace, the output directory, the weeks."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc)
     ap.add_argument("--trace", type=Path, default=None)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("starts", nargs="+", metavar="START", help=f"YYYY-MM-DD, or {SHIPPED}")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    raw, extra = split_options(argv)
+    ap = weeks_parser("python -m loadtest.simulate.weeks", __doc__)
     ap.add_argument("--weeks", type=int, default=1)
-    ap.add_argument("starts", nargs="+", metavar="START")
     args = ap.parse_args(raw)
     runs = []
     for start in args.starts:
