@@ -217,7 +217,7 @@ def parser() -> argparse.ArgumentParser:
         help="scale every run time by a factor drawn from [1 - FRACTION, 1 + FRACTION] (seeded by "
         "--noise-seed): a replay of the same week no scheduler could tell apart",
     )
-    ap.add_argument("--noise-seed", type=int, default=0, metavar="N", help="seed of --run-time-noise")
+    ap.add_argument("--noise-seed", type=int, default=None, metavar="N", help="seed of --run-time-noise (0)")
     ap.add_argument("--no-progress", action="store_true", help="do not draw the progress bar on stderr")
     return ap
 
@@ -232,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.run_time_noise is not None and not 0 <= args.run_time_noise < 1:
         print("topogang simulate: --run-time-noise must be at least 0 and below 1", file=sys.stderr)
+        return 2
+    if args.noise_seed is not None and args.run_time_noise is None:
+        print("topogang simulate: --noise-seed needs --run-time-noise", file=sys.stderr)
         return 2
     every = None if args.checkpoint_every is None else round(args.checkpoint_every * 3600)
     if every is not None and every <= 0:
@@ -257,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     jobs = trace.jobs
     if every is not None:
         jobs = [replace(j, checkpoint_seconds=every) for j in jobs]
-    noise = None if args.run_time_noise is None else (args.run_time_noise, args.noise_seed)
+    noise = None if args.run_time_noise is None else (args.run_time_noise, args.noise_seed or 0)
     if noise is not None:
         jobs = with_run_time_noise(jobs, *noise)
     window = (jobs[0].submit, jobs[-1].submit)

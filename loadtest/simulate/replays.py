@@ -49,7 +49,8 @@ class Replay:
         pol = metrics["policies"]
 
         def p95(name: str) -> float:
-            return float(pol[name]["queueing"]["multi"]["p95"]) / 3600
+            multi = pol[name]["queueing"]["multi"]  # None: the week has no multi-GPU job
+            return float(multi["p95"]) / 3600 if multi else 0.0
 
         return cls(
             week,

@@ -141,6 +141,7 @@ def test_a_config_the_simulator_cannot_model_is_refused_with_the_reason(
         (["--config", "x.yaml", "--nodes", "8"], "leave out --nodes"),
         (["--run-time-noise", "1.5"], "--run-time-noise must be at least 0 and below 1"),
         (["--checkpoint-every", "0"], "--checkpoint-every must be at least a second"),
+        (["--noise-seed", "3"], "--noise-seed needs --run-time-noise"),
     ],
 )
 def test_bad_options_exit_2_and_say_why(

@@ -36,6 +36,13 @@ def test_replays_of_a_week_differ_and_are_written(tmp_path: Path) -> None:
     assert "| 2017-10-23 |" in (out / "replays.md").read_text()
 
 
+def test_a_week_without_multi_gpu_jobs_reads_as_no_queueing() -> None:
+    multi_free = {"queueing": {"multi": None}, "lost_gpu_hours": 1.0}
+    doc = {"policies": {"topogang": multi_free, "kueue-like": multi_free}, "goals": []}
+    r = Replay.read("w", 0, doc)
+    assert (r.p95, r.peer_p95, r.p95_met, r.lost_met) == (0.0, 0.0, True, True)
+
+
 def test_bad_options_exit_2(tmp_path: Path) -> None:
     assert main(["--out", str(tmp_path), "--replays", "0", "shipped"]) == 2
     assert main(["--out", str(tmp_path), "--noise", "0", "shipped"]) == 2
