@@ -74,7 +74,7 @@ async def recall(s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> int:
             # a gang not all of whose pods exist yet may wait for them, not for room (a native
             # gang's pods are not asked about before then): it is left to its first filter
             whole = len(members) >= members[0].request.pod_count
-            if whole and all(_note(s, pr, now) for pr in members):  # one gang: one answer for all
+            if whole and _note(s, members, now):
                 noted += 1
             else:
                 for pr in members:
@@ -84,20 +84,27 @@ async def recall(s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> int:
     return noted
 
 
-def _note(s: Scheduler, pr: PodRequest, now: float) -> bool:
-    """Note `pr`'s gang as waiting `[Unasked]`, unless the core holds it, it waits for what the
-    core said (asked since the lead began), or it can never run."""
-    old, req = s.waiting.get(pr.gang), pr.request
-    if s.core.gang(pr.gang) is not None or (old is not None and old.reason.code is not WaitCode.UNASKED):
+def _note(s: Scheduler, members: list[PodRequest], now: float) -> bool:
+    """Note the gang of `members` (its pods read) as waiting `[Unasked]`, unless the core holds it, it
+    waits for what the core said (asked since the lead began), or it can never run."""
+    first = members[0]
+    gang, req = first.gang, first.request
+    old = s.waiting.get(gang)
+    if s.core.gang(gang) is not None or (old is not None and old.reason.code is not WaitCode.UNASKED):
         return False
     if not s.core.has_vc(req.vc) or not can_ever_run(req, s.core.vc_quota(req.vc)):
         return False  # it holds nobody back: the filter answers it, when asked, that it can never run
-    reason = WaitReason(WaitCode.UNASKED, req.vc, unasked(pr.gang))
-    queued = s.holders.joined(pr, now, old)  # also when it began to wait, as far as anyone knows
-    s.waiting[pr.gang] = w = Waiting.of(pr, reason, min(now, queued), now, True, queued)
+    reason = WaitReason(WaitCode.UNASKED, req.vc, unasked(gang))
+    w = old
+    for pr in members:  # its place: the newest creation among its pods (`Holders.joined`)
+        queued = s.holders.joined(pr, now, w)  # also when it began to wait, as far as anyone knows
+        w = Waiting.of(pr, reason, min(now, queued), now, True, queued)
+    assert w is not None
+    s.waiting[gang] = w
     s.holders.note(w, old)
-    s.unkept.keep(s.pods, pr.uid)
-    s.requeue.due(TurnedAway.of(pr))
+    for pr in members:
+        s.unkept.keep(s.pods, pr.uid)
+        s.requeue.due(TurnedAway.of(pr))
     return True
 
 

@@ -218,6 +218,7 @@ def parser() -> argparse.ArgumentParser:
         "--noise-seed): a replay of the same week no scheduler could tell apart",
     )
     ap.add_argument("--noise-seed", type=int, default=None, metavar="N", help="seed of --run-time-noise (0)")
+    ap.add_argument("--no-plots", action="store_true", help="write the report and JSON without the plots")
     ap.add_argument("--no-progress", action="store_true", help="do not draw the progress bar on stderr")
     return ap
 
@@ -308,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_seconds=every,
         run_time_noise=noise,
     )
-    files = write_report(args.out, info, metrics, goals)
+    files = write_report(args.out, info, metrics, goals, plots=not args.no_plots)
     for g in goals:
         verdict = {True: "PASS", False: "FAIL", None: "n/a "}[g.passed]
         print(f"{verdict}  {g.id}  {g.text}: {g.value} (target {g.target})")

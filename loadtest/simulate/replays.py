@@ -4,15 +4,15 @@ on how many replays each target and goal holds.
     python -m loadtest.simulate.replays --trace FILE --out DIR [--replays 8] [--noise 0.001]
         [--workers 2] START [START ...] [-- OPTIONS]
 
-Each replay is `topogang simulate --week START --run-time-noise NOISE --noise-seed K OPTIONS` (K = 0
-.. replays - 1; `shipped` is the week shipped with the package): every run time scaled by a factor
-within 0.1% of 1 by default, a few seconds on an hour. Preemption and placement choices feed back on
-each other for a week, so a change that small moves a week's lost GPU-hours by tens of percent: a
-single run's difference between two policies, or two versions of one, says little until it stands
-out of that spread. `DIR/replays.md` gives, per week, topogang's and kueue-like's lost GPU-hours and
-multi-GPU p95 queueing (median, and the range over the replays), on how many replays topogang meets
-each of issue #32's two targets (lost at most kueue-like's, p95 at most 1.0x), and every goal that
-failed on some replay; `DIR/replays.json` holds each replay's figures.
+Each replay is `topogang simulate --week START --run-time-noise NOISE --noise-seed K --no-plots
+OPTIONS` (K = 0 .. replays - 1; `shipped` is the week shipped with the package): every run time
+scaled by a factor within 0.1% of 1 by default, a few seconds on an hour. Preemption and placement
+choices feed back on each other for a week, so a change that small moves a week's lost GPU-hours by
+tens of percent: a single run's difference between two policies, or two versions of one, says little
+until it stands out of that spread. `DIR/replays.md` gives, per week, topogang's and kueue-like's
+lost GPU-hours and multi-GPU p95 queueing (median, and the range over the replays), on how many
+replays topogang meets each of issue #32's two targets (lost at most kueue-like's, p95 at most
+1.0x), and every goal that failed on some replay; `DIR/replays.json` holds each replay's figures.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Replay:
 
 def _one(job: tuple[Path | None, str, int, float, Path, list[str]]) -> Replay:
     trace, week, seed, noise, out, extra = job
-    options = [*extra, "--run-time-noise", str(noise), "--noise-seed", str(seed)]
+    options = [*extra, "--run-time-noise", str(noise), "--noise-seed", str(seed), "--no-plots"]
     simulate_week(trace, week, 1, out, options)
     return Replay.read(week, seed, json.loads((out / "metrics.json").read_text()))
 

@@ -152,7 +152,7 @@ def _per_vc_table(m: Mapping[str, PolicyMetrics]) -> list[str]:
 
 
 def markdown(
-    info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal], plots: Sequence[str]
+    info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal], plots: Sequence[str] | None
 ) -> str:
     c = info.cluster
     names = ordered(m)
@@ -232,7 +232,9 @@ def markdown(
     lines += ["", "## Queueing per VC", ""]
     lines += _per_vc_table(m)
     lines += ["", "## Plots", ""]
-    if plots:
+    if plots is None:
+        lines.append("Plots not drawn (`--no-plots`).")
+    elif plots:
         lines += [f"![{p}]({p})" for p in plots]
     else:
         lines.append(
@@ -368,16 +370,17 @@ def to_json(info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
 
 
 def write_report(
-    out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal]
+    out: Path, info: RunInfo, m: Mapping[str, PolicyMetrics], goals: Sequence[Goal], *, plots: bool = True
 ) -> dict[str, Path]:
-    """Write every output file; return them by kind."""
+    """Write every output file (the plots only with `plots`: a third of a week's run goes to
+    drawing them, which a replay among many does not need); return them by kind."""
     out.mkdir(parents=True, exist_ok=True)
-    plots = plot(out, info, m)
+    drawn = plot(out, info, m) if plots else None
     md = out / "report.md"
-    md.write_text(markdown(info, m, goals, plots))
+    md.write_text(markdown(info, m, goals, drawn))
     js = out / "metrics.json"
     js.write_text(json.dumps(to_json(info, m, goals), indent=1, sort_keys=False) + "\n")
     files = {"report": md, "json": js}
-    for p in plots:
+    for p in drawn or ():
         files[p] = out / p
     return files

@@ -69,6 +69,13 @@ def test_checkpoint_every_saves_every_job_and_says_so(tmp_path: Path) -> None:
     assert "checkpoint_seconds" not in _run(tmp_path, "--policies", "topogang")
 
 
+def test_no_plots_writes_the_report_and_json_alone(tmp_path: Path) -> None:
+    data = _run(tmp_path, "--policies", "first-fit", "--no-plots")
+    assert data["policies"]["first-fit"]["completed"] > 0
+    assert not list((tmp_path / "o").glob("*.png"))
+    assert "Plots not drawn (`--no-plots`)." in (tmp_path / "o" / "report.md").read_text()
+
+
 def _mean_duration() -> float:
     lines = SAMPLE.read_text().splitlines()[1:]
     return sum(float(x.split(",")[1]) for x in lines) / len(lines)
