@@ -10,7 +10,7 @@ opportunistic and keep them running; it is undone if the preemptor still cannot 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from topology.buddy import unbind_unused
 from topology.cluster import Cluster
@@ -28,7 +28,7 @@ from topology.gangs import existing, live_victims, place_new, placement_of, reco
 from topology.placement import Shortfall
 from topology.requests import chains, level_named, suggested_ids, validate
 from topology.reservations import Gang, GangPhase
-from topology.room import over_quota, start_as_guest
+from topology.room import loss_of, may_start_as_guest, over_quota, start_as_guest, worth_a_guest
 from topology.state import NO_GANG, NO_OWNER
 from topology.victims import batches, cheapest_first, latest_decision, spread, work_lost
 
@@ -248,12 +248,17 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
     if guest is not None:
         st.commit()
         return placement_of(cluster, guest)
+    over = guest_plan(cluster, req, plan, now, suggested) if plan and not lazy else None
     if plan is None:
         st.rollback()
         for g, o, p in lazy:
             revert_downgrade(g, o, p)
         return got
-    gang = _apply_plan(cluster, req, owner, plan, now)
+    gang = (
+        _apply_plan(cluster, req, owner, plan, now)
+        if over is None
+        else _apply_guest_plan(cluster, req, over, now)
+    )
     st.commit()
     if gang.phase is GangPhase.PREEMPTING:
         return Preemption(gang.name, live_victims(cluster, gang.victims))
@@ -349,6 +354,61 @@ def _apply_plan(cluster: Cluster, req: GangRequest, owner: int, plan: Plan, now:
     return gang
 
 
+def guest_plan(
+    cluster: Cluster, req: GangRequest, plan: Plan, now: float, suggested: frozenset[int] | None
+) -> Plan | None:
+    """A cheaper way in than `plan` (a preemption in the gang's VC's cells) for a one-node gang that
+    may run as a guest (`room.may_start_as_guest`), when `plan` would end more work than the guest's
+    risk is worth (`room.worth_a_guest`): start as a guest over plain guests (opportunistic gangs
+    that are not themselves guaranteed gangs running as guests) on any node, where that ends less
+    work. A quota counted in GPUs reclaims from the youngest borrowers anywhere; a VC's cells leave
+    only the guests that sit in them, often runs of tens of hours, so this is the same reclaim with
+    the gang unguaranteed until a release promotes it (`promotion.py`). It binds nothing, so every
+    VC keeps its whole quota. Nodes go in order of their cheapest candidate, at most
+    `MAX_CELL_TRIALS` of them, as in `_cheapest_cell`; the plan lands the gang as close as `plan`."""
+    if not may_start_as_guest(req) or not plan.victims:
+        return None
+    topo = cluster.topo
+    if len({topo.cell_node[ls[0]] for ls in plan.leaves}) != 1:
+        return None
+    cost = loss_of(cluster, plan.victims, now)
+    if not worth_a_guest(cluster, req, cost):
+        return None
+    pool = [
+        g
+        for g in cluster.reservations.by_id.values()
+        if g.priority < 0 and not g.guest and may_preempt(req, NO_OWNER, g) and g.live_slots()
+    ]
+    in_node: dict[int, list[Gang]] = {}
+    for g in cheapest_first(pool, now):  # cheapest first, so each node's list is too
+        nodes = {topo.cell_node[leaf] for leaf in g.held_leaves()}
+        if len(nodes) == 1:  # a gang across nodes frees room on one only: never the cheapest way
+            in_node.setdefault(nodes.pop(), []).append(g)
+    ids = {g.id for gs in in_node.values() for g in gs}
+    placing = replace(req, priority=OPPORTUNISTIC_PRIORITY)
+    target = spread(topo, plan.leaves)
+    best: Plan | None = None
+    ranked = sorted(in_node, key=lambda n: (work_lost(in_node[n][0], now), n))
+    for n in ranked[:MAX_CELL_TRIALS]:
+        if work_lost(in_node[n][0], now) >= cost:
+            break
+        if suggested is not None and n not in suggested:
+            continue
+        got = _cheapest_prefix(cluster, placing, NO_OWNER, in_node[n], ids, frozenset((n,)), target)
+        if got is not None and loss_of(cluster, got.victims, now) < cost:
+            best, cost = got, loss_of(cluster, got.victims, now)
+    return None if best is None or over_quota(cluster, req, best.victims) else best
+
+
+def _apply_guest_plan(cluster: Cluster, req: GangRequest, plan: Plan, now: float) -> Gang:
+    """`_apply_plan` for a gang starting as a guest (`guest_plan`): opportunistic, binding no cell,
+    its request kept as asked, so a release promotes it to the priority it asked for."""
+    gang = _apply_plan(cluster, replace(req, priority=OPPORTUNISTIC_PRIORITY), NO_OWNER, plan, now)
+    gang.request, gang.guest = req, True
+    gang.history.append(f"started as a guest over {len(plan.victims)} younger guests elsewhere")
+    return gang
+
+
 def wait_preempting(cluster: Cluster, g: Gang) -> Wait:
     """What a member of a gang that waits for its victims to go is told (filter answers Wait)."""
     victims = live_victims(cluster, g.victims)
@@ -368,10 +428,14 @@ def preemptible(
     guest = start_as_guest(cluster, req, plan.victims, now, suggested)
     if guest is not None:
         return guest
-    victims = live_victims(cluster, plan.victims)
+    over = guest_plan(cluster, req, plan, now, suggested)
+    victims = live_victims(cluster, (over or plan).victims)
     r = wait.reason
     msg = (
         f"gang {req.name} fits by preempting {len(victims)} pods of {len(plan.victims)} lower-priority gangs"
+        if over is None
+        else f"gang {req.name} fits as a guest by preempting {len(victims)} pods of {len(over.victims)} "
+        "younger guests elsewhere, which ends less work than reclaiming its VC's cells"
     )
     return Wait(
         WaitReason(WaitCode.PREEMPTIBLE, req.vc, msg, r.chain, r.level, r.cell_type, r.needed), victims

@@ -96,7 +96,7 @@ def restore(
             holder = st.leaf_gang[leaf]
             if holder != NO_GANG:
                 other = cluster.reservations.by_id.get(holder)
-                if other is None or other.priority >= priority or st.leaf_reserver[leaf] != NO_GANG:
+                if other is None or not _outbids(req, owner, other) or st.leaf_reserver[leaf] != NO_GANG:
                     return f"GPU {g} of node {p.node} is held by gang {other.name if other else holder}"
                 victims.add(holder)
             seen.add(leaf)
@@ -123,6 +123,7 @@ def restore(
         deadline=deadline,
         lca_level=topo.lca_level(sorted(seen)),
         history=["restored from a persisted reservation"],
+        guest=_ran_as_guest(req, owner),
     )
     for leaf in sorted(seen):
         if st.leaf_gang[leaf] == NO_GANG:
@@ -173,9 +174,7 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
     for leaf in claimed:
         st.allocate_leaf(leaf, gid, priority)
     chain = topo.cell_chain[claimed[0]] if claimed else 0
-    # a guaranteed gang that opted in and comes back on no quota cell ran as a guest (`room`): its
-    # VC counts it against its quota again (`room.over_quota`), as before the restart
-    guest = owner == NO_OWNER and not req.opportunistic and req.promote_when_quota
+    guest = _ran_as_guest(req, owner)
     gang = Gang(
         id=gid,
         name=req.name,
@@ -196,6 +195,23 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
         return gang
     cluster.reservations.add(gang)
     return gang
+
+
+def _outbids(req: GangRequest, owner: int, other: Gang) -> bool:
+    """May a reservation of `req` on no quota cell (`owner` NO_OWNER) or on its VC's be restored over
+    `other`'s GPUs (a preemption in flight)? A lower priority, or, for a gang that started as a guest
+    over other guests (`preemption.guest_plan`), a plain guest."""
+    priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
+    if other.priority < priority:
+        return True
+    return _ran_as_guest(req, owner) and other.priority < 0 and not other.guest
+
+
+def _ran_as_guest(req: GangRequest, owner: int) -> bool:
+    """A guaranteed gang that opted in and comes back on no quota cell ran as a guest (`room`): its
+    VC counts it against its quota again (`room.over_quota`), and no other gang starting as a guest
+    displaces it (`preemption.guest_plan`), as before the restart."""
+    return owner == NO_OWNER and not req.opportunistic and req.promote_when_quota
 
 
 def _adopt_slot(cluster: Cluster, gang: Gang, p: AdoptedPod) -> Slot | None:

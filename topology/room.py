@@ -17,12 +17,21 @@ its own VC included: the guests in its cells can still be preempted when it need
 promoted to its requested priority in place (`promotion.py`) once a release gives its VC unbound
 quota and its GPUs lie in the free pool on nodes no other gang uses.
 
+When the cluster has no free room, a one-node gang has a second way in (`preemption.guest_plan`):
+as a guest over plain guests (opportunistic gangs that are not themselves guaranteed gangs running
+as guests) on any node, when that ends less work than the reclaim in its VC's cells. That is how a
+counted quota reclaims, from the youngest borrowers anywhere; the gang is then a guest like the one
+above, promoted when its VC has room. On the simulated weeks the reclaims it replaced were mostly
+1- to 4-GPU jobs ending multi-GPU guests that had run for hours in their VC's node (medians over 8
+replays: 2,955 -> 678 GPU-hours lost on 2017-10-16, 1,028 -> 763 on 2017-10-23, no week worse).
+
 Only a gang that opts in does this (`promote_when_quota`, `promoteWhenQuota` in the pod spec): it
 accepts running unguaranteed for a while. The trade: the victims' work is kept now, against the
 risk that the guest is preempted later, which loses only its own work, and the least-loss victim
 order takes young guests first. The gang goes in as a guest only when the cheapest preemption plan
-would end more than `min_loss_hours` GPU-hours of running work: `MIN_LOSS_HOURS` (8) scaled by the
-share of the gang's nodes that are not wholly free. A preemption that only cancels
+would end more than `min_loss_hours` GPU-hours of running work (`worth_a_guest`, for both ways
+in): `MIN_LOSS_HOURS` (8) scaled by the share of the gang's nodes that are not wholly free. A
+preemption that only cancels
 reservations, or ends short runs (young or small guests), costs less than the guest's risk and is
 taken as before. With no threshold (any running work) the guests crowded the free room and a VC's
 short jobs waited behind them (one week's p95 queueing went above its private cluster's); why 8,
@@ -111,6 +120,19 @@ def min_loss_hours(cluster: Cluster, req: GangRequest) -> float:
     return MIN_LOSS_HOURS * (1.0 - whole_free / len(nodes))
 
 
+def may_start_as_guest(req: GangRequest) -> bool:
+    """A guaranteed gang that opted in to run as a guest for a while (`promote_when_quota`), not
+    one asking for a pinned cell (which only that cell serves)."""
+    return not req.opportunistic and req.pinned_cell_id is None and req.promote_when_quota
+
+
+def worth_a_guest(cluster: Cluster, req: GangRequest, loss: float) -> bool:
+    """Would a preemption ending `loss` GPU-seconds of running work cost more than the risk the gang
+    takes as a guest (the threshold, `min_loss_hours`)?"""
+    # the threshold is at most MIN_LOSS_HOURS: a larger loss needs no count of whole free nodes
+    return loss > MIN_LOSS_HOURS * 3600.0 or loss > min_loss_hours(cluster, req) * 3600.0
+
+
 def start_as_guest(
     cluster: Cluster,
     req: GangRequest,
@@ -121,11 +143,7 @@ def start_as_guest(
     """Start the guaranteed gang `req` as a guest in free room, promoted when its VC has room,
     instead of preempting `victims`; None (nothing changed) when the preemption ends no running
     work worth keeping, the request is for a pinned cell, or the gang does not fit in free room."""
-    if req.opportunistic or req.pinned_cell_id is not None or not req.promote_when_quota:
-        return None
-    loss = loss_of(cluster, victims, now)
-    # the threshold is at most MIN_LOSS_HOURS: a larger loss needs no count of whole free nodes
-    if loss <= MIN_LOSS_HOURS * 3600.0 and loss <= min_loss_hours(cluster, req) * 3600.0:
+    if not may_start_as_guest(req) or not worth_a_guest(cluster, req, loss_of(cluster, victims, now)):
         return None
     gang = place_on_chains(cluster, req, now, suggested, as_guest=True)
     if not isinstance(gang, Gang):

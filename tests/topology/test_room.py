@@ -1,16 +1,21 @@
 """Reclaim only when the cluster has no room: a guaranteed gang that opted in (`promote_when_quota`)
-starts as a guest in free room rather than end running work in its VC's cells, and is promoted to
-the priority it asked for once its VC has room."""
+starts as a guest in free room rather than end running work in its VC's cells, or as a guest over
+younger guests elsewhere when that ends less work, and is promoted to the priority it asked for once
+its VC has room."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.topology.fixtures import gang, rack_cluster
 from tests.topology.test_promotion import start
+from tests.topology.test_state_machine import _records
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangPlacement, Preemption, Wait, WaitCode
 from topology.gangs import placement_of
 from topology.invariants import violations
-from topology.room import MIN_LOSS_HOURS, min_loss_hours, over_quota
+from topology.room import MIN_LOSS_HOURS, loss_of, min_loss_hours, over_quota
 
 # x (4 GPUs, started at 0) has run 3 h at LONG: 12 GPU-hours; 1 h at SHORT: 4 GPU-hours
 LONG = 3 * 3600.0
@@ -158,4 +163,120 @@ def test_a_guest_comes_back_a_guest_after_a_restart_and_still_counts_against_its
     back = fresh.gang("a2")
     assert back is not None and back.guest and back.priority < 0
     assert over_quota(fresh, gang("a3", "a", (1, 4)), [])  # a runs its whole quota, 4 of it as a guest
+    assert violations(fresh) == []
+
+
+def full(young_at: float) -> tuple[Core, set[str], set[str]]:
+    """As `crowded`, but the free room is taken again: b's guest `y` starts in it at `young_at`, so no
+    GPU is free. Returns the core, a's node and y's node."""
+    core, mine = crowded()
+    return core, mine, start(core, gang("y", "b", (1, 4), priority=-1), young_at)
+
+
+def test_with_no_free_room_an_opted_in_gang_starts_as_a_guest_over_a_younger_guest() -> None:
+    """x in a's node has run 3 h (12 GPU-hours), y elsewhere 15 minutes (1 GPU-hour): a counted
+    quota would reclaim y, the youngest borrower; a2 does too, and runs as a guest where y ran."""
+    core, mine, ys = full(LONG - 900.0)
+    req = gang("a2", "a", (1, 4), priority=10, promote_when_quota=True)
+    got = core.reserve(req, LONG)
+    assert isinstance(got, Wait) and got.reason.code is WaitCode.PREEMPTIBLE
+    assert {v.gang for v in got.victims} == {"y"} and "as a guest" in got.reason.message
+    taken = core.preempt(req, LONG)
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"y"}
+    g = core.gang("a2")
+    assert g is not None and g.guest and g.priority < 0 and "younger guests" in g.history[-1]
+    assert core.gang("x") is not None and violations(core) == []
+    core.release_pod(taken.victims[0].pod_uid, LONG)  # y's pod goes: a2 holds y's GPUs
+    placed = core.reserve(req, LONG)
+    assert isinstance(placed, GangPlacement) and placed.priority < 0
+    assert {p.node for p in placed.pods} == ys and not ys & mine
+    assert violations(core) == []
+
+
+def test_without_the_opt_in_the_gang_reclaims_its_own_cells_though_a_younger_guest_runs_elsewhere() -> None:
+    core, mine, _ = full(LONG - 900.0)
+    taken = core.preempt(gang("a2", "a", (1, 4), priority=10), LONG)
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"x"}
+    assert {v.node for v in taken.victims} <= mine
+
+
+def test_a_reclaim_under_the_threshold_stays_in_the_vcs_cells() -> None:
+    """At SHORT x would lose 4 GPU-hours, under the threshold: not worth the guest's risk, though y
+    (started 15 minutes before) would lose less."""
+    core, mine, _ = full(SHORT - 900.0)
+    taken = core.preempt(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), SHORT)
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"x"}
+    assert {v.node for v in taken.victims} <= mine
+    g = core.gang("a2")
+    assert g is not None and not g.guest and g.priority == 10
+
+
+def test_a_guest_elsewhere_that_ran_longer_leaves_the_reclaim_in_the_vcs_cells() -> None:
+    core, mine, _ = full(0.0)  # y has run as long as x: no cheaper way in
+    taken = core.preempt(gang("a2", "a", (1, 4), priority=10, promote_when_quota=True), LONG)
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"x"}
+    assert {v.node for v in taken.victims} <= mine
+
+
+def busy(guests: list[tuple[int, float]]) -> Core:
+    """Two racks: a owns 1 node and runs 4 GPUs there; b owns the rest and runs only guests, of
+    (GPUs, start time) as drawn, in start order, as many as fit."""
+    core = Core(rack_cluster(racks=2, vcs={"a": [("NODE", 1)], "b": [("NODE", 7)]}))
+    start(core, gang("a1", "a", (1, 4)), 0.0)
+    for i, (gpus, at) in enumerate(sorted(guests, key=lambda g: g[1])):
+        req = gang(f"b{i}", "b", (1, gpus), priority=-1)
+        if isinstance(core.reserve(req, at), GangPlacement):
+            start(core, req, at)
+    return core
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    guests=st.lists(
+        st.tuples(st.sampled_from([1, 2, 4, 8]), st.floats(0.0, LONG * 4)), min_size=10, max_size=40
+    ),
+    gpus=st.sampled_from([1, 2, 4]),
+)
+def test_a_gang_starting_as_a_guest_over_guests_ends_less_work_and_only_plain_guests(
+    guests: list[tuple[int, float]], gpus: int
+) -> None:
+    """Whatever the guests and their ages: a2 goes in as a guest over other guests only when that
+    ends less running work than its reclaim in a's cells would, its victims are plain guests on one
+    node, and every guarantee holds."""
+    now = LONG * 4 + 60.0
+    asked = gang("a2", "a", (1, gpus), priority=10, promote_when_quota=True)
+    core = busy(guests)
+    got = core.preempt(asked, now)
+    assert violations(core) == []
+    g = core.gang("a2")
+    if not isinstance(got, Preemption) or g is None or not g.guest:
+        return
+    victims = [core.gang(name) for name in sorted({v.gang for v in got.victims})]
+    assert all(v is not None and v.priority < 0 and not v.guest for v in victims)
+    assert len({v.node for v in got.victims}) == 1
+    lost = loss_of(core, [v.id for v in victims if v is not None], now)
+    plain = busy(guests)  # the same cluster; a gang that did not opt in reclaims a's cells
+    own = plain.preempt(gang("a2", "a", (1, gpus), priority=10), now)
+    assert isinstance(own, Preemption)
+    theirs = [plain.gang(name) for name in sorted({v.gang for v in own.victims})]
+    assert lost < loss_of(plain, [v.id for v in theirs if v is not None], now)
+
+
+def test_a_guest_preempting_other_guests_comes_back_so_after_a_restart() -> None:
+    """A restart while y's pod is still going: a2's persisted reservation is restored over y's GPUs
+    (a plain guest, though of the same priority), still a guest, y still its victim."""
+    core, _, ys = full(LONG - 900.0)
+    req = gang("a2", "a", (1, 4), priority=10, promote_when_quota=True)
+    assert isinstance(core.preempt(req, LONG), Preemption)
+    fresh = Core(core.topo.spec)
+    for other in core.gangs():
+        if other.name != "a2":
+            fresh.adopt(other.request, _records(core, other), LONG)
+    g = core.gang("a2")
+    assert g is not None
+    assert isinstance(fresh.restore(req, _records(core, g), LONG, g.deadline), GangPlacement)
+    back = fresh.gang("a2")
+    assert back is not None and back.guest and back.priority < 0 and back.pending
+    assert {fresh.reservations.by_id[v].name for v in back.victims} == {"y"}
+    assert {fresh.topo.node_names[s.node] for s in back.slots} == ys
     assert violations(fresh) == []

@@ -163,6 +163,10 @@ class CoreMachine(RuleBasedStateMachine):
         elif isinstance(got, GangPlacement):
             self._guest_only_if_asked(req, got)
         elif isinstance(got, Preemption):
+            g = self.core.gang(req.name)
+            assert g is not None and (g.priority >= 0 or (promote and g.guest and g.owner == NO_OWNER)), (
+                "a preemptor is its VC's, or a gang that opted in starting as a guest over other guests"
+            )
             for v in got.victims:
                 g = self.core.gang(v.gang)
                 assert g is not None
@@ -287,7 +291,7 @@ class CoreMachine(RuleBasedStateMachine):
             d = self.core.schedule(g.request, self._uid(), s.leaf_number, self.now)
             assert isinstance(d, Bind), d
 
-    @rule(dt=st.sampled_from([1.0, 10.0, 60.0]))
+    @rule(dt=st.sampled_from([1.0, 10.0, 60.0, 36000.0]))  # hours: runs worth keeping (`topology.room`)
     def advance_and_expire(self, dt: float) -> None:
         self.now += dt
         ttls = {g.name: g.request.ttl_seconds for g in self.core.gangs()}
