@@ -96,7 +96,11 @@ def restore(
             holder = st.leaf_gang[leaf]
             if holder != NO_GANG:
                 other = cluster.reservations.by_id.get(holder)
-                if other is None or not _outbids(req, owner, other) or st.leaf_reserver[leaf] != NO_GANG:
+                if (
+                    other is None
+                    or not _outbids(req, owner, priority, other)
+                    or st.leaf_reserver[leaf] != NO_GANG
+                ):
                     return f"GPU {g} of node {p.node} is held by gang {other.name if other else holder}"
                 victims.add(holder)
             seen.add(leaf)
@@ -197,11 +201,10 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
     return gang
 
 
-def _outbids(req: GangRequest, owner: int, other: Gang) -> bool:
-    """May a reservation of `req` on no quota cell (`owner` NO_OWNER) or on its VC's be restored over
+def _outbids(req: GangRequest, owner: int, priority: int, other: Gang) -> bool:
+    """May a reservation of `req` at `priority` (on no quota cell: `owner` NO_OWNER) be restored over
     `other`'s GPUs (a preemption in flight)? A lower priority, or, for a gang that started as a guest
     over other guests (`preemption.guest_plan`), a plain guest."""
-    priority = req.priority if owner != NO_OWNER else OPPORTUNISTIC_PRIORITY
     if other.priority < priority:
         return True
     return _ran_as_guest(req, owner) and other.priority < 0 and not other.guest

@@ -26,19 +26,18 @@ above, promoted when its VC has room. On the simulated weeks the reclaims it rep
 replays: 2,955 -> 678 GPU-hours lost on 2017-10-16, 1,028 -> 763 on 2017-10-23, no week worse).
 
 Only a gang that opts in does this (`promote_when_quota`, `promoteWhenQuota` in the pod spec): it
-accepts running unguaranteed for a while. The trade: the victims' work is kept now, against the
-risk that the guest is preempted later, which loses only its own work, and the least-loss victim
-order takes young guests first. The gang goes in as a guest only when the cheapest preemption plan
-would end more than `min_loss_hours` GPU-hours of running work (`worth_a_guest`, for both ways
-in): `MIN_LOSS_HOURS` (8) scaled by the share of the gang's nodes that are not wholly free. A
-preemption that only cancels
-reservations, or ends short runs (young or small guests), costs less than the guest's risk and is
-taken as before. With no threshold (any running work) the guests crowded the free room and a VC's
-short jobs waited behind them (one week's p95 queueing went above its private cluster's); why 8,
-why scaled by whole free nodes and on which weeks it was measured is said at the constants.
-A VC that runs part of its quota as such guests counts them against its quota (`over_quota`), as a
-quota counted in GPUs does: without that, the guests filled the free room and the VC's next gangs
-preempted in its cells all the same. HiveD has no such rule: its guaranteed gang
+accepts running unguaranteed for a while. The trade: the victims' work is kept now, against the risk
+that the guest is preempted later, which loses only its own work, and the least-loss victim order
+takes young guests first. The gang goes in as a guest only when the cheapest preemption plan would
+end more than `min_loss_hours` GPU-hours of running work (`worth_a_guest`, for both ways in):
+`MIN_LOSS_HOURS` (8) scaled by the share of the gang's nodes that are not wholly free. A preemption
+that only cancels reservations, or ends short runs (young or small guests), costs less than the
+guest's risk and is taken as before. With no threshold (any running work) the guests crowded the
+free room and a VC's short jobs waited behind them (one week's p95 queueing went above its private
+cluster's); why 8, why scaled by whole free nodes and on which weeks it was measured is said at the
+constants. A VC that runs part of its quota as such guests counts them against its quota
+(`over_quota`), as a quota counted in GPUs does: without that, the guests filled the free room and
+the VC's next gangs preempted in its cells all the same. HiveD has no such rule: its guaranteed gang
 preempts the opportunistic pods in the VC cells its intra-VC placement picks (buddy binding prefers
 physical cells with fewer opportunistic leaves, which is `buddy.binding_order`'s rule here).
 """
