@@ -132,6 +132,18 @@ class Timeline:
 
 
 @dataclass(slots=True)
+class Eviction:
+    """One job preempted: by which job, when, after how long a run, and the GPU-seconds it lost (its
+    run since its last save). `losses` groups them by preemptor and victim size."""
+
+    by: int
+    victim: int
+    at: float
+    ran: float
+    lost_gpu_seconds: float
+
+
+@dataclass(slots=True)
 class RunResult:
     policy: str
     cluster: SimCluster
@@ -145,6 +157,7 @@ class RunResult:
     refusals_tracked: bool = True  # False for merged private replays (one cluster per VC)
     end_time: float = 0.0
     wall_seconds: float = 0.0
+    evictions: list[Eviction] = field(default_factory=list)  # every preemption, in order
 
     def completed(self) -> list[JobRecord]:
         return [r for r in self.records.values() if r.start is not None]
@@ -236,11 +249,12 @@ def simulate(
         rec.run_seconds = run
         heapq.heappush(finishes, (now + run, job.id, rec.runs))
 
-    def requeue(jid: int, now: float) -> None:
+    def requeue(jid: int, now: float, by: int) -> None:
         rec = records[jid]
         assert rec.start is not None
         rec.preempted += 1
         ran = now - rec.start
+        whole = ran
         every = rec.job.checkpoint_seconds
         if every:
             kept = ran - ran % every
@@ -248,6 +262,7 @@ def simulate(
             rec.kept_run += kept
             ran -= kept
         rec.lost_gpu_seconds += ran * rec.job.held_gpus
+        result.evictions.append(Eviction(by, jid, now, whole, ran * rec.job.held_gpus))
         rec.start = None
         rec.placement = None
         rec.queued_at = now
@@ -282,7 +297,7 @@ def simulate(
                         changed = True
                         for jid in placement.preempted:
                             released(records[jid].job.vc, now)
-                            requeue(jid, now)
+                            requeue(jid, now, job.id)
             timeline.set(policy.allocated, policy.stranded)
 
     set_aside: dict[int, int] = {}  # job id -> release epoch at which it could not start (BestEffortFIFO)
@@ -334,7 +349,7 @@ def simulate(
                     if placement.preempted:
                         for jid in placement.preempted:
                             released(records[jid].job.vc, now)
-                            requeue(jid, now)
+                            requeue(jid, now, job.id)
                         released_now = True  # every job set aside may fit now: new rounds
                         break
             timeline.set(policy.allocated, policy.stranded)
