@@ -146,6 +146,25 @@ def _cheapest_cell(
         for c in {topo.ancestor_at(leaf, level) for leaf in g.held_leaves()}:
             if c >= 0 and topo.cell_chain[c] == plan.chain:
                 in_cell.setdefault(c, []).append(g)
+    return _cheapest_in_cells(cluster, req, owner, in_cell, ids, suggested, target, cost, now) or plan
+
+
+def _cheapest_in_cells(
+    cluster: Cluster,
+    req: GangRequest,
+    owner: int,
+    in_cell: dict[int, list[Gang]],
+    ids: set[int],
+    suggested: frozenset[int] | None,
+    target: tuple[int, int],
+    cost: float,
+    now: float,
+) -> Plan | None:
+    """The plan confined to one cell of `in_cell` (each cell's candidates, cheapest first) that loses
+    less than `cost`, the cheapest such; None if none does. Cells go in order of their cheapest
+    candidate, a bound on what they cost, at most `MAX_CELL_TRIALS` of them."""
+    topo, by_id = cluster.topo, cluster.reservations.by_id
+    best: Plan | None = None
     ranked = sorted(in_cell, key=lambda c: (work_lost(in_cell[c][0], now), c))
     for c in ranked[:MAX_CELL_TRIALS]:
         if work_lost(in_cell[c][0], now) >= cost:
@@ -159,8 +178,8 @@ def _cheapest_cell(
             continue
         spent = sum(work_lost(by_id[v], now) for v in got.victims)
         if spent < cost:
-            plan, cost = got, spent
-    return plan
+            best, cost = got, spent
+    return best
 
 
 def _dry_run(
@@ -364,8 +383,8 @@ def guest_plan(
     work. A quota counted in GPUs reclaims from the youngest borrowers anywhere; a VC's cells leave
     only the guests that sit in them, often runs of tens of hours, so this is the same reclaim with
     the gang unguaranteed until a release promotes it (`promotion.py`). It binds nothing, so every
-    VC keeps its whole quota. Nodes go in order of their cheapest candidate, at most
-    `MAX_CELL_TRIALS` of them, as in `_cheapest_cell`; the plan lands the gang as close as `plan`."""
+    VC keeps its whole quota. Nodes are searched as `_cheapest_cell` searches cells
+    (`_cheapest_in_cells`); the plan lands the gang as close as `plan`."""
     if not may_start_as_guest(req) or not plan.victims:
         return None
     topo = cluster.topo
@@ -379,24 +398,16 @@ def guest_plan(
         for g in cluster.reservations.by_id.values()
         if g.priority < 0 and not g.guest and may_preempt(req, NO_OWNER, g) and g.live_slots()
     ]
-    in_node: dict[int, list[Gang]] = {}
+    in_node: dict[int, list[Gang]] = {}  # by node cell
     for g in cheapest_first(pool, now):  # cheapest first, so each node's list is too
         nodes = {topo.cell_node[leaf] for leaf in g.held_leaves()}
         if len(nodes) == 1:  # a gang across nodes frees room on one only: never the cheapest way
-            in_node.setdefault(nodes.pop(), []).append(g)
+            in_node.setdefault(topo.node_cell[nodes.pop()], []).append(g)
     ids = {g.id for gs in in_node.values() for g in gs}
     placing = replace(req, priority=OPPORTUNISTIC_PRIORITY)
     target = spread(topo, plan.leaves)
-    best: Plan | None = None
-    ranked = sorted(in_node, key=lambda n: (work_lost(in_node[n][0], now), n))
-    for n in ranked[:MAX_CELL_TRIALS]:
-        if work_lost(in_node[n][0], now) >= cost:
-            break
-        if suggested is not None and n not in suggested:
-            continue
-        got = _cheapest_prefix(cluster, placing, NO_OWNER, in_node[n], ids, frozenset((n,)), target)
-        if got is not None and loss_of(cluster, got.victims, now) < cost:
-            best, cost = got, loss_of(cluster, got.victims, now)
+    # every candidate runs, so what a plan over them loses is their work (`loss_of` = `work_lost`)
+    best = _cheapest_in_cells(cluster, placing, NO_OWNER, in_node, ids, suggested, target, cost, now)
     return None if best is None or over_quota(cluster, req, best.victims) else best
 
 

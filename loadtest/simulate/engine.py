@@ -240,7 +240,7 @@ def simulate(
         rec.placement = placement
         rec.runs += 1
         rec.waited += now - rec.queued_at
-        run = job.duration - rec.saved if rec.saved else job.duration
+        run = job.duration - rec.saved
         if slowdown is not None and not slowdown.off:
             rec.stretch = slowdown.stretch(
                 cluster, job.held_gpus, spread_level(cluster, placement.pods, job.held_gpus)
@@ -254,15 +254,14 @@ def simulate(
         assert rec.start is not None
         rec.preempted += 1
         ran = now - rec.start
-        whole = ran
         every = rec.job.checkpoint_seconds
-        if every:
-            kept = ran - ran % every
+        kept = ran - ran % every if every else 0.0
+        if kept:
             rec.saved += kept / rec.stretch
             rec.kept_run += kept
-            ran -= kept
-        rec.lost_gpu_seconds += ran * rec.job.held_gpus
-        result.evictions.append(Eviction(by, jid, now, whole, ran * rec.job.held_gpus))
+        lost = (ran - kept) * rec.job.held_gpus
+        rec.lost_gpu_seconds += lost
+        result.evictions.append(Eviction(by, jid, now, ran, lost))
         rec.start = None
         rec.placement = None
         rec.queued_at = now

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadtest.simulate.cli import DEFAULT_TRACE, build_cluster, week_span
+from loadtest.simulate.cli import DEFAULT_TRACE, POLICIES, build_cluster, week_span
 from loadtest.simulate.engine import RunResult, simulate
 from loadtest.simulate.roster import make_policy
 from loadtest.simulate.slowdown import make_slowdown
@@ -80,7 +80,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--week", default=None, help="YYYY-MM-DD: the 7 days from then (default: all)")
     ap.add_argument("--replays", type=int, default=1, help="noise seeds 0 .. N-1 (default 1)")
     ap.add_argument("--noise", type=float, default=0.001, help="run-time noise per replay (0: none)")
-    ap.add_argument("--policies", nargs="+", default=["topogang", "kueue-like"])
+    ap.add_argument(  # the private replay is one cluster per VC: it preempts nothing
+        "--policies",
+        nargs="+",
+        default=["topogang", "kueue-like"],
+        choices=[p for p in POLICIES if p != "private"],
+    )
     args = ap.parse_args(argv)
     if args.replays < 1 or not 0 <= args.noise < 1:
         ap.error("--replays must be at least 1 and --noise in [0, 1)")
