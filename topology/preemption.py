@@ -28,7 +28,14 @@ from topology.gangs import existing, live_victims, place_new, placement_of, reco
 from topology.placement import Shortfall
 from topology.requests import chains, level_named, suggested_ids, validate
 from topology.reservations import Gang, GangPhase
-from topology.room import loss_of, may_start_as_guest, over_quota, start_as_guest, worth_a_guest
+from topology.room import (
+    ends_a_guest_in_lieu,
+    loss_of,
+    may_start_as_guest,
+    over_quota,
+    start_as_guest,
+    worth_a_guest,
+)
 from topology.state import NO_GANG, NO_OWNER
 from topology.victims import batches, cheapest_first, latest_decision, spread, work_lost
 
@@ -391,7 +398,7 @@ def guest_plan(
     if len({topo.cell_node[ls[0]] for ls in plan.leaves}) != 1:
         return None
     cost = loss_of(cluster, plan.victims, now)
-    if not worth_a_guest(cluster, req, cost):
+    if not worth_a_guest(cluster, req, cost) and not ends_a_guest_in_lieu(cluster, plan.victims):
         return None
     pool = [
         g

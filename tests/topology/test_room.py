@@ -280,3 +280,51 @@ def test_a_guest_preempting_other_guests_comes_back_so_after_a_restart() -> None
     assert {fresh.reservations.by_id[v].name for v in back.victims} == {"y"}
     assert {fresh.topo.node_names[s.node] for s in back.slots} == ys
     assert violations(fresh) == []
+
+
+def yielded() -> tuple[Core, set[str], set[str]]:
+    """As `full`, then a2 (a's, opted in) goes in as a guest over the young y, in y's node: a guaranteed
+    gang running as a guest. Returns the core, a's node and a2's node."""
+    core, mine, ys = full(LONG - 900.0)
+    req = gang("a2", "a", (1, 4), priority=10, promote_when_quota=True)
+    taken = core.preempt(req, LONG)
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"y"}
+    core.release_pod(taken.victims[0].pod_uid, LONG)
+    assert start(core, req, LONG) == ys
+    g = core.gang("a2")
+    assert g is not None and g.guest and g.priority < 0
+    return core, mine, ys
+
+
+def test_a_reclaim_that_would_end_a_gang_running_as_a_guest_takes_free_room_instead() -> None:
+    """Ten minutes on, b's guaranteed gang would end a2 (40 GPU-minutes, far under the threshold, and
+    the cheapest victim in the pool b binds from). a2 went in as a guest so as not to end work; ending it
+    now would make a's job queue again where its own cluster would have run it. With room in a's node
+    (x has gone), b9 starts there as a guest instead, and a2 keeps running."""
+    core, mine, ys = yielded()
+    core.delete_gang("x")
+    req = gang("b9", "b", (1, 4), priority=10, promote_when_quota=True)
+    got = core.preempt(req, LONG + 600.0)
+    assert isinstance(got, GangPlacement) and got.priority < 0
+    assert {p.node for p in got.pods} == mine
+    a2, b9 = core.gang("a2"), core.gang("b9")
+    assert a2 is not None and a2.guest and b9 is not None and b9.guest
+    assert {p.node for p in placement_of(core, a2).pods} == ys  # still running where it went in
+    assert violations(core) == []
+
+
+def test_with_no_other_way_in_the_reclaim_still_ends_the_gang_running_as_a_guest() -> None:
+    """VC safety: with no free room and no plain guest that loses less, b's reclaim ends a2."""
+    core, _, ys = yielded()
+    req = gang("b9", "b", (1, 4), priority=10, promote_when_quota=True)
+    taken = core.preempt(req, LONG + 600.0)
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"a2"}
+    assert {v.node for v in taken.victims} <= ys
+    assert violations(core) == []
+
+
+def test_without_the_opt_in_the_reclaim_ends_the_gang_running_as_a_guest() -> None:
+    core, _, _ = yielded()
+    core.delete_gang("x")
+    taken = core.preempt(gang("b9", "b", (1, 4), priority=10), LONG + 600.0)
+    assert isinstance(taken, Preemption) and {v.gang for v in taken.victims} == {"a2"}
