@@ -270,7 +270,11 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
     if plan is not None and over_quota(cluster, req, plan.victims):
         plan = None
     # free room first (`room.py`); not after a lazy downgrade, which made room in the VC's cells
-    guest = start_as_guest(cluster, req, plan.victims, now, suggested) if plan and not lazy else None
+    guest = (
+        start_as_guest(cluster, req, plan.victims, now, suggested, at_any_loss=_spares_a_guest(cluster, plan))
+        if plan and not lazy
+        else None
+    )
     if guest is not None:
         st.commit()
         return placement_of(cluster, guest)
@@ -392,14 +396,12 @@ def guest_plan(
     the gang unguaranteed until a release promotes it (`promotion.py`). It binds nothing, so every
     VC keeps its whole quota. Nodes are searched as `_cheapest_cell` searches cells
     (`_cheapest_in_cells`); the plan lands the gang as close as `plan`."""
-    if not may_start_as_guest(req) or not plan.victims:
-        return None
-    topo = cluster.topo
-    if len({topo.cell_node[ls[0]] for ls in plan.leaves}) != 1:
+    if not may_start_as_guest(req) or not plan.victims or not _on_one_node(cluster, plan):
         return None
     cost = loss_of(cluster, plan.victims, now)
     if not worth_a_guest(cluster, req, cost) and not ends_a_guest_in_lieu(cluster, plan.victims):
         return None
+    topo = cluster.topo
     pool = [
         g
         for g in cluster.reservations.by_id.values()
@@ -416,6 +418,17 @@ def guest_plan(
     # every candidate runs, so what a plan over them loses is their work (`loss_of` = `work_lost`)
     best = _cheapest_in_cells(cluster, placing, NO_OWNER, in_node, ids, suggested, target, cost, now)
     return None if best is None or over_quota(cluster, req, best.victims) else best
+
+
+def _on_one_node(cluster: Cluster, plan: Plan) -> bool:
+    topo = cluster.topo
+    return len({topo.cell_node[ls[0]] for ls in plan.leaves}) == 1
+
+
+def _spares_a_guest(cluster: Cluster, plan: Plan) -> bool:
+    """Does a one-node `plan` end a guest in lieu, which the gang then spares if it can at any loss
+    (`room.ends_a_guest_in_lieu`)?"""
+    return _on_one_node(cluster, plan) and ends_a_guest_in_lieu(cluster, plan.victims)
 
 
 def _apply_guest_plan(cluster: Cluster, req: GangRequest, plan: Plan, now: float) -> Gang:
@@ -443,7 +456,9 @@ def preemptible(
     plan = find_plan(cluster, req, cluster.owner_of(req), suggested)
     if plan is None or over_quota(cluster, req, plan.victims):
         return wait
-    guest = start_as_guest(cluster, req, plan.victims, now, suggested)
+    guest = start_as_guest(
+        cluster, req, plan.victims, now, suggested, at_any_loss=_spares_a_guest(cluster, plan)
+    )
     if guest is not None:
         return guest
     over = guest_plan(cluster, req, plan, now, suggested)

@@ -136,9 +136,11 @@ def ends_a_guest_in_lieu(cluster: Cluster, victims: list[int]) -> bool:
     """Would the preemption end a guaranteed gang running as a guest (one that went in as a guest so
     as not to end others' work)? Such a victim is taken only when there is no other way in, whatever
     it has run: its VC had quota for it, so ending it makes that VC queue where its own cluster would
-    have run the job (a sharing anomaly), and it loses the run it kept others from losing. The
-    preemptor then takes free room, or plain guests elsewhere that lose less, first (the threshold
-    does not apply); with neither, it still ends the gang (every VC can still get its quota)."""
+    have run the job (a sharing anomaly), and it loses the run it kept others from losing. A
+    one-node preemptor then takes free room, or plain guests elsewhere that lose less, first (the
+    threshold does not apply); with neither, it still ends the gang (every VC can still get its
+    quota). A multi-node one reclaims as before: as a guest in free room it could land across
+    racks where the reclaim keeps it in one."""
     by_id = cluster.reservations.by_id
     return any(by_id[v].guest and by_id[v].live_slots() for v in victims)
 
@@ -149,15 +151,16 @@ def start_as_guest(
     victims: list[int],
     now: float,
     suggested: frozenset[int] | None,
+    *,
+    at_any_loss: bool = False,
 ) -> Gang | None:
     """Start the guaranteed gang `req` as a guest in free room, promoted when its VC has room,
     instead of preempting `victims`; None (nothing changed) when the preemption ends no running
-    work worth keeping, the request is for a pinned cell, or the gang does not fit in free room."""
+    work worth keeping (unless `at_any_loss`: it would end a guest in lieu, `ends_a_guest_in_lieu`),
+    the request is for a pinned cell, or the gang does not fit in free room."""
     if not may_start_as_guest(req):
         return None
-    if not worth_a_guest(cluster, req, loss_of(cluster, victims, now)) and not ends_a_guest_in_lieu(
-        cluster, victims
-    ):
+    if not at_any_loss and not worth_a_guest(cluster, req, loss_of(cluster, victims, now)):
         return None
     gang = place_on_chains(cluster, req, now, suggested, as_guest=True)
     if not isinstance(gang, Gang):

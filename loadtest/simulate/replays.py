@@ -2,10 +2,11 @@
 on how many replays each target and goal holds.
 
     python -m loadtest.simulate.replays --trace FILE --out DIR [--replays 8] [--noise 0.001]
-        [--workers 2] START [START ...] [-- OPTIONS]
+        [--workers 2] [--weeks N] START [START ...] [-- OPTIONS]
 
-Each replay is `topogang simulate --week START --run-time-noise NOISE --noise-seed K --no-plots
-OPTIONS` (K = 0 .. replays - 1; `shipped` is the week shipped with the package): every run time
+Each replay is `topogang simulate --week START --weeks N --run-time-noise NOISE --noise-seed K
+--no-plots OPTIONS` (K = 0 .. replays - 1; `shipped` is the week shipped with the package; a window
+of N weeks is named `START+Nw`, as `loadtest.simulate.weeks` names it): every run time
 scaled by a factor within 0.1% of 1 by default, a few seconds on an hour. Preemption and placement
 choices feed back on each other for a week, so a change that small moves a week's lost GPU-hours by
 tens of percent: a single run's difference between two policies, or two versions of one, says little
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.simulate.weeks import simulate_week, split_options, weeks_parser
+from loadtest.simulate.weeks import SHIPPED, run_name, simulate_week, split_options, weeks_parser
 
 PEER = "kueue-like"
 
@@ -71,11 +72,11 @@ class Replay:
         return self.p95 <= self.peer_p95
 
 
-def _one(job: tuple[Path | None, str, int, float, Path, list[str]]) -> Replay:
-    trace, week, seed, noise, out, extra = job
+def _one(job: tuple[Path | None, str, int, int, float, Path, list[str]]) -> Replay:
+    trace, week, weeks, seed, noise, out, extra = job
     options = [*extra, "--run-time-noise", str(noise), "--noise-seed", str(seed), "--no-plots"]
-    simulate_week(trace, week, 1, out, options)
-    return Replay.read(week, seed, json.loads((out / "metrics.json").read_text()))
+    simulate_week(trace, week, weeks, out, options)
+    return Replay.read(run_name(week, weeks), seed, json.loads((out / "metrics.json").read_text()))
 
 
 def spread(xs: Sequence[float], digits: int) -> str:
@@ -116,12 +117,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--replays", type=int, default=8)
     ap.add_argument("--noise", type=float, default=0.001, help="run-time noise per replay (default 0.001)")
     ap.add_argument("--workers", type=int, default=2, help="replays run at once (default 2)")
+    ap.add_argument("--weeks", type=int, default=1, help="weeks from each START (default 1)")
     args = ap.parse_args(raw)
-    if args.replays < 1 or args.workers < 1 or not 0 < args.noise < 1:
-        print("replays: --replays and --workers must be positive, --noise in (0, 1)", file=sys.stderr)
+    if args.replays < 1 or args.workers < 1 or args.weeks < 1 or not 0 < args.noise < 1:
+        print(
+            "replays: --replays, --workers and --weeks must be positive, --noise in (0, 1)", file=sys.stderr
+        )
+        return 2
+    if args.weeks > 1 and SHIPPED in args.starts:
+        print(f"replays: {SHIPPED} is one week; name its start (2017-10-23) for --weeks", file=sys.stderr)
         return 2
     jobs = [
-        (args.trace, week, seed, args.noise, args.out / week / f"replay-{seed}", extra)
+        (
+            args.trace,
+            week,
+            args.weeks,
+            seed,
+            args.noise,
+            args.out / run_name(week, args.weeks) / f"replay-{seed}",
+            extra,
+        )
         for week in args.starts
         for seed in range(args.replays)
     ]

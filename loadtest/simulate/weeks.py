@@ -22,6 +22,11 @@ from loadtest.simulate.cli import main as simulate_main
 SHIPPED = "shipped"
 
 
+def run_name(start: str, weeks: int) -> str:
+    """A run's name and folder: its start, and `+Nw` for a window of N weeks."""
+    return start if weeks == 1 else f"{start}+{weeks}w"
+
+
 def simulate_week(trace: Path | None, start: str, weeks: int, out: Path, extra: list[str]) -> float:
     """`topogang simulate` of the `weeks` weeks from `start` into `out`: its wall time (s)."""
     args = ["--out", str(out), "--no-progress", *extra]
@@ -81,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(raw)
     runs = []
     for start in args.starts:
-        out = args.out / (start if args.weeks == 1 else f"{start}+{args.weeks}w")
+        out = args.out / run_name(start, args.weeks)
         runs.append((out.name, out, simulate_week(args.trace, start, args.weeks, out, extra)))
     lines = table(runs)
     args.out.mkdir(parents=True, exist_ok=True)

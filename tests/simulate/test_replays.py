@@ -46,3 +46,41 @@ def test_a_week_without_multi_gpu_jobs_reads_as_no_queueing() -> None:
 def test_bad_options_exit_2(tmp_path: Path) -> None:
     assert main(["--out", str(tmp_path), "--replays", "0", "shipped"]) == 2
     assert main(["--out", str(tmp_path), "--noise", "0", "shipped"]) == 2
+
+
+def test_a_window_of_weeks_is_replayed_whole_and_named_as_weeks_names_it(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    argv = ["--trace", str(SAMPLE), "--out", str(out), "--replays", "1", "--workers", "1", "--weeks", "2"]
+    assert main([*argv, "2017-10-23", "--", "--policies", "topogang", "kueue-like"]) == 0
+    doc = json.loads((out / "replays.json").read_text())
+    assert [(r["week"], r["seed"]) for r in doc] == [("2017-10-23+2w", 0)]
+    run = json.loads((out / "2017-10-23+2w" / "replay-0" / "metrics.json").read_text())
+    one = tmp_path / "one"
+    assert (
+        main(
+            [
+                "--trace",
+                str(SAMPLE),
+                "--out",
+                str(one),
+                "--replays",
+                "1",
+                "--workers",
+                "1",
+                "2017-10-23",
+                "--",
+                "--policies",
+                "topogang",
+                "kueue-like",
+            ]
+        )
+        == 0
+    )
+    week = json.loads((one / "2017-10-23" / "replay-0" / "metrics.json").read_text())
+    assert run["jobs"] > week["jobs"]  # the second week's jobs are in the window
+    assert "| 2017-10-23+2w |" in (out / "replays.md").read_text()
+
+
+def test_the_shipped_week_has_no_window(tmp_path: Path) -> None:
+    assert main(["--out", str(tmp_path), "--weeks", "2", "shipped"]) == 2
+    assert main(["--out", str(tmp_path), "--weeks", "0", "2017-10-23"]) == 2
