@@ -1,7 +1,8 @@
 """A guaranteed gang that opted in (`promoteWhenQuota`) and finds its VC's cells held by long-running
 guests, with no free room anywhere, starts as a guest over a younger guest elsewhere
 (`topology.preemption.guest_plan`): seen through the Kubernetes-mode service, its filter reply, its
-victims, its durable reservation across a restart, and its start once the victim's pod has gone."""
+victims, its durable reservation across a restart, and its start once the victim's pod has gone. Such
+a gang is then the last victim of another VC's one-node reclaim (`room.ends_a_guest_in_lieu`)."""
 
 from __future__ import annotations
 
@@ -78,5 +79,39 @@ def test_a_gang_with_no_free_room_starts_as_a_guest_over_a_younger_guest_and_kee
         assert len(olds) == 3  # the 5-hour guests in nlp's own nodes run on
         assert all(b.s.core.reservations.pod_gang.get(k) is not None for k in olds)
         await b.stop()
+
+    run(go())
+
+
+def test_a_reclaim_that_would_end_a_guaranteed_gang_running_as_a_guest_takes_free_room_instead() -> None:
+    """nlp's n3 runs as a guest where `young` ran (its VC had quota; its reclaim would have ended a
+    5-hour guest). Ten minutes on, vision's guaranteed, opted-in pod would reclaim it (20 GPU-minutes,
+    the cheapest victim in the pool vision binds from): instead, with two GPUs idle in nlp's node, it
+    starts there as a guest, and n3 runs on. Seen through the Kubernetes-mode service's filter."""
+
+    async def go() -> None:
+        kube, clock = cluster(), Clock()
+        a = await start(kube, clock)
+        at = await crowd(a, kube, clock)
+        asked = submit(kube, "n3", "n3", "nlp", spec("nlp", 2, priority=10, promoteWhenQuota=True))
+        assert (await a.verb("filter", asked))["NodeNames"] == []  # waits for `young` to go
+        kube.server.delete(pod_path("vision", "young"), NOW)
+        await a.s.pod_gone("young")
+        assert await a.place(asked) == at["young"]
+        n3 = a.s.core.gang("nlp/pod:n3")
+        assert n3 is not None and n3.guest
+        clock.t += 600.0
+        nlp_nodes = {at[f"n{k}"] for k in range(3)}
+        gone = next(k for k, n in sorted(at.items()) if k.startswith("g") and n in nlp_nodes)
+        kube.server.delete(pod_path("vision", f"guest-{gone[1:]}"), NOW)  # 2 GPUs idle in nlp's node
+        await a.s.pod_gone(gone)
+        v = submit(kube, "v1", "v1", "vision", spec("vision", 2, priority=10, promoteWhenQuota=True))
+        assert await a.place(v) == at[gone]  # beside nlp's job, as a guest, ending nobody
+        g = a.s.core.gang("vision/pod:v1")
+        assert g is not None and g.guest and g.priority < 0
+        n3 = a.s.core.gang("nlp/pod:n3")
+        assert n3 is not None and n3.guest and not g.victims
+        assert violations(a.s.core) == []
+        await a.stop()
 
     run(go())
