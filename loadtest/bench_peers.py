@@ -178,7 +178,8 @@ def run_arm(
                 extra["kueue"] = kq.version
         cpu0 = sum(cpu_seconds(p) or 0.0 for p in pids)
         with contextlib.closing(KubeHttp(sched_port, scheduler_context(plane.env))) as m:
-            before = scheduler_metrics(m.text("/metrics"), profile)
+            # the scheduler serves before it has loaded the client CA: a first read may be anonymous
+            before = scheduler_metrics(m.text("/metrics", forbidden_for=30.0), profile)
         extra["load"] = {"replay_start": load_average()}
         say(
             f"{arm}: replaying {len(sl.jobs)} jobs ({len(sl.warm)} warm) at {sl.factor:g}x "
@@ -193,7 +194,7 @@ def run_arm(
                 doc = api.ok("GET", WORKLOADS_PATH)
             (logs / WORKLOADS_FILE).write_text(json.dumps(workload_rows(doc), indent=1))
         with contextlib.closing(KubeHttp(sched_port, scheduler_context(plane.env))) as m:
-            text = m.text("/metrics")
+            text = m.text("/metrics", forbidden_for=30.0)
         after = scheduler_metrics(text, profile)
         (logs / "kube-scheduler-metrics.txt").write_text(text)
         extra["scheduler_metrics"] = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}

@@ -399,7 +399,7 @@ def guest_plan(
     if not may_start_as_guest(req) or not plan.victims or not _on_one_node(cluster, plan):
         return None
     cost = loss_of(cluster, plan.victims, now)
-    if not worth_a_guest(cluster, req, cost) and not ends_a_guest_in_lieu(cluster, plan.victims):
+    if not worth_a_guest(cluster, req, cost) and not _spares_a_guest(cluster, plan):
         return None
     topo = cluster.topo
     pool = [
