@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.simulate.weeks import SHIPPED, run_name, simulate_week, split_options, weeks_parser
+from loadtest.simulate.weeks import run_name, simulate_week, split_options, weeks_parser, window_error
 
 PEER = "kueue-like"
 
@@ -119,13 +119,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2, help="replays run at once (default 2)")
     ap.add_argument("--weeks", type=int, default=1, help="weeks from each START (default 1)")
     args = ap.parse_args(raw)
-    if args.replays < 1 or args.workers < 1 or args.weeks < 1 or not 0 < args.noise < 1:
-        print(
-            "replays: --replays, --workers and --weeks must be positive, --noise in (0, 1)", file=sys.stderr
-        )
+    if args.replays < 1 or args.workers < 1 or not 0 < args.noise < 1:
+        print("replays: --replays and --workers must be positive, --noise in (0, 1)", file=sys.stderr)
         return 2
-    if args.weeks > 1 and SHIPPED in args.starts:
-        print(f"replays: {SHIPPED} is one week; name its start (2017-10-23) for --weeks", file=sys.stderr)
+    why = window_error(args.starts, args.weeks)
+    if why is not None:
+        print(f"replays: {why}", file=sys.stderr)
         return 2
     jobs = [
         (

@@ -27,6 +27,15 @@ def run_name(start: str, weeks: int) -> str:
     return start if weeks == 1 else f"{start}+{weeks}w"
 
 
+def window_error(starts: Sequence[str], weeks: int) -> str | None:
+    """Why `--weeks` cannot apply to these starts, or None: the shipped week has nothing after it."""
+    if weeks < 1:
+        return "--weeks must be positive"
+    if weeks > 1 and SHIPPED in starts:
+        return f"{SHIPPED} is one week; name its start (2017-10-23) for --weeks"
+    return None
+
+
 def simulate_week(trace: Path | None, start: str, weeks: int, out: Path, extra: list[str]) -> float:
     """`topogang simulate` of the `weeks` weeks from `start` into `out`: its wall time (s)."""
     args = ["--out", str(out), "--no-progress", *extra]
@@ -84,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = weeks_parser("python -m loadtest.simulate.weeks", __doc__)
     ap.add_argument("--weeks", type=int, default=1)
     args = ap.parse_args(raw)
+    why = window_error(args.starts, args.weeks)
+    if why is not None:
+        ap.error(why)
     runs = []
     for start in args.starts:
         out = args.out / run_name(start, args.weeks)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from loadtest.simulate import weeks
 from loadtest.simulate.replays import Replay, main, table
 from tests.simulate.test_cli_options import SAMPLE
 
@@ -84,3 +87,12 @@ def test_a_window_of_weeks_is_replayed_whole_and_named_as_weeks_names_it(tmp_pat
 def test_the_shipped_week_has_no_window(tmp_path: Path) -> None:
     assert main(["--out", str(tmp_path), "--weeks", "2", "shipped"]) == 2
     assert main(["--out", str(tmp_path), "--weeks", "0", "2017-10-23"]) == 2
+
+
+def test_weeks_refuses_a_window_from_the_shipped_week_as_replays_does(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        weeks.main(["--out", str(tmp_path), "--weeks", "4", "shipped"])
+    assert exc.value.code == 2
+    assert weeks.window_error(["2017-10-23"], 4) is None
+    assert weeks.window_error(["shipped"], 1) is None
+    assert weeks.window_error(["2017-10-23"], 0) == "--weeks must be positive"
