@@ -29,7 +29,7 @@ A gang that went in either way is the last victim of a later one-node reclaim (`
 its VC had quota for it, so ending it makes that VC queue where its own cluster would not have. The
 reclaimer takes free room, or plain guests that lose less, first, at any loss; only with neither
 does it end the gang. Before, small reclaims under the threshold ended such gangs like any guest:
-G3c (the sharing anomaly) failed on 3 of 8 replays of 2017-10-23 and 1 of 8 of 2017-10-16; now on
+G3c (the sharing anomaly) failed on 2 of 8 replays of 2017-10-23 and 1 of 8 of 2017-10-16; now on
 none, and lost work fell (medians of 8 replays: 763 -> 681 GPU-hours on 2017-10-23, 678 -> 583 on
 2017-10-16, no week worse).
 
