@@ -270,15 +270,10 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
     if plan is not None and over_quota(cluster, req, plan.victims):
         plan = None
     # free room first (`room.py`); not after a lazy downgrade, which made room in the VC's cells
-    guest = (
-        start_as_guest(cluster, req, plan.victims, now, suggested, at_any_loss=_spares_a_guest(cluster, plan))
-        if plan and not lazy
-        else None
-    )
-    if guest is not None:
+    way = _as_guest(cluster, req, plan, now, suggested) if plan and not lazy else None
+    if isinstance(way, Gang):
         st.commit()
-        return placement_of(cluster, guest)
-    over = guest_plan(cluster, req, plan, now, suggested) if plan and not lazy else None
+        return placement_of(cluster, way)
     if plan is None:
         st.rollback()
         for g, o, p in lazy:
@@ -286,8 +281,8 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
         return got
     gang = (
         _apply_plan(cluster, req, owner, plan, now)
-        if over is None
-        else _apply_guest_plan(cluster, req, over, now)
+        if way is None
+        else _apply_guest_plan(cluster, req, way, now)
     )
     st.commit()
     if gang.phase is GangPhase.PREEMPTING:
@@ -384,23 +379,41 @@ def _apply_plan(cluster: Cluster, req: GangRequest, owner: int, plan: Plan, now:
     return gang
 
 
-def guest_plan(
+def _as_guest(
     cluster: Cluster, req: GangRequest, plan: Plan, now: float, suggested: frozenset[int] | None
-) -> Plan | None:
-    """A cheaper way in than `plan` (a preemption in the gang's VC's cells) for a one-node gang that
-    may run as a guest (`room.may_start_as_guest`), when `plan` would end more work than the guest's
-    risk is worth (`room.worth_a_guest`): start as a guest over plain guests (opportunistic gangs
-    that are not themselves guaranteed gangs running as guests) on any node, where that ends less
-    work. A quota counted in GPUs reclaims from the youngest borrowers anywhere; a VC's cells leave
-    only the guests that sit in them, often runs of tens of hours, so this is the same reclaim with
-    the gang unguaranteed until a release promotes it (`promotion.py`). It binds nothing, so every
-    VC keeps its whole quota. Nodes are searched as `_cheapest_cell` searches cells
-    (`_cheapest_in_cells`); the plan lands the gang as close as `plan`."""
-    if not may_start_as_guest(req) or not plan.victims or not _on_one_node(cluster, plan):
+) -> Gang | Plan | None:
+    """The gang's way in as a guest instead of `plan` (a reclaim in its VC's cells, `room.py`): started
+    in free room (the `Gang`), else a plan over plain guests elsewhere that loses less (`guest_plan`,
+    one-node gangs); None: it reclaims. Only for a gang that may run as a guest, and only when `plan`
+    ends more work than the guest's risk is worth (`room.worth_a_guest`) or, on one node, ends a
+    guaranteed gang running as a guest (`room.ends_a_guest_in_lieu`, at any loss). The loss is
+    counted once, for both ways."""
+    if not may_start_as_guest(req):
         return None
     cost = loss_of(cluster, plan.victims, now)
-    if not worth_a_guest(cluster, req, cost) and not _spares_a_guest(cluster, plan):
+    topo = cluster.topo
+    one_node = len({topo.cell_node[ls[0]] for ls in plan.leaves}) == 1
+    spares = one_node and ends_a_guest_in_lieu(cluster, plan.victims)
+    if not spares and not worth_a_guest(cluster, req, cost):
         return None
+    guest = start_as_guest(cluster, req, now, suggested, len(plan.victims))
+    if guest is not None:
+        return guest
+    return guest_plan(cluster, req, plan, cost, now, suggested) if one_node and plan.victims else None
+
+
+def guest_plan(
+    cluster: Cluster, req: GangRequest, plan: Plan, cost: float, now: float, suggested: frozenset[int] | None
+) -> Plan | None:
+    """A cheaper way in than `plan` (a one-node preemption in the gang's VC's cells, ending `cost`
+    GPU-seconds of work) for a gang that may run as a guest, when `_as_guest` found it worth it:
+    start as a guest over plain guests (opportunistic gangs that are not themselves guaranteed gangs
+    running as guests) on any node, where that ends less work. A quota counted in GPUs reclaims
+    from the youngest borrowers anywhere; a VC's cells leave only the guests that sit in them, often
+    runs of tens of hours, so this is the same reclaim with the gang unguaranteed until a release
+    promotes it (`promotion.py`). It binds nothing, so every VC keeps its whole quota. Nodes are
+    searched as `_cheapest_cell` searches cells (`_cheapest_in_cells`); the plan lands the gang as
+    close as `plan`."""
     topo = cluster.topo
     pool = [
         g
@@ -418,17 +431,6 @@ def guest_plan(
     # every candidate runs, so what a plan over them loses is their work (`loss_of` = `work_lost`)
     best = _cheapest_in_cells(cluster, placing, NO_OWNER, in_node, ids, suggested, target, cost, now)
     return None if best is None or over_quota(cluster, req, best.victims) else best
-
-
-def _on_one_node(cluster: Cluster, plan: Plan) -> bool:
-    topo = cluster.topo
-    return len({topo.cell_node[ls[0]] for ls in plan.leaves}) == 1
-
-
-def _spares_a_guest(cluster: Cluster, plan: Plan) -> bool:
-    """Does a one-node `plan` end a guest in lieu, which the gang then spares if it can at any loss
-    (`room.ends_a_guest_in_lieu`)?"""
-    return _on_one_node(cluster, plan) and ends_a_guest_in_lieu(cluster, plan.victims)
 
 
 def _apply_guest_plan(cluster: Cluster, req: GangRequest, plan: Plan, now: float) -> Gang:
@@ -456,18 +458,15 @@ def preemptible(
     plan = find_plan(cluster, req, cluster.owner_of(req), suggested)
     if plan is None or over_quota(cluster, req, plan.victims):
         return wait
-    guest = start_as_guest(
-        cluster, req, plan.victims, now, suggested, at_any_loss=_spares_a_guest(cluster, plan)
-    )
-    if guest is not None:
-        return guest
-    over = guest_plan(cluster, req, plan, now, suggested)
-    victims = live_victims(cluster, (over or plan).victims)
+    way = _as_guest(cluster, req, plan, now, suggested)
+    if isinstance(way, Gang):
+        return way
+    victims = live_victims(cluster, (way or plan).victims)
     r = wait.reason
     msg = (
         f"gang {req.name} fits by preempting {len(victims)} pods of {len(plan.victims)} lower-priority gangs"
-        if over is None
-        else f"gang {req.name} fits as a guest by preempting {len(victims)} pods of {len(over.victims)} "
+        if way is None
+        else f"gang {req.name} fits as a guest by preempting {len(victims)} pods of {len(way.victims)} "
         "younger guests elsewhere, which ends less work than reclaiming its VC's cells"
     )
     return Wait(

@@ -154,24 +154,14 @@ def ends_a_guest_in_lieu(cluster: Cluster, victims: list[int]) -> bool:
 
 
 def start_as_guest(
-    cluster: Cluster,
-    req: GangRequest,
-    victims: list[int],
-    now: float,
-    suggested: frozenset[int] | None,
-    *,
-    at_any_loss: bool = False,
+    cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None, instead_of: int
 ) -> Gang | None:
     """Start the guaranteed gang `req` as a guest in free room, promoted when its VC has room,
-    instead of preempting `victims`; None (nothing changed) when the preemption ends no running
-    work worth keeping (unless `at_any_loss`: it would end a guest in lieu, `ends_a_guest_in_lieu`),
-    the request is for a pinned cell, or the gang does not fit in free room."""
-    if not may_start_as_guest(req):
-        return None
-    if not at_any_loss and not worth_a_guest(cluster, req, loss_of(cluster, victims, now)):
-        return None
+    instead of preempting `instead_of` gangs (the caller, `preemption._as_guest`, has found that
+    worth it: `may_start_as_guest`, and `worth_a_guest` or `ends_a_guest_in_lieu`); None (nothing
+    changed) when the gang does not fit in free room."""
     gang = place_on_chains(cluster, req, now, suggested, as_guest=True)
     if not isinstance(gang, Gang):
         return None
-    gang.history.append(f"started as a guest in free room rather than preempt {len(victims)} gangs")
+    gang.history.append(f"started as a guest in free room rather than preempt {instead_of} gangs")
     return gang
