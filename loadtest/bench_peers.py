@@ -160,23 +160,24 @@ def run_arm(
         extra["k8s"] = plane.env.get("K8S_VERSION", "?")
         _label_racks(plane, cluster)
         plane.namespaces([namespace_of(vc) for vc in sorted(cluster.quotas)])
-        pids: list[int] = []
+        parts: dict[str, int | None]  # the placing components' processes, by name
         profile = "stock"
         sched_port = 0
         if arm == "topogang":
             plane.reservation_crd()
             ext = plane.extender(topology)
-            pids = [p for p in (_scheduler_pid(workdir), ext.pid) if p is not None]
+            parts = {"kube-scheduler": _scheduler_pid(workdir), "extender": ext.pid}
             profile, sched_port = "topogang", int(plane.env["SCHED_PORT"])
         else:
             stock, sched_port = plane.stock_scheduler()
-            pids = [stock.pid]
+            parts = {"kube-scheduler": stock.pid}
             if arm == "kueue":
                 kq = _kueue_setup(plane, cluster, kids, workdir, logs)
                 assert kq.proc is not None
-                pids.append(kq.proc.pid)
+                parts["kueue"] = kq.proc.pid
                 extra["kueue"] = kq.version
-        cpu0 = sum(cpu_seconds(p) or 0.0 for p in pids)
+        pids = {name: pid for name, pid in parts.items() if pid is not None}
+        cpu0 = {name: cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
         with contextlib.closing(KubeHttp(sched_port, scheduler_context(plane.env))) as m:
             # the scheduler serves before it has loaded the client CA: a first read may be anonymous
             before = scheduler_metrics(m.text("/metrics", forbidden_for=30.0), profile)
@@ -186,7 +187,9 @@ def run_arm(
             f"(load {extra['load']['replay_start']})"
         )
         outcome = ArmRun(arm, sl, cluster, make_slowdown(model), plane.env, run, say).execute()
-        cpu = sum(cpu_seconds(p) or 0.0 for p in pids) - cpu0
+        # per component, so a change in the total says whose it is (the extender's, kube-scheduler's)
+        by_part = {name: (cpu_seconds(pid) or 0.0) - cpu0[name] for name, pid in pids.items()}
+        cpu = sum(by_part.values())
         extra["load"]["replay_end"] = load_average()
         write_jobs(logs / JOBS_FILE, job_rows(outcome.result, sl.jobs, sl.warm))
         if arm == "kueue":
@@ -199,6 +202,7 @@ def run_arm(
         (logs / "kube-scheduler-metrics.txt").write_text(text)
         extra["scheduler_metrics"] = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         extra["scheduler_cpu_seconds"] = cpu
+        extra["scheduler_cpu_by_component"] = by_part
         extra["pods_created"] = outcome.pods_created
         extra["pods_per_cpu_second"] = outcome.pods_created / cpu if cpu > 0 else None
         lag = sorted(outcome.kwok_lag)

@@ -187,9 +187,15 @@ def rows(cols: Sequence[ArmFigures], private: PolicyMetrics, slack: float) -> li
     add(
         "scheduler CPU s (placing components)", lambda c: _num(c.extra.get("scheduler_cpu_seconds"), "{:.0f}")
     )
+    add("scheduler CPU s by component", lambda c: _by_component(c.extra.get("scheduler_cpu_by_component")))
     add("pods placed per scheduler CPU s", lambda c: _num(c.extra.get("pods_per_cpu_second"), "{:.1f}"))
     add("KWOK completion lag p95 (s, real)", lambda c: _num(c.extra.get("kwok_lag_p95"), "{:.1f}"))
     return out
+
+
+def _by_component(parts: Mapping[str, float] | None) -> str:
+    """`kube-scheduler 30, extender 52`; `-` for an arm measured before components were kept apart."""
+    return "-" if not parts else ", ".join(f"{name} {secs:.0f}" for name, secs in parts.items())
 
 
 def _num(v: Any, fmt: str) -> str:

@@ -40,7 +40,20 @@ def test_bench_peers_runs_three_arms_at_a_tiny_size(tmp_path: Path) -> None:
         assert col["started"] >= 10, name
         assert col["kwok_lag_p95"] is not None, f"{name}: KWOK ended no pod"
         assert col["scheduler_metrics"].get("attempts scheduled", 0) >= col["started"], name
+    # the placing components' CPU, each measured apart: the extender's and Kueue's as well as
+    # kube-scheduler's, which together make the total the table compares
+    parts = {name: set(col["scheduler_cpu_by_component"]) for name, col in live.items()}
+    assert parts == {
+        "topogang": {"kube-scheduler", "extender"},
+        "kueue": {"kube-scheduler", "kueue"},
+        "stock": {"kube-scheduler"},
+    }
+    for name, col in live.items():
+        spent = col["scheduler_cpu_by_component"]
+        assert all(secs > 0 for secs in spent.values()), (name, spent)
+        assert sum(spent.values()) == pytest.approx(col["scheduler_cpu_seconds"]), name
     assert doc["meta"]["kueue"] == e2e_setting("KUEUE_VERSION")
     assert {g["id"] for g in doc["goals"]} >= {"G3a", "G3c", "G4", "G5b", "P"}
     table = (tmp_path / "bench-peers.md").read_text()
     assert "| metric | topogang | kueue | stock |" in table
+    assert "| scheduler CPU s by component | kube-scheduler " in table
