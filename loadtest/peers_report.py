@@ -188,6 +188,10 @@ def rows(cols: Sequence[ArmFigures], private: PolicyMetrics, slack: float) -> li
         "scheduler CPU s (placing components)", lambda c: _num(c.extra.get("scheduler_cpu_seconds"), "{:.0f}")
     )
     add("scheduler CPU s by component", lambda c: _by_component(c.extra.get("scheduler_cpu_by_component")))
+    add(
+        "kube-scheduler attempts: scheduled / unschedulable",
+        lambda c: _attempts(c.extra.get("scheduler_metrics")),
+    )
     add("pods placed per scheduler CPU s", lambda c: _num(c.extra.get("pods_per_cpu_second"), "{:.1f}"))
     add("KWOK completion lag p95 (s, real)", lambda c: _num(c.extra.get("kwok_lag_p95"), "{:.1f}"))
     return out
@@ -196,6 +200,14 @@ def rows(cols: Sequence[ArmFigures], private: PolicyMetrics, slack: float) -> li
 def _by_component(parts: Mapping[str, float] | None) -> str:
     """`kube-scheduler 30, extender 52`; `-` for an arm measured before components were kept apart."""
     return "-" if not parts else ", ".join(f"{name} {secs:.0f}" for name, secs in parts.items())
+
+
+def _attempts(m: Mapping[str, float] | None) -> str:
+    """Where an arm's scheduler CPU goes: a pod an extender turned away is retried on any cluster
+    event, one Kueue has not admitted waits behind its scheduling gate and is not tried at all."""
+    if not m:
+        return "-"
+    return f"{m.get('attempts scheduled', 0):.0f} / {m.get('attempts unschedulable', 0):.0f}"
 
 
 def _num(v: Any, fmt: str) -> str:

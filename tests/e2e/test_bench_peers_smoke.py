@@ -57,3 +57,4 @@ def test_bench_peers_runs_three_arms_at_a_tiny_size(tmp_path: Path) -> None:
     table = (tmp_path / "bench-peers.md").read_text()
     assert "| metric | topogang | kueue | stock |" in table
     assert "| scheduler CPU s by component | kube-scheduler " in table
+    assert "| kube-scheduler attempts: scheduled / unschedulable | " in table
