@@ -198,8 +198,8 @@ def rows(cols: Sequence[ArmFigures], private: PolicyMetrics, slack: float) -> li
 
 
 def _by_component(parts: Mapping[str, float] | None) -> str:
-    """`kube-scheduler 30, extender 52`; `-` for an arm measured before components were kept apart."""
-    return "-" if not parts else ", ".join(f"{name} {secs:.0f}" for name, secs in parts.items())
+    """`kube-scheduler 30.2, extender 51.8`; `-` for an arm measured before components were kept apart."""
+    return "-" if not parts else ", ".join(f"{name} {secs:.1f}" for name, secs in parts.items())
 
 
 def _attempts(m: Mapping[str, float] | None) -> str:

@@ -18,6 +18,7 @@ from loadtest.peers_arm import ArmRun
 from loadtest.peers_cluster import COMPLETE_AT, RACK_LABEL, kueue_objects, namespace_of, topology_config
 from loadtest.peers_jobs import JobState, gang_log
 from loadtest.peers_pods import KUEUE_GROUP, KUEUE_PREFERRED, SPEC, pods_for
+from loadtest.peers_report import _attempts, _by_component
 from loadtest.peers_slice import cut_slice
 from loadtest.simulate.cluster import shared_cluster
 from loadtest.simulate.engine import JobRecord
@@ -304,3 +305,14 @@ def test_gang_log_shows_each_attempt_its_fate_and_where_its_pods_went(trace: Pat
     ]
     assert first["planned"] == list(planned) and first["started_h"] is not None
     assert second["ended"] == "waiting" and second["pods"] == [] and second["one_rack"] is False
+
+
+def test_report_names_each_components_cpu_and_the_schedulers_attempts() -> None:
+    """The split and the attempts say whose CPU an arm's total is; an arm or an older run's JSON
+    without them shows `-`, not a made-up zero."""
+    parts = {"kube-scheduler": 58.04, "extender": 43.53}
+    assert _by_component(parts) == "kube-scheduler 58.0, extender 43.5"
+    assert _by_component(None) == _by_component({}) == "-"
+    metrics = {"attempts scheduled": 793.0, "attempts unschedulable": 19222.0, "algorithm count": 20017.0}
+    assert _attempts(metrics) == "793 / 19222"
+    assert _attempts(None) == "-"
