@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from loadtest.simulate.weeks import run_name, simulate_week, split_options, weeks_parser, window_error
 
@@ -72,11 +72,30 @@ class Replay:
         return self.p95 <= self.peer_p95
 
 
-def _one(job: tuple[Path | None, str, int, int, float, Path, list[str]]) -> Replay:
-    trace, week, weeks, seed, noise, out, extra = job
-    options = [*extra, "--run-time-noise", str(noise), "--noise-seed", str(seed), "--no-plots"]
-    simulate_week(trace, week, weeks, out, options)
-    return Replay.read(run_name(week, weeks), seed, json.loads((out / "metrics.json").read_text()))
+class _Job(NamedTuple):
+    """One replay for a worker process: its run (a week, or a window of weeks), its noise seed."""
+
+    trace: Path | None
+    start: str
+    weeks: int
+    seed: int
+    noise: float
+    root: Path  # --out
+    extra: list[str]
+
+    @property
+    def name(self) -> str:
+        return run_name(self.start, self.weeks)
+
+    @property
+    def out(self) -> Path:
+        return self.root / self.name / f"replay-{self.seed}"
+
+
+def _one(job: _Job) -> Replay:
+    options = [*job.extra, "--run-time-noise", str(job.noise), "--noise-seed", str(job.seed), "--no-plots"]
+    simulate_week(job.trace, job.start, job.weeks, job.out, options)
+    return Replay.read(job.name, job.seed, json.loads((job.out / "metrics.json").read_text()))
 
 
 def spread(xs: Sequence[float], digits: int) -> str:
@@ -127,15 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"replays: {why}", file=sys.stderr)
         return 2
     jobs = [
-        (
-            args.trace,
-            week,
-            args.weeks,
-            seed,
-            args.noise,
-            args.out / run_name(week, args.weeks) / f"replay-{seed}",
-            extra,
-        )
+        _Job(args.trace, week, args.weeks, seed, args.noise, args.out, extra)
         for week in args.starts
         for seed in range(args.replays)
     ]

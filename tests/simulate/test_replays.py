@@ -52,33 +52,14 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
 
 
 def test_a_window_of_weeks_is_replayed_whole_and_named_as_weeks_names_it(tmp_path: Path) -> None:
-    out = tmp_path / "r"
-    argv = ["--trace", str(SAMPLE), "--out", str(out), "--replays", "1", "--workers", "1", "--weeks", "2"]
-    assert main([*argv, "2017-10-23", "--", "--policies", "topogang", "kueue-like"]) == 0
+    out, one = tmp_path / "r", tmp_path / "one"
+    once = ["--trace", str(SAMPLE), "--replays", "1", "--workers", "1"]
+    policies = ["--", "--policies", "topogang", "kueue-like"]
+    assert main([*once, "--out", str(out), "--weeks", "2", "2017-10-23", *policies]) == 0
     doc = json.loads((out / "replays.json").read_text())
     assert [(r["week"], r["seed"]) for r in doc] == [("2017-10-23+2w", 0)]
     run = json.loads((out / "2017-10-23+2w" / "replay-0" / "metrics.json").read_text())
-    one = tmp_path / "one"
-    assert (
-        main(
-            [
-                "--trace",
-                str(SAMPLE),
-                "--out",
-                str(one),
-                "--replays",
-                "1",
-                "--workers",
-                "1",
-                "2017-10-23",
-                "--",
-                "--policies",
-                "topogang",
-                "kueue-like",
-            ]
-        )
-        == 0
-    )
+    assert main([*once, "--out", str(one), "2017-10-23", *policies]) == 0
     week = json.loads((one / "2017-10-23" / "replay-0" / "metrics.json").read_text())
     assert run["jobs"] > week["jobs"]  # the second week's jobs are in the window
     assert "| 2017-10-23+2w |" in (out / "replays.md").read_text()
