@@ -204,11 +204,13 @@ def run_arm(
         extra["scheduler_cpu_seconds"] = cpu
         extra["scheduler_cpu_by_component"] = by_part
         extra["pods_created"] = outcome.pods_created
-        extra["pods_per_cpu_second"] = outcome.pods_created / cpu if cpu > 0 else None
+        extra["pods_bound"] = outcome.pods_bound
+        extra["pods_per_cpu_second"] = outcome.pods_bound / cpu if cpu > 0 else None
         lag = sorted(outcome.kwok_lag)
         extra["kwok_lag_p95"] = lag[int(0.95 * (len(lag) - 1))] if lag else None
         extra["real_seconds"] = outcome.real_seconds
         extra["resubmitted_guaranteed"] = outcome.resubmitted
+        extra["refused_quota_resubmitted_opportunistic"] = outcome.refused
         extra["placements_without_gpu_indices"] = outcome.no_indices
         extra["errors"] = outcome.errors[:20]
         by_id = {j.id: j for j in sl.jobs}

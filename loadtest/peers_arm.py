@@ -19,7 +19,12 @@ The harness plays the users and the jobs' runtime, never the scheduler:
 - topogang's pods are guaranteed (priority 0) while their VC's guaranteed jobs leave quota for
   them and otherwise opportunistic (priority -1, `promoteWhenQuota`), as the simulator's topogang
   decides; a job still waiting opportunistic whose VC has quota for it again is re-submitted
-  guaranteed (nothing of it ran, so nothing is lost or counted).
+  guaranteed (nothing of it ran, so nothing is lost or counted). The tally of a VC's quota in use
+  counts the opportunistic jobs the extender promoted (their bind info re-written onto quota
+  cells), as the simulator's does; a guaranteed job refused for quota all the same (the promotion
+  not yet written back) is re-submitted opportunistic at once (`_quota_news`). Without the two, a
+  user's guaranteed job beyond its VC's quota waited for that quota and, under StrictFIFO, held
+  its VC's later guaranteed jobs behind it.
 
 Everything is recorded in trace time (real seconds since the arm's start x the factor) as the
 simulator's `JobRecord`s and `Timeline`, so the simulator's metrics apply unchanged. A job's end is
@@ -45,7 +50,7 @@ import orjson
 
 from loadtest.kubeapi import KubeHttp, PodWatch, tls_context
 from loadtest.peers_cluster import COMPLETE_AT, namespace_of
-from loadtest.peers_jobs import Attempt, JobState, gang_log, note_bind_info
+from loadtest.peers_jobs import Attempt, JobState, gang_log, note_bind_info, on_quota_cells, refused_quota
 from loadtest.peers_pods import ISOLATION, RUN_LABEL, pods_for
 from loadtest.peers_slice import PeerSlice
 from loadtest.simulate.cluster import SimCluster
@@ -65,6 +70,8 @@ class ArmOutcome:
     pods_created: int
     no_indices: int
     gangs: list[dict[str, Any]] = field(default_factory=list)  # `peers_jobs.gang_log`
+    refused: int = 0  # topogang: guaranteed attempts refused quota, re-submitted opportunistic
+    pods_bound: int = 0  # pods that got a node, over every attempt
 
 
 class ArmRun:
@@ -100,8 +107,10 @@ class ArmRun:
         self.local = threading.local()
         self.errors: list[str] = []
         self.kwok_lag: list[float] = []
-        self.guaranteed_gpus: dict[str, int] = {}
+        self.guaranteed_gpus: dict[str, int] = {}  # topogang: GPUs of each VC's quota in use, as tallied
+        self.vc_releases: dict[str, int] = {}  # topogang: how often each VC's tally fell
         self.resubmitted = 0
+        self.refused = 0
         self.pods_created = 0
         self.t0 = 0.0
         self.timeline = Timeline((0.0, sl.hours * 3600), 600.0, cluster.total_gpus)
@@ -166,17 +175,18 @@ class ArmRun:
         self.timeline.set(sum(self.used), stranded)
 
     # ---------------------------------------------------------------- submitting
-    def _submit(self, st: JobState, real: float) -> None:
+    def _submit(self, st: JobState, real: float, *, opportunistic: bool = False) -> None:
         job = st.job
         guaranteed = True
         if self.arm == "topogang":
             have = self.guaranteed_gpus.get(job.vc, 0)
-            guaranteed = have + job.held_gpus <= self.cluster.quota_gpus(job.vc)
+            guaranteed = not opportunistic and have + job.held_gpus <= self.cluster.quota_gpus(job.vc)
             if guaranteed:
                 self.guaranteed_gpus[job.vc] = have + job.held_gpus
         number = len(st.attempts)
         pods = pods_for(self.arm, self.run, job, number, guaranteed)
         att = Attempt(number, guaranteed, [p["metadata"]["name"] for p in pods], submit_real=real)
+        att.counted = self.arm == "topogang" and guaranteed
         st.attempts.append(att)
         st.record.queued_at = self.trace_now(real)
         for p in pods:
@@ -199,8 +209,22 @@ class ArmRun:
                 f"delete {ns}/{name}",
             )
         self._release(st, att)
-        if self.arm == "topogang" and att.guaranteed:
-            self.guaranteed_gpus[st.job.vc] -= st.job.held_gpus
+        self._uncount(st, att)
+
+    def _count(self, st: JobState, att: Attempt) -> None:
+        """An opportunistic attempt the extender promoted now holds its VC's quota."""
+        att.counted = True
+        vc = st.job.vc
+        self.guaranteed_gpus[vc] = self.guaranteed_gpus.get(vc, 0) + st.job.held_gpus
+
+    def _uncount(self, st: JobState, att: Attempt) -> None:
+        """An attempt that held its VC's quota ended (finished, preempted or re-submitted)."""
+        if not att.counted:
+            return
+        att.counted = False
+        vc = st.job.vc
+        self.guaranteed_gpus[vc] -= st.job.held_gpus
+        self.vc_releases[vc] = self.vc_releases.get(vc, 0) + 1
 
     def _release(self, st: JobState, att: Attempt) -> None:
         for pod in list(att.bound):
@@ -236,6 +260,8 @@ class ArmRun:
             self._preempted(st, att, real)
             return
         node = (pod.get("spec") or {}).get("nodeName")
+        if self.arm == "topogang" and self._quota_news(st, att, pod, meta, node, real):
+            return
         if node and name not in att.bound:
             self._bound(st, att, name, node, meta, real)
         elif node and att.bound[name][1] is None and self.arm == "topogang":
@@ -254,9 +280,31 @@ class ArmRun:
             if len(att.done) == len(att.pods):
                 st.finished = True
                 att.ended = "finished"
-                if self.arm == "topogang" and att.guaranteed:
-                    self.guaranteed_gpus[st.job.vc] -= st.job.held_gpus
+                self._uncount(st, att)
             self._timeline(real)
+
+    def _quota_news(
+        self, st: JobState, att: Attempt, pod: dict[str, Any], meta: dict[str, Any], node: object, real: float
+    ) -> bool:
+        """What topogang's pods say of their VC's quota, which the harness's tally follows as the
+        simulator's topogang does (`simulate.policies.CorePolicy`): a bound opportunistic pod whose
+        bind info the extender re-wrote onto quota cells was promoted, and holds quota from now; a
+        guaranteed attempt refused for quota (`[InsufficientQuota]`, its VC's quota held by gangs the
+        tally has not seen promoted yet) is re-submitted opportunistic at once, as the simulator
+        starts a job opportunistic when its guaranteed try does not fit, and is not re-submitted
+        guaranteed before its VC's tally falls again. True: the attempt was re-submitted."""
+        if node:
+            if not att.counted and on_quota_cells(meta):
+                self._count(st, att)
+            return False
+        if not (att.guaranteed and not att.bound and refused_quota(pod)):
+            return False
+        att.ended = "refused quota"
+        self._abandon(st, att)
+        st.refused_at = self.vc_releases.get(st.job.vc, 0)  # its own un-counting is no release
+        self.refused += 1
+        self._submit(st, real, opportunistic=True)
+        return True
 
     def _bound(
         self, st: JobState, att: Attempt, name: str, node: str, meta: dict[str, Any], real: float
@@ -329,6 +377,8 @@ class ArmRun:
                 continue
             vc = st.job.vc
             if self.guaranteed_gpus.get(vc, 0) + st.job.held_gpus > self.cluster.quota_gpus(vc):
+                continue
+            if st.refused_at is not None and self.vc_releases.get(vc, 0) <= st.refused_at:
                 continue
             att.ended = "resubmitted"
             self._abandon(st, att)
@@ -416,6 +466,8 @@ class ArmRun:
             self.pods_created,
             self.no_indices,
             gang_log(self.jobs, self.cluster, self.sl.warm, self.trace_now),
+            self.refused,
+            sum(len(att.bound) for st in self.jobs.values() for att in st.attempts),
         )
 
 

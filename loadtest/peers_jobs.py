@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from extender.gangs.bindinfo import pod_bind_info
+from extender.gangs.bindinfo import BindInfo, pod_bind_info
 from loadtest.peers_cluster import rack_name
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.engine import JobRecord
@@ -34,9 +34,10 @@ class Attempt:
     end_real: float | None = None  # when its completion was set for
     abandoned: bool = False  # deleted by the harness (preempted or re-submitted)
     submit_real: float = 0.0
-    ended: str = ""  # "finished", "preempted", "resubmitted" ("" while waiting or running)
+    ended: str = ""  # "finished", "preempted", "resubmitted", "refused quota" ("" while waiting or running)
     quota: dict[str, bool] = field(default_factory=dict)  # pod -> bound on its VC's cells (topogang)
     planned: tuple[str, ...] = ()  # topogang: the gang's nodes, slot by slot, in its first pod's bind info
+    counted: bool = False  # topogang: its GPUs are in the harness's tally of its VC's quota in use
 
 
 @dataclass(slots=True)
@@ -47,10 +48,40 @@ class JobState:
     record: JobRecord
     attempts: list[Attempt] = field(default_factory=list)
     finished: bool = False
+    refused_at: int | None = None  # topogang: its VC's releases when a guaranteed attempt was refused quota
 
     @property
     def current(self) -> Attempt:
         return self.attempts[-1]
+
+
+def on_quota_cells(meta: Mapping[str, Any]) -> bool:
+    """Whether topogang's bind info puts this pod on its VC's quota cells (HiveD's
+    `preassignedCellTypes`, "" when opportunistic): an opportunistic gang's pods are re-written so
+    once the extender promotes it (`extender.http.promotions`)."""
+    info = _bind_info(meta)
+    return info is not None and _own_cells_typed(info)
+
+
+def _bind_info(meta: Mapping[str, Any]) -> BindInfo | None:
+    try:
+        return pod_bind_info(meta.get("annotations") or {})
+    except ValueError:
+        return None
+
+
+def _own_cells_typed(info: BindInfo) -> bool:
+    mine = [p for p in info.placements if p.node == info.node and p.gpus == info.gpus]
+    return bool(mine) and any(mine[0].preassigned_cell_types)
+
+
+def refused_quota(pod: Mapping[str, Any]) -> bool:
+    """Whether kube-scheduler's last word on an unbound pod is topogang's `[InsufficientQuota]`:
+    its VC has no quota left for it, as `kubectl describe pod` shows its user."""
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return "[InsufficientQuota]" in str(cond.get("message") or "")
+    return False
 
 
 def note_bind_info(att: Attempt, name: str, meta: Mapping[str, Any]) -> None:
@@ -59,14 +90,10 @@ def note_bind_info(att: Attempt, name: str, meta: Mapping[str, Any]) -> None:
     bound pod, the node of every slot (so a pod bound elsewhere than its slot shows)."""
     if len(att.pods) < 2:
         return
-    try:
-        info = pod_bind_info(meta.get("annotations") or {})
-    except ValueError:
-        info = None
+    info = _bind_info(meta)
     if info is None:
         return
-    mine = [p for p in info.placements if p.node == info.node and p.gpus == info.gpus]
-    att.quota[name] = bool(mine) and any(mine[0].preassigned_cell_types)
+    att.quota[name] = _own_cells_typed(info)
     if not att.planned:
         att.planned = tuple(p.node for p in info.placements)
 

@@ -307,6 +307,62 @@ def test_gang_log_shows_each_attempt_its_fate_and_where_its_pods_went(trace: Pat
     assert second["ended"] == "waiting" and second["pods"] == [] and second["one_rack"] is False
 
 
+def refused_event(name: str) -> dict[str, Any]:
+    """An unbound pod as kube-scheduler leaves it after topogang's filter refused it for quota."""
+    msg = f"0/80 nodes are available: 80 topogang: gang vc-x/pod:{name} waits [InsufficientQuota]: ..."
+    cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": msg}
+    return {"metadata": {"name": name}, "spec": {}, "status": {"phase": "Pending", "conditions": [cond]}}
+
+
+def test_topogang_users_tally_follows_promotions_and_quota_refusals(trace: Path) -> None:
+    """The harness's user submits guaranteed only within its VC's quota as the extender counts it:
+    a promoted opportunistic job holds quota, and a guaranteed job refused quota all the same goes
+    opportunistic at once, not guaranteed again before its VC's tally falls."""
+    cluster = shared_cluster()
+    sl = cut_slice(trace, cluster, start_hours=2, hours=1.5, factor=60, drain_hours=1)
+    run = Recorder(
+        "topogang", sl, cluster, make_slowdown("published"), {"API_PORT": "1"}, "r", say=lambda _: None
+    )
+    one = next(j for j in sl.jobs if j.gpus == 1)
+    vc, quota = one.vc, cluster.quota_gpus(one.vc)
+    run.guaranteed_gpus[vc] = quota  # the VC's quota is all held: the next job goes opportunistic
+    st = JobState(one, JobRecord(one, queued_at=0.0))
+    run.jobs[one.id] = st
+    run._submit(st, run.t0)
+    assert not st.current.guaranteed and not st.current.counted
+    # it runs as a guest; once the extender promotes it (bind info on quota cells) it holds quota
+    pod = f"j{one.id}-a0-0"
+    run._handle("MODIFIED", pod_event(pod, "r01-n1"), run.t0 + 1)
+    assert run.guaranteed_gpus[vc] == quota
+    on_cells = {"topogang.io/pod-bind-info": bind_info("r01-n1", ("r01-n1",), "RACK.NODE")}
+    run._handle("MODIFIED", pod_event(pod, "r01-n1", annotations=on_cells), run.t0 + 2)
+    run._handle("MODIFIED", pod_event(pod, "r01-n1", annotations=on_cells), run.t0 + 3)  # counted once
+    assert st.current.counted and run.guaranteed_gpus[vc] == quota + 1
+    run._handle("MODIFIED", pod_event(pod, "r01-n1", "Succeeded", annotations=on_cells), run.t0 + 4)
+    assert run.guaranteed_gpus[vc] == quota and not st.current.counted
+    # a guaranteed job the extender refuses for quota (a promotion the tally has not seen) is
+    # re-submitted opportunistic at once and not promoted back until the VC's tally falls again
+    two = next(j for j in sl.jobs if j.gpus == 2)
+    vc, quota = two.vc, cluster.quota_gpus(two.vc)
+    run.guaranteed_gpus[vc] = quota - 2
+    st2 = JobState(two, JobRecord(two, queued_at=0.0))
+    run.jobs[two.id] = st2
+    run._submit(st2, run.t0 + 5)
+    assert st2.current.guaranteed and run.guaranteed_gpus[vc] == quota
+    run.writes.clear()
+    run._handle("MODIFIED", pod_event(f"j{two.id}-a0-0"), run.t0 + 6)  # pending, no word yet
+    assert len(st2.attempts) == 1
+    run._handle("MODIFIED", refused_event(f"j{two.id}-a0-0"), run.t0 + 7)
+    assert [a.ended for a in st2.attempts] == ["refused quota", ""]
+    assert not st2.current.guaranteed and run.refused == 1 and run.guaranteed_gpus[vc] == quota - 2
+    assert ("DELETE", f"/api/v1/namespaces/{namespace_of(vc)}/pods/j{two.id}-a0-0") in run.writes
+    run._promote_waiting(run.t0 + 8)
+    assert len(st2.attempts) == 2  # quota by the tally, but no release since the refusal
+    run.vc_releases[vc] += 1  # a guaranteed job of the VC ended
+    run._promote_waiting(run.t0 + 9)
+    assert len(st2.attempts) == 3 and st2.current.guaranteed and run.resubmitted == 1
+
+
 def test_report_names_each_components_cpu_and_the_schedulers_attempts() -> None:
     """The split and the attempts say whose CPU an arm's total is; an arm or an older run's JSON
     without them shows `-`, not a made-up zero."""
