@@ -44,7 +44,7 @@ from typing import Any
 
 from config.schema import STRICT_FIFO, VC_QUEUEINGS
 from loadtest.kube_plane import ControlPlane
-from loadtest.kube_report import scheduler_metrics
+from loadtest.kube_report import scheduler_metrics, wait_reasons
 from loadtest.kubeapi import KubeHttp, scheduler_context, tls_context
 from loadtest.kueue_plane import KueueError, KueueProcess
 from loadtest.measure import cpu_seconds, load_average, machine
@@ -202,6 +202,8 @@ def run_arm(
         (logs / "kube-scheduler-metrics.txt").write_text(text)
         extra["scheduler_metrics"] = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
         extra["scheduler_cpu_seconds"] = cpu
+        if arm == "topogang":  # the profile with the extender; the stock one logs elsewhere
+            extra["unschedulable_by"] = _wait_reasons(workdir / "logs" / "kube-scheduler.log")
         extra["scheduler_cpu_by_component"] = by_part
         extra["pods_created"] = outcome.pods_created
         extra["pods_bound"] = outcome.pods_bound
@@ -228,6 +230,16 @@ def run_arm(
         kids.stop_all()
         plane.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _wait_reasons(log: Path) -> dict[str, int] | None:
+    """kube-scheduler's failed attempts by the extender's wait code (`kube_report.wait_reasons`);
+    None when its log is not there."""
+    try:
+        with log.open(encoding="utf-8", errors="replace") as fh:
+            return wait_reasons(fh)
+    except OSError:
+        return None
 
 
 def parser() -> argparse.ArgumentParser:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +31,25 @@ def extender_metrics(text: str) -> dict[str, float]:
         if kind in ("sum", "count"):
             out[f"extender {labels.get('verb', '?')} {kind}"] = float(m.group(3))
     return out
+
+
+_UNSCHEDULABLE = "Unable to schedule pod"
+_WAIT = re.compile(r"waits \[([A-Za-z]+)\]")
+
+
+def wait_reasons(lines: Iterable[str]) -> dict[str, int]:
+    """kube-scheduler's failed attempts in its log, by the extender's wait code (`Queued`,
+    `InsufficientCapacity`, ...; `other` when the message names none, e.g. kube-scheduler's own
+    filters refused every node): which waits the retries are spent on, which its metrics do not
+    say. Each attempt counts once, under the first code its message names."""
+    out: dict[str, int] = {}
+    for line in lines:
+        if _UNSCHEDULABLE not in line:
+            continue
+        m = _WAIT.search(line)
+        code = m.group(1) if m is not None else "other"
+        out[code] = out.get(code, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def scheduler_metrics(text: str, profile: str) -> dict[str, float]:

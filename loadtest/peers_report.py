@@ -192,6 +192,7 @@ def rows(cols: Sequence[ArmFigures], private: PolicyMetrics, slack: float) -> li
         "kube-scheduler attempts: scheduled / unschedulable",
         lambda c: _attempts(c.extra.get("scheduler_metrics")),
     )
+    add("unschedulable attempts by the extender's wait", lambda c: _reasons(c.extra.get("unschedulable_by")))
     add("pods placed per scheduler CPU s", lambda c: _num(c.extra.get("pods_per_cpu_second"), "{:.1f}"))
     add("KWOK completion lag p95 (s, real)", lambda c: _num(c.extra.get("kwok_lag_p95"), "{:.1f}"))
     return out
@@ -208,6 +209,12 @@ def _attempts(m: Mapping[str, float] | None) -> str:
     if not m:
         return "-"
     return f"{m.get('attempts scheduled', 0):.0f} / {m.get('attempts unschedulable', 0):.0f}"
+
+
+def _reasons(counts: Mapping[str, int] | None) -> str:
+    """`Queued 5707, InsufficientCapacity 2670, other 3`: what topogang's arm's failed attempts
+    waited for (`other`: no extender wait named); `-` for the other arms and older runs."""
+    return "-" if not counts else ", ".join(f"{code} {n}" for code, n in counts.items())
 
 
 def _num(v: Any, fmt: str) -> str:

@@ -52,9 +52,15 @@ def test_bench_peers_runs_three_arms_at_a_tiny_size(tmp_path: Path) -> None:
         spent = col["scheduler_cpu_by_component"]
         assert all(secs > 0 for secs in spent.values()), (name, spent)
         assert sum(spent.values()) == pytest.approx(col["scheduler_cpu_seconds"]), name
+    # every failed attempt of topogang's arm is read back from kube-scheduler's log with its wait
+    waits = live["topogang"]["unschedulable_by"]
+    assert waits is not None
+    assert sum(waits.values()) == live["topogang"]["scheduler_metrics"].get("attempts unschedulable", 0)
+    assert all(col["pods_bound"] >= col["started"] for col in live.values())
     assert doc["meta"]["kueue"] == e2e_setting("KUEUE_VERSION")
     assert {g["id"] for g in doc["goals"]} >= {"G3a", "G3c", "G4", "G5b", "P"}
     table = (tmp_path / "bench-peers.md").read_text()
     assert "| metric | topogang | kueue | stock |" in table
     assert "| scheduler CPU s by component | kube-scheduler " in table
     assert "| kube-scheduler attempts: scheduled / unschedulable | " in table
+    assert "| unschedulable attempts by the extender's wait | " in table

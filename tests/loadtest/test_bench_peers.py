@@ -13,12 +13,13 @@ import pytest
 import yaml
 
 from config.load import load_config
+from loadtest.kube_report import wait_reasons
 from loadtest.kueue_plane import webhook_configurations
 from loadtest.peers_arm import ArmRun
 from loadtest.peers_cluster import COMPLETE_AT, RACK_LABEL, kueue_objects, namespace_of, topology_config
 from loadtest.peers_jobs import JobState, gang_log
 from loadtest.peers_pods import KUEUE_GROUP, KUEUE_PREFERRED, SPEC, pods_for
-from loadtest.peers_report import _attempts, _by_component
+from loadtest.peers_report import _attempts, _by_component, _reasons
 from loadtest.peers_slice import cut_slice
 from loadtest.simulate.cluster import shared_cluster
 from loadtest.simulate.engine import JobRecord
@@ -372,3 +373,24 @@ def test_report_names_each_components_cpu_and_the_schedulers_attempts() -> None:
     metrics = {"attempts scheduled": 793.0, "attempts unschedulable": 19222.0, "algorithm count": 20017.0}
     assert _attempts(metrics) == "793 / 19222"
     assert _attempts(None) == "-"
+
+
+def test_failed_attempts_are_read_back_by_the_extenders_wait() -> None:
+    """kube-scheduler's log says which wait each failed attempt met; its metrics only count them."""
+    head = 'I1127 07:18:43.979745 2845 schedule_one.go:1194] "Unable to schedule pod; no fit; waiting" pod='
+    lines = [
+        head + '"vc-a/j1-a0-0" err="0/80 nodes are available: 1 topogang: gang vc-a/pod:j1-a0-0 waits '
+        "[Queued]: gang vc-a/pod:j0-a0-0 of VC a is older, 79 topogang: gang vc-a/pod:j1-a0-0 waits "
+        '[Queued] (reason on one node)."',
+        head + '"vc-a/j0-a0-0" err="0/80 nodes are available: 80 topogang: gang vc-a/pod:j0-a0-0 waits '
+        "[InsufficientQuota]: VC a has 0 of its quota's leaf cells free\"",
+        head + '"vc-b/j2-a0-0" err="0/80 nodes are available: 1 topogang: gang vc-b/pod:j2-a0-0 waits '
+        '[Queued]: ..."',
+        head + '"vc-b/j3-a0-0" err="0/80 nodes are available: 80 Insufficient nvidia.com/gpu."',
+        'I1127 07:18:44.004363 2845 preemption.go:136] "No preemption candidate is found" pod="vc-a/j1-a0-0"',
+    ]
+    counts = wait_reasons(lines)
+    assert counts == {"Queued": 2, "InsufficientQuota": 1, "other": 1}
+    assert list(counts) == ["Queued", "InsufficientQuota", "other"]  # the most first
+    assert _reasons(counts) == "Queued 2, InsufficientQuota 1, other 1"
+    assert _reasons(None) == _reasons({}) == "-"
