@@ -37,6 +37,14 @@ _UNSCHEDULABLE = "Unable to schedule pod"
 _WAIT = re.compile(r"waits \[([A-Za-z]+)\]")
 
 
+def wait_code(message: str) -> str | None:
+    """The first wait code (`topology.decisions.WaitCode`) a kube-scheduler message names, as the
+    extender words its waits (`extender.http.answers`: "gang G waits [Code]: ..."); None when it
+    names none."""
+    m = _WAIT.search(message)
+    return m.group(1) if m is not None else None
+
+
 def wait_reasons(lines: Iterable[str]) -> dict[str, int]:
     """kube-scheduler's failed attempts in its log, by the extender's wait code (`Queued`,
     `InsufficientCapacity`, ...; `other` when the message names none, e.g. kube-scheduler's own
@@ -46,8 +54,7 @@ def wait_reasons(lines: Iterable[str]) -> dict[str, int]:
     for line in lines:
         if _UNSCHEDULABLE not in line:
             continue
-        m = _WAIT.search(line)
-        code = m.group(1) if m is not None else "other"
+        code = wait_code(line) or "other"
         out[code] = out.get(code, 0) + 1
     return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
 

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.gangs.bindinfo import BindInfo, pod_bind_info
+from loadtest.kube_report import wait_code
 from loadtest.peers_cluster import rack_name
 from loadtest.simulate.cluster import SimCluster
 from loadtest.simulate.engine import JobRecord
 from loadtest.simulate.trace import Job
+from topology.decisions import WaitCode
 
 
 @dataclass(slots=True)
@@ -80,7 +82,7 @@ def refused_quota(pod: Mapping[str, Any]) -> bool:
     its VC has no quota left for it, as `kubectl describe pod` shows its user."""
     for cond in (pod.get("status") or {}).get("conditions") or ():
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-            return "[InsufficientQuota]" in str(cond.get("message") or "")
+            return wait_code(str(cond.get("message") or "")) == WaitCode.INSUFFICIENT_QUOTA.value
     return False
 
 

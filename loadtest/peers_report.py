@@ -200,7 +200,7 @@ def rows(cols: Sequence[ArmFigures], private: PolicyMetrics, slack: float) -> li
 
 def _by_component(parts: Mapping[str, float] | None) -> str:
     """`kube-scheduler 30.2, extender 51.8`; `-` for an arm measured before components were kept apart."""
-    return "-" if not parts else ", ".join(f"{name} {secs:.1f}" for name, secs in parts.items())
+    return _named(parts, "{:.1f}")
 
 
 def _attempts(m: Mapping[str, float] | None) -> str:
@@ -214,7 +214,12 @@ def _attempts(m: Mapping[str, float] | None) -> str:
 def _reasons(counts: Mapping[str, int] | None) -> str:
     """`Queued 5707, InsufficientCapacity 2670, other 3`: what topogang's arm's failed attempts
     waited for (`other`: no extender wait named); `-` for the other arms and older runs."""
-    return "-" if not counts else ", ".join(f"{code} {n}" for code, n in counts.items())
+    return _named(counts, "{}")
+
+
+def _named(values: Mapping[str, float] | Mapping[str, int] | None, fmt: str) -> str:
+    """`name value, name value` in the mapping's order; `-` when there is nothing."""
+    return "-" if not values else ", ".join(f"{name} {fmt.format(v)}" for name, v in values.items())
 
 
 def _num(v: Any, fmt: str) -> str:
