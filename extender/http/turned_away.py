@@ -88,6 +88,9 @@ class Requeue:
         self._waiting: dict[str, TurnedAway] = {}
         self._due: dict[str, TurnedAway] = {}
         self.wake = asyncio.Event()  # set while some pod is due
+        # set when a gang stopped holding its VC's later gangs back: the admission gate's keeper
+        # (`extender.kube.admission_gate`) lets the gated pods of that VC go
+        self.vc_moved = asyncio.Event()
 
     def turned_away(self, pod: TurnedAway) -> None:
         """The filter turned `pod` away for lack of room: it saw the room as it is now."""
@@ -137,6 +140,7 @@ class Requeue:
     def freed_vc(self, vc: str) -> None:
         """A gang of `vc` stopped waiting (placed, gone, or no longer waiting for room): the pods of
         `vc` turned away before now are due, those queued behind it among them (`vc_order`)."""
+        self.vc_moved.set()
         self._due_where(lambda p: p.vc == vc)
 
     def _due_where(self, which: Callable[[TurnedAway], bool]) -> None:

@@ -37,6 +37,7 @@ from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
 from extender.kube import dra_mode, pending
 from extender.kube import pods as kpods
+from extender.kube.admission_gate import GATE, GateKeeper, HeldPod
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quoted
@@ -215,11 +216,24 @@ def kube_service(
                 del frameworks[fw]  # re-read on the next lookup anyway; kept, every one would stay
 
     requeuer = Requeuer(scheduler.requeue, kube, metrics)  # pods turned away, once room frees
+    keeper = GateKeeper(scheduler, sync.gated, kube, metrics)  # pods gated at creation, once they may go
+
+    def on_held(held: HeldPod) -> None:
+        pr = held.request
+        text = (
+            f"topogang: gang {pr.gang} waits behind {held.ahead} of VC {pr.request.vc} "
+            "(topogang.vcQueueing: StrictFIFO); its pods stay behind the scheduling gate "
+            f"{GATE} until that gang is placed or gone"
+        )
+        recorder.record(ObjectRef("Pod", pr.namespace, pr.name, pr.uid), "QueuedBehindOlderGang", text)
+
+    keeper.on_held = on_held
     leader_tasks = [
         lambda: every(expiry_interval(ttl), scheduler.expire, "reservation expiry"),
         lambda: gangs.run(scheduler),
         store.run,
         requeuer.run,
+        keeper.run,
     ]
     # the Lease is judged against other processes: real time, whatever clock the scheduler runs on
     elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None

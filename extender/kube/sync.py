@@ -34,6 +34,7 @@ from extender.gangs.podspec import PodRequest, is_enabled
 from extender.http import views
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
+from extender.kube.admission_gate import GatedPods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
@@ -84,6 +85,7 @@ class ClusterSync:
         self.on_outside: Callable[[Held], None] = lambda held: None  # told once per such pod
         self.after_recovery: Callable[[], None] | None = None  # before ready (`serve`: `gc.freeze`)
         self.on_recovered: Callable[[RecoveryReport], Awaitable[None]] | None = None  # `start_config`
+        self.gated = GatedPods()  # pods behind topogang's admission gate (`extender.kube.admission_gate`)
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""
@@ -116,6 +118,7 @@ class ClusterSync:
     async def _recover(self) -> tuple[str, RecoveryReport]:
         self.s.not_ready_reason = "listing pods and recovering allocations"
         pods, pods_rv = await self.kube.list(PODS)
+        self.gated.listed(pods)
         claimed = None
         if self.recovery_claims is not None:
             self.s.not_ready_reason = "reading ResourceSlices and ResourceClaims to recover allocations"
@@ -301,15 +304,11 @@ class ClusterSync:
         except (ApiError, OSError, TimeoutError):
             raise
         except Exception:
-            log.exception(
-                "pod %s/%s (%s): %s event skipped",
-                kpods.namespace(pod),
-                kpods.name(pod),
-                kpods.uid(pod),
-                kind,
-            )
+            where = f"{kpods.namespace(pod)}/{kpods.name(pod)} ({kpods.uid(pod)})"
+            log.exception("pod %s: %s event skipped", where, kind)
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        self.gated.saw(kind, pod)
         if not is_enabled(pod):
             if kind == "DELETED":  # turned away while it opted in, maybe (`pod_gone` does the others)
                 self.s.requeue.passed(kpods.uid(pod))
@@ -431,6 +430,7 @@ class ClusterSync:
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}
         self.s.requeue.keep_only(present)
+        self.gated.listed(pods)
         for uid in [u for u in self.outside.held if u not in present]:
             gone = self.outside.forget(uid)
             if gone is not None:

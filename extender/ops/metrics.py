@@ -134,6 +134,19 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
+        self.admission_lifts = Counter(
+            "topogang_admission_gate_lifts",
+            "Pods whose topogang.io/admission scheduling gate the leader lifted (or tried to), by "
+            "outcome (lifted, gone, failed).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.admission_gated = Gauge(
+            "topogang_admission_gated_pods",
+            "Pods kept behind the topogang.io/admission scheduling gate at the last pass: their gang "
+            "waits behind an older gang of its VC (StrictFIFO).",
+            registry=self.registry,
+        )
         self.internal_errors = Counter(
             "topogang_internal_errors",
             "Requests that met an unexpected exception (answered with a clear error, logged), by route.",
