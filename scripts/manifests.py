@@ -38,6 +38,8 @@ RAW_VALUES = (
     "extender.verbs.mtls.certificates=secrets",
     "--set",
     "extender.tls.secretName=topogang-read-tls",
+    "--set",
+    "extender.admissionGate.enabled=true",  # its own file, applied only by who wants it
 )
 SCHEDULER_CONFIG_KEY = "kube-scheduler-config.yaml"
 # deploy file <- the chart files whose documents it holds, in helm's install order
@@ -46,6 +48,7 @@ FILES = {
     "gangreservation-crd.yaml": ("crds/gangreservation-crd.yaml",),
     "extender.yaml": ("templates/extender.yaml", "templates/networkpolicy.yaml"),
     "scheduler.yaml": ("templates/scheduler-config.yaml", "templates/scheduler.yaml"),
+    "admission-gate.yaml": ("templates/admission-gate.yaml",),
 }
 HEADER = (
     "# Rendered from the Helm chart deploy/helm/topogang by `make manifests` (scripts/manifests.py);\n"
