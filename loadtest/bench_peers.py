@@ -142,9 +142,10 @@ def _kueue_setup(
 
 
 def run_arm(
-    arm: str, sl: PeerSlice, cluster: SimCluster, out: Path, run: str, model: str
+    arm: str, sl: PeerSlice, cluster: SimCluster, out: Path, run: str, model: str, *, gate: bool = False
 ) -> tuple[ArmOutcome, dict[str, Any]]:
-    """One arm on its own control plane; (what the replay saw, the components' figures)."""
+    """One arm on its own control plane; (what the replay saw, the components' figures). `gate`:
+    topogang's pods are created behind its admission gate (`extender.kube.admission_gate`)."""
     logs = out / arm
     logs.mkdir(parents=True, exist_ok=True)
     topology = out / "cluster.yaml"
@@ -165,6 +166,8 @@ def run_arm(
         sched_port = 0
         if arm == "topogang":
             plane.reservation_crd()
+            if gate:
+                plane.admission_gate()
             ext = plane.extender(topology)
             parts = {"kube-scheduler": _scheduler_pid(workdir), "extender": ext.pid}
             profile, sched_port = "topogang", int(plane.env["SCHED_PORT"])
@@ -272,6 +275,11 @@ def parser() -> argparse.ArgumentParser:
         default=STRICT_FIFO,
         help="topogang.vcQueueing of topogang's arm (and of the simulator's topogang)",
     )
+    ap.add_argument(
+        "--admission-gate",
+        action="store_true",
+        help="topogang's pods created behind its admission gate (deploy/admission-gate.yaml)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench-peers")
     ap.add_argument(
         "--reuse",
@@ -316,13 +324,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine(),
         "load_before": load_average(),
         "vc_queueing": args.vc_queueing,
+        "admission_gate": args.admission_gate,
     }
     say(f"{meta['slice']}: {meta['jobs']}; {meta['factor']}")
     figures: dict[str, ArmFigures] = {}
     errors: dict[str, str] = {}
     for arm in args.arms:
         try:
-            outcome, extra = run_arm(arm, sl, cluster, out, run, args.locality_model)
+            outcome, extra = run_arm(
+                arm, sl, cluster, out, run, args.locality_model, gate=args.admission_gate
+            )
         except KeyboardInterrupt:
             print("bench-peers: interrupted", file=sys.stderr)
             return 130

@@ -66,6 +66,16 @@ class ControlPlane:
                 time.sleep(0.3)
         raise RuntimeError("the GangReservation CRD was not established within 60 s")
 
+    def admission_gate(self) -> None:
+        """The admission gate as deployed (`deploy/admission-gate.yaml`): every pod of topogang's
+        profile created behind `topogang.io/admission`, which the extender's leader lifts."""
+        base = "/apis/admissionregistration.k8s.io/v1"
+        docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "admission-gate.yaml").read_text()) if d]
+        with contextlib.closing(KubeHttp(int(self.env["API_PORT"]), tls_context(self.env))) as api:
+            for doc in docs:
+                plural = {"MutatingAdmissionPolicy": "mutatingadmissionpolicies"}.get(doc["kind"])
+                api.ok("POST", f"{base}/{plural or 'mutatingadmissionpolicybindings'}", doc)
+
     def extender(self, config: Path, *extra: str) -> subprocess.Popen[bytes]:
         """The extender, its verbs where kube-scheduler calls them (EXTENDER_PORT) and its reads on
         `read_port`."""

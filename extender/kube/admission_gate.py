@@ -20,10 +20,17 @@ request reads as the filter reads it, and `Scheduler.behind` names a gang ahead 
 pod (another profile's, a bad spec, a namespace not entitled to its VC, `BestEffortFIFO`) has the
 gate lifted at once, and the filter answers it as before.
 
+Of the guaranteed gangs that wait behind nobody, a VC's go in order (highest priority, then oldest)
+while its quota left covers them, and the first that it does not (`first_within_quota`): that one
+waits for quota and holds the VC's later gangs back, which then stay gated rather than be lifted
+together and answered `[Queued]` at every cluster event. A gang lifted counts against its VC's
+quota until the filter has seen it (placed, or waiting), `FLIGHT_SECONDS` at most. Opportunistic
+gangs and members of a gang already placed go whenever they wait behind nobody.
+
 When: as soon as the watch shows a gated pod, whenever a gang of some VC stops holding its VC's later
-gangs back (`Requeue.vc_moved`, set with `freed_vc`), and every `PASS_SECONDS` (a gang ahead that
-nobody asks about for a reservation TTL stops holding without an event). The gangs a holder kept
-back are lifted together once it goes, as `freed_vc` requeues the ones kube-scheduler already holds.
+gangs back (`Requeue.vc_moved`, set with `freed_vc`), and every `PASS_SECONDS` (a gang lifted has
+been filtered since, or a gang ahead that nobody asks about for a reservation TTL stops holding,
+neither with an event here).
 
 Who may cause a lift, on what: only the watch of the API server (a pod it shows with the gate) and the
 verbs' own waits; the patch touches only that pod's gates, in the pod's own namespace (RBAC: `patch`
@@ -49,13 +56,15 @@ from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
 from extender.ops.metrics import Metrics
-from topology.decisions import UserError
+from topology.decisions import GangRequest, UserError
+from topology.inspect import vc_usage
 
 log = logging.getLogger("topogang.kube")
 
 GATE = "topogang.io/admission"
 RATE = 20.0  # patches a second, at most, in bursts of as many
-PASS_SECONDS = 5.0  # every held pod judged again at least this often
+PASS_SECONDS = 1.0  # every gated pod judged again at least this often
+FLIGHT_SECONDS = 30.0  # a lifted gang not filtered within this no longer counts against its VC's quota
 
 
 def gates(pod: Mapping[str, Any]) -> list[Any]:
@@ -81,6 +90,24 @@ def lift_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     if rv is not None:
         meta["resourceVersion"] = rv
     return {"metadata": meta, "spec": {"schedulingGates": rest or None}}
+
+
+def first_within_quota(free: list[PodRequest], quota: Mapping[str, int], going: set[str]) -> list[PodRequest]:
+    """Of the guaranteed gangs behind nobody (`free`, one request per member, in the order to go), those
+    to lift now: in each VC, in order, while the VC's `quota` GPUs left cover them, and the first that
+    they do not (it waits for quota and holds the VC's later gangs back, which then stay gated
+    instead of being answered `[Queued]` at every cluster event). A gang already lifted (`going`, its
+    ask already out of `quota`) is not counted again. One request per gang."""
+    left = dict(quota)
+    out: dict[str, PodRequest] = {}
+    for pr in free:
+        req = pr.request
+        if pr.gang in out or pr.gang in going:
+            continue
+        if left.get(req.vc, 0) >= 0:
+            left[req.vc] = left.get(req.vc, 0) - req.leaf_total
+            out[pr.gang] = pr
+    return list(out.values())
 
 
 class GatedPods:
@@ -135,6 +162,8 @@ class GateKeeper:
         self.every = every
         self.on_held: Callable[[HeldPod], None] = lambda held: None  # once per pod held
         self._told: set[str] = set()
+        # gangs lifted and not yet filtered: when, and what they ask of their VC's quota
+        self._in_flight: dict[str, tuple[float, GangRequest]] = {}
 
     async def judge(self) -> tuple[list[Mapping[str, Any]], list[HeldPod]]:
         """The gated pods to lift now, and those held, with the gang each waits behind."""
@@ -149,17 +178,50 @@ class GateKeeper:
             except (UserError, wire.WireError):
                 lift.append(pod)  # the filter tells the pod what is wrong with it
         held: list[HeldPod] = []
+        free: list[tuple[float, Mapping[str, Any], PodRequest]] = []  # behind nobody, by joining time
         async with self.s.lock:
             now = self.s.clock()
             for pod, pr in read:
-                if self.s.pods.get(pr.uid) is None:
-                    self.s.unkept.drop(pr.uid)  # read here only: not kept for the verbs
-                ahead = self.s.behind(pr, now)
-                if ahead is None:
+                self.s.unkept.drop(pr.uid)  # read here only: the verbs keep what they read
+                if self.s.core.gang(pr.gang) is not None:  # placed: its members wait behind nobody
                     lift.append(pod)
+                elif (ahead := self.s.behind(pr, now)) is None:
+                    free.append((self.s.holders.joined(pr, now, self.s.waiting.get(pr.gang)), pod, pr))
                 else:
                     held.append(HeldPod(pr, ahead))
+            lift += self._within_quota(
+                sorted(free, key=lambda t: (-t[2].request.priority, t[0], t[2].gang)), now
+            )
         return lift, held
+
+    def _within_quota(
+        self, free: list[tuple[float, Mapping[str, Any], PodRequest]], now: float
+    ) -> list[Mapping[str, Any]]:
+        """Of the pods behind nobody (highest priority, then oldest gang first: a gang that may preempt
+        the ones before it is not kept behind them), those to lift now (`first_within_quota`)."""
+        going = self._flights(now)
+        guaranteed = [pr for *_, pr in free if not pr.request.opportunistic]
+        if guaranteed:
+            for pr in first_within_quota(guaranteed, self._free_quota(going), going):
+                self._in_flight[pr.gang] = (now, pr.request)
+        return [pod for _, pod, pr in free if pr.request.opportunistic or pr.gang in self._in_flight]
+
+    def _flights(self, now: float) -> set[str]:
+        """The gangs lifted and not yet filtered (neither in the core nor waiting), for `FLIGHT_SECONDS`
+        at most (kube-scheduler may never send a pod whose nodes its own filters rule out)."""
+        for gang, (at, _) in list(self._in_flight.items()):
+            if now - at > FLIGHT_SECONDS or self.s.core.gang(gang) is not None or gang in self.s.waiting:
+                del self._in_flight[gang]
+        return set(self._in_flight)
+
+    def _free_quota(self, going: set[str]) -> dict[str, int]:
+        """Each VC's quota GPUs that no gang holds, less what the gangs lifted and not yet filtered ask."""
+        out = {vc: row["quota"] - row["used"] for vc, row in vc_usage(self.s.core).items()}
+        for gang in going:
+            req = self._in_flight[gang][1]
+            if not req.opportunistic:
+                out[req.vc] = out.get(req.vc, 0) - req.leaf_total
+        return out
 
     async def lift(self, pod: Mapping[str, Any]) -> str:
         """Lift one pod's gate; the outcome (`lifted`, `gone`: deleted, re-created or changed since

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from extender.kube.admission_gate import GATE, gated, lift_patch
+from extender.gangs.podspec import PodRequest
+from extender.kube.admission_gate import GATE, first_within_quota, gated, lift_patch
 from extender.kube.client import pod_path
 from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, run, spec
 from tests.extender.test_kube_durable import Running, until
 from tests.extender.test_kube_vc_order import NLP, cluster_on, reasons, start_on, submit
-from topology.decisions import WaitCode
+from topology.decisions import GangRequest, Member, WaitCode
 
 OTHER = {"name": "example.com/hold"}
 
@@ -166,3 +167,49 @@ def test_the_lift_is_one_gate_of_one_pod_with_preconditions() -> None:
     }
     assert gated(p) and not gated({**p, "spec": {**p["spec"], "nodeName": "n1"}})
     assert not gated({"metadata": {"uid": "u"}, "spec": {"schedulingGates": [OTHER]}})
+
+
+def test_a_vcs_gangs_go_while_its_quota_lasts_and_the_rest_wait_behind_the_first_that_does_not_fit() -> None:
+    """nlp has 16 GPUs of quota left: of four 8-GPU gangs created gated, the two that fit and the
+    third (it waits for quota, holding the VC) are lifted; the fourth stays gated, not answered
+    [Queued] by kube-scheduler at every cluster event, and is held behind the third once that waits."""
+
+    async def go() -> None:
+        clock = Clock()
+        kube = cluster_on(clock)
+        r = await start_on(kube, clock)
+        await r.place(submit(kube, "o0", "one", spec(NLP, 8)))
+        four = []
+        for i in range(4):
+            clock.t += 1.0  # created one after another
+            four.append(submit_gated(kube, f"q{i}", f"q-{i}", spec(NLP, 8)))
+        await until("three lifted", lambda: not any(gates_of(kube, f"q-{i}") for i in range(3)))
+        await asyncio.sleep(0.2)
+        assert gates_of(kube, "q-3") == [GATE]
+        for i in range(2):
+            await r.place(kube.server.at(pod_path(NLP, f"q-{i}")))
+        assert "[InsufficientQuota]" in await reasons(r, kube.server.at(pod_path(NLP, "q-2")))
+        await until("q-3 held behind q-2", lambda: r.s.metrics.admission_gated._value.get() == 1)
+        told = [e for e in kube.server.events if e["reason"] == "QueuedBehindOlderGang"]
+        assert [e["involvedObject"]["name"] for e in told] == ["q-3"] and "gang nlp/pod:q-2" in told[0][
+            "message"
+        ]
+        kube.server.delete(pod_path(NLP, "one"), {"gracePeriodSeconds": 0})
+        await until("one gone", lambda: r.s.core.gang("nlp/pod:one") is None)
+        await r.place(kube.server.at(pod_path(NLP, "q-2")))  # placed: it holds nobody back
+        await until("q-3 lifted", lambda: not gates_of(kube, "q-3"))
+        await r.stop()
+
+    run(go())
+
+
+def test_first_within_quota_orders_by_vc_and_counts_gangs_already_lifted() -> None:
+    def pr(gang: str, vc: str, gpus: int, pods: int = 1) -> PodRequest:
+        req = GangRequest(gang, vc, (Member(pods, gpus),))
+        return PodRequest(uid=gang, namespace="ns", name=gang, request=req, leaf_number=gpus)
+
+    a, b, c, d = pr("ns/a", "v", 8), pr("ns/b", "v", 8), pr("ns/c", "w", 16), pr("ns/d", "v", 8)
+    got = first_within_quota([a, a, b, c, d], {"v": 8, "w": 0}, set())
+    assert [p.gang for p in got] == ["ns/a", "ns/b", "ns/c"]  # b: the first over v's quota; c: over w's
+    assert [p.gang for p in first_within_quota([b, d], {"v": 0}, {"ns/a"})] == ["ns/b"]  # a's ask is out
+    assert first_within_quota([b], {"v": -8}, set()) == []  # an earlier gang already waits for v's quota
