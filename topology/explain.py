@@ -3,19 +3,22 @@
 `explain` runs the same search the scheduler runs, inside a transaction that is always rolled back,
 and lays out per chain and level what the gang's VC has (unbound quota cells, free owned GPUs), what
 the free pool has (free, bad) and what other VCs are still owed, so an admin can see which number is
-short without reading code.
+short without reading code. `fits_in_order` asks the same of several gangs placed one after another
+(the admission gate's question: which gangs to let go now).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from topology.core import Core
-from topology.decisions import GangPlacement, GangRequest
-from topology.gangs import live_victims, place_new
+from topology.decisions import GangPlacement, GangRequest, UserError
+from topology.gangs import live_victims, place_gang, place_new
 from topology.health import doomed
 from topology.preemption import find_plan
 from topology.requests import chains, suggested_ids
+from topology.reservations import Gang
 
 
 def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
@@ -66,6 +69,38 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
         }
         for d in doomed(st)
     ]
+    return out
+
+
+def fits_in_order(core: Core, reqs: Sequence[GangRequest], now: float) -> list[bool]:
+    """Whether each of `reqs` would be placed now if they came one after another, each seeing the
+    GPUs the ones before it took (none preempting, none started as a guest in lieu of a reclaim):
+    one transaction, always rolled back, the gang registry, its ids and the not-whole windows put
+    back as they were, so nothing a later decision reads has changed. A request the config refuses
+    counts as placed (the real placement names the error)."""
+    res = core.reservations
+    last, windows = res.last_id, dict(res.windows)
+    made: list[Gang] = []
+    out: list[bool] = []
+    core.state.begin()
+    try:
+        for req in reqs:
+            try:
+                core.validate(req)
+            except UserError:
+                out.append(True)
+                continue
+            got = place_gang(core, req, now, suggested_ids(core, req))
+            if isinstance(got, Gang):
+                made.append(got)
+            out.append(isinstance(got, Gang))
+    finally:
+        for gang in made:
+            res.remove(gang)
+        core.state.rollback()
+        res.windows.clear()
+        res.windows.update(windows)
+        res.rewind(last)
     return out
 
 

@@ -100,6 +100,11 @@ class Reservations:
         self._next_id += 1
         return self._next_id
 
+    def rewind(self, last_id: int) -> None:
+        """Hand out ids from `last_id` on again: a what-if gave out the ones after it to gangs it then
+        removed (`explain.fits_in_order`), so the edges' "anything new since" check sees nothing new."""
+        self._next_id = last_id
+
     @property
     def last_id(self) -> int:
         """The newest gang id handed out: a cheap "anything new since?" check for the edges."""

@@ -20,12 +20,12 @@ request reads as the filter reads it, and `Scheduler.behind` names a gang ahead 
 pod (another profile's, a bad spec, a namespace not entitled to its VC, `BestEffortFIFO`) has the
 gate lifted at once, and the filter answers it as before.
 
-Of the guaranteed gangs that wait behind nobody, a VC's go in order (highest priority, then oldest)
-while its quota left covers them, and the first that it does not (`first_within_quota`): that one
-waits for quota and holds the VC's later gangs back, which then stay gated rather than be lifted
-together and answered `[Queued]` at every cluster event. A gang lifted counts against its VC's
-quota until the filter has seen it (placed, or waiting), `FLIGHT_SECONDS` at most. Opportunistic
-gangs and members of a gang already placed go whenever they wait behind nobody.
+Of the gangs that wait behind nobody, a VC's go in order (highest priority, then oldest) while a
+what-if on the core places them one after another (`topology.explain.fits_in_order`, rolled back),
+and the first it does not: that one will wait for room and hold the VC's later gangs of its priority
+or below back, which then stay gated rather than be lifted together to be answered `[Queued]` at
+every cluster event. A gang lifted counts in the what-if until the filter has seen it (placed, or
+waiting), `FLIGHT_SECONDS` at most. Members of a gang already placed always go.
 
 When: as soon as the watch shows a gated pod, whenever a gang of some VC stops holding its VC's later
 gangs back (`Requeue.vc_moved`, set with `freed_vc`), and every `PASS_SECONDS` (a gang lifted has
@@ -57,7 +57,7 @@ from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
 from extender.ops.metrics import Metrics
 from topology.decisions import GangRequest, UserError
-from topology.inspect import vc_usage
+from topology.explain import fits_in_order
 
 log = logging.getLogger("topogang.kube")
 
@@ -90,24 +90,6 @@ def lift_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     if rv is not None:
         meta["resourceVersion"] = rv
     return {"metadata": meta, "spec": {"schedulingGates": rest or None}}
-
-
-def first_within_quota(free: list[PodRequest], quota: Mapping[str, int], going: set[str]) -> list[PodRequest]:
-    """Of the guaranteed gangs behind nobody (`free`, one request per member, in the order to go), those
-    to lift now: in each VC, in order, while the VC's `quota` GPUs left cover them, and the first that
-    they do not (it waits for quota and holds the VC's later gangs back, which then stay gated
-    instead of being answered `[Queued]` at every cluster event). A gang already lifted (`going`, its
-    ask already out of `quota`) is not counted again. One request per gang."""
-    left = dict(quota)
-    out: dict[str, PodRequest] = {}
-    for pr in free:
-        req = pr.request
-        if pr.gang in out or pr.gang in going:
-            continue
-        if left.get(req.vc, 0) >= 0:
-            left[req.vc] = left.get(req.vc, 0) - req.leaf_total
-            out[pr.gang] = pr
-    return list(out.values())
 
 
 class GatedPods:
@@ -189,22 +171,34 @@ class GateKeeper:
                     free.append((self.s.holders.joined(pr, now, self.s.waiting.get(pr.gang)), pod, pr))
                 else:
                     held.append(HeldPod(pr, ahead))
-            lift += self._within_quota(
+            lift += self._within_reach(
                 sorted(free, key=lambda t: (-t[2].request.priority, t[0], t[2].gang)), now
             )
         return lift, held
 
-    def _within_quota(
+    def _within_reach(
         self, free: list[tuple[float, Mapping[str, Any], PodRequest]], now: float
     ) -> list[Mapping[str, Any]]:
         """Of the pods behind nobody (highest priority, then oldest gang first: a gang that may preempt
-        the ones before it is not kept behind them), those to lift now (`first_within_quota`)."""
+        the ones before it is not kept behind them), those to lift now: a VC's gangs while a what-if
+        places them one after another (the gangs lifted and not yet filtered first), and the first it
+        does not, which will wait for room and hold the VC's later gangs of its priority or below."""
         going = self._flights(now)
-        guaranteed = [pr for *_, pr in free if not pr.request.opportunistic]
-        if guaranteed:
-            for pr in first_within_quota(guaranteed, self._free_quota(going), going):
-                self._in_flight[pr.gang] = (now, pr.request)
-        return [pod for _, pod, pr in free if pr.request.opportunistic or pr.gang in self._in_flight]
+        order = [req for _, req in self._in_flight.values()]
+        names = set(going)
+        for *_, pr in free:
+            if pr.gang not in names:
+                names.add(pr.gang)
+                order.append(pr.request)
+        stop: dict[str, int] = {}  # VC -> the highest priority of its gangs that will wait
+        for req, fits in zip(order, fits_in_order(self.s.core, order, now), strict=True):
+            if req.vc in stop and req.priority <= stop[req.vc]:
+                continue
+            if req.name not in going:
+                self._in_flight[req.name] = (now, req)
+            if not fits:
+                stop[req.vc] = max(stop.get(req.vc, req.priority), req.priority)
+        return [pod for _, pod, pr in free if pr.gang in self._in_flight]
 
     def _flights(self, now: float) -> set[str]:
         """The gangs lifted and not yet filtered (neither in the core nor waiting), for `FLIGHT_SECONDS`
@@ -213,15 +207,6 @@ class GateKeeper:
             if now - at > FLIGHT_SECONDS or self.s.core.gang(gang) is not None or gang in self.s.waiting:
                 del self._in_flight[gang]
         return set(self._in_flight)
-
-    def _free_quota(self, going: set[str]) -> dict[str, int]:
-        """Each VC's quota GPUs that no gang holds, less what the gangs lifted and not yet filtered ask."""
-        out = {vc: row["quota"] - row["used"] for vc, row in vc_usage(self.s.core).items()}
-        for gang in going:
-            req = self._in_flight[gang][1]
-            if not req.opportunistic:
-                out[req.vc] = out.get(req.vc, 0) - req.leaf_total
-        return out
 
     async def lift(self, pod: Mapping[str, Any]) -> str:
         """Lift one pod's gate; the outcome (`lifted`, `gone`: deleted, re-created or changed since

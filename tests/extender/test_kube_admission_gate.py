@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from extender.gangs.podspec import PodRequest
-from extender.kube.admission_gate import GATE, first_within_quota, gated, lift_patch
+from extender.kube.admission_gate import GATE, gated, lift_patch
 from extender.kube.client import pod_path
 from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, run, spec
 from tests.extender.test_kube_durable import Running, until
 from tests.extender.test_kube_vc_order import NLP, cluster_on, reasons, start_on, submit
-from topology.decisions import GangRequest, Member, WaitCode
+from topology.decisions import WaitCode
 
 OTHER = {"name": "example.com/hold"}
 
@@ -170,9 +169,11 @@ def test_the_lift_is_one_gate_of_one_pod_with_preconditions() -> None:
 
 
 def test_a_vcs_gangs_go_while_its_quota_lasts_and_the_rest_wait_behind_the_first_that_does_not_fit() -> None:
-    """nlp has 16 GPUs of quota left: of four 8-GPU gangs created gated, the two that fit and the
-    third (it waits for quota, holding the VC) are lifted; the fourth stays gated, not answered
-    [Queued] by kube-scheduler at every cluster event, and is held behind the third once that waits."""
+    """nlp has 16 GPUs of quota left: of four 8-GPU gangs created gated, the two that the core's
+    what-if places and the third (it waits for quota, holding the VC) are lifted; the fourth stays
+    gated, not answered [Queued] by kube-scheduler at every cluster event, and is held behind the
+    third once that waits. The what-if changed nothing: the gangs are placed where kube-scheduler's
+    filters send them."""
 
     async def go() -> None:
         clock = Clock()
@@ -201,15 +202,3 @@ def test_a_vcs_gangs_go_while_its_quota_lasts_and_the_rest_wait_behind_the_first
         await r.stop()
 
     run(go())
-
-
-def test_first_within_quota_orders_by_vc_and_counts_gangs_already_lifted() -> None:
-    def pr(gang: str, vc: str, gpus: int, pods: int = 1) -> PodRequest:
-        req = GangRequest(gang, vc, (Member(pods, gpus),))
-        return PodRequest(uid=gang, namespace="ns", name=gang, request=req, leaf_number=gpus)
-
-    a, b, c, d = pr("ns/a", "v", 8), pr("ns/b", "v", 8), pr("ns/c", "w", 16), pr("ns/d", "v", 8)
-    got = first_within_quota([a, a, b, c, d], {"v": 8, "w": 0}, set())
-    assert [p.gang for p in got] == ["ns/a", "ns/b", "ns/c"]  # b: the first over v's quota; c: over w's
-    assert [p.gang for p in first_within_quota([b, d], {"v": 0}, {"ns/a"})] == ["ns/b"]  # a's ask is out
-    assert first_within_quota([b], {"v": -8}, set()) == []  # an earlier gang already waits for v's quota

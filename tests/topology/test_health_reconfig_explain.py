@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.topology.fixtures import gang, rack_cluster, run
 from topology.core import Core
-from topology.decisions import AdoptedPod, Bind, Wait, WaitCode
-from topology.explain import explain
+from topology.decisions import AdoptedPod, Bind, GangPlacement, Wait, WaitCode
+from topology.explain import explain, fits_in_order
 from topology.invariants import snapshot, violations
 from topology.reconfigure import reconfigure
 
@@ -232,3 +235,33 @@ def test_reconfiguration_keeps_a_promoted_gang_promoted_and_a_downgraded_one_dow
     again = new.gang("low")
     assert again is not None and (again.priority, again.downgraded_by) == (-1, "high")
     assert violations(new) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([(1, 1), (1, 4), (1, 8), (2, 8), (3, 8)])),
+        min_size=1,
+        max_size=7,
+    ),
+    st.booleans(),
+)
+def test_fits_in_order_answers_as_placing_them_would_and_changes_nothing(
+    asks: list[tuple[str, tuple[int, int]]], opportunistic: bool
+) -> None:
+    """The admission gate's what-if: each gang placed after the ones before it, the same answer as
+    really placing them one after another, and afterwards the core exactly as it was (its state, its
+    gangs, the ids it hands out next), whatever it held before."""
+    core = Core(rack_cluster())
+    run(core, gang("x", "a", (1, 8)), "x")
+    reqs = [
+        gang(f"g{i}", vc, size, priority=-1 if opportunistic and i % 2 else 0)
+        for i, (vc, size) in enumerate(asks)
+    ]
+    before, ids, names = snapshot(core), core.reservations.last_id, [g.name for g in core.gangs()]
+    got = fits_in_order(core, reqs, 1.0)
+    assert snapshot(core) == before and core.reservations.last_id == ids
+    assert [g.name for g in core.gangs()] == names and violations(core) == []
+    for req, fits in zip(reqs, got, strict=True):
+        placed = core.reserve(req, 1.0)
+        assert isinstance(placed, GangPlacement) == fits, (req, placed)
