@@ -19,6 +19,7 @@ from extender.kube.admission_gate import GATE
 from tests.e2e.conftest import E2ECluster, Extender
 from tests.e2e.helpers import (
     delete_pods,
+    gang_pod,
     hold_for,
     none_bound,
     pod_events,
@@ -45,6 +46,14 @@ def gate_on(e2e_cluster: E2ECluster, gang_ns: str) -> Iterator[str]:
     policy["spec"]["matchConstraints"]["namespaceSelector"] = scope
     api.create_mutating_admission_policy(body=policy)
     api.create_mutating_admission_policy_binding(body=binding)
+    core = e2e_cluster.core
+
+    def in_force() -> bool | None:  # the API server applies a new policy once its informer has it
+        probe = gang_pod("probe", gang=f"{gang_ns}/probe", vc="nlp", members=[(1, 1)], gpus=1)
+        made = core.create_namespaced_pod(gang_ns, probe, dry_run="All")
+        return any(g.name == GATE for g in made.spec.scheduling_gates or []) or None
+
+    wait_until("the admission policy in force", in_force, 30)
     yield gang_ns
     api.delete_mutating_admission_policy_binding(name)
     api.delete_mutating_admission_policy(name)
