@@ -16,6 +16,7 @@ import yaml
 from extender.cli import _parser as serve_parser
 from extender.cli import limits_from
 from extender.http.tls import TlsSettings
+from extender.kube.admission_gate import GATE
 from scripts import manifests
 
 EXAMPLE = manifests.REPO / "config" / "examples" / "example-cluster.yaml"
@@ -320,3 +321,32 @@ def test_cert_manager_issues_the_read_listeners_certificate_too(helm: Path) -> N
     assert not [
         d for d in docs if d["kind"] in ("Secret", "ConfigMap") and d["metadata"]["name"] == "topogang-ca"
     ]
+
+
+def test_the_admission_gate_is_off_by_default_and_gates_only_the_profiles_unbound_pods(helm: Path) -> None:
+    """Off, nothing admission-related renders; on, one MutatingAdmissionPolicy (CREATE of pods of
+    the chart's scheduler profile, not created bound, limited to the selected namespaces) adds
+    `topogang.io/admission`, and its binding names it."""
+    assert not [d for d in render(helm, "--set-file", f"config={EXAMPLE}") if "AdmissionPolicy" in d["kind"]]
+    docs = render(
+        helm,
+        *NON_DEFAULT,
+        "--set",
+        "extender.admissionGate.enabled=true",
+        "--set",
+        "extender.admissionGate.namespaceSelector.matchLabels.team=ml",
+    )
+    policy = one(docs, "MutatingAdmissionPolicy")
+    binding = one(docs, "MutatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Ignore"
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["operations"] == ["CREATE"] and rule["resources"] == ["pods"]
+    assert spec["matchConstraints"]["namespaceSelector"] == {"matchLabels": {"team": "ml"}}
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert (
+        '"gpu-gang"' in conditions["topogang-profile"] and "nodeName" in conditions["not-bound-at-creation"]
+    )
+    (mutation,) = spec["mutations"]
+    assert GATE in mutation["applyConfiguration"]["expression"]
