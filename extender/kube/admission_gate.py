@@ -13,8 +13,10 @@ The gate is `topogang.io/admission`. The chart's MutatingAdmissionPolicy (`exten
 off by default; the API is GA and on by default since Kubernetes 1.36) adds it to each pod of
 topogang's profile as the API server creates it, and kube-scheduler queues no pod that carries a
 scheduling gate. The leader lifts it (`GateKeeper`): a JSON merge patch of `spec.schedulingGates`
-without it, the pod's UID and resourceVersion as preconditions, so a re-created pod or one changed
-since the watch saw it is not written over (the watch's next event brings it back). A pod stays
+without it and the pod's UID as a precondition, so a re-created pod is never touched. No
+resourceVersion: kube-scheduler writes a gated pod's status right after its creation, which would
+make the first lift a conflict, and a gate can only be removed after creation, so a list that
+brought back one another controller removed meanwhile is refused by the API server. A pod stays
 gated only while the keeper can say that its filter would answer `[Queued]`: it is opted in, its
 request reads as the filter reads it, and `Scheduler.behind` names a gang ahead of it. Every other
 pod (another profile's, a bad spec, a namespace not entitled to its VC, `BestEffortFIFO`) has the
@@ -85,11 +87,7 @@ def gated(pod: Mapping[str, Any]) -> bool:
 def lift_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The merge patch that lifts the gate and keeps any other: a merge patch writes a list whole."""
     rest = [g for g in gates(pod) if not (isinstance(g, dict) and g.get("name") == GATE)]
-    meta: dict[str, Any] = {"uid": kpods.uid(pod)}
-    rv = kpods.resource_version(pod)
-    if rv is not None:
-        meta["resourceVersion"] = rv
-    return {"metadata": meta, "spec": {"schedulingGates": rest or None}}
+    return {"metadata": {"uid": kpods.uid(pod)}, "spec": {"schedulingGates": rest or None}}
 
 
 class GatedPods:
@@ -99,9 +97,14 @@ class GatedPods:
     def __init__(self) -> None:
         self.pods: dict[str, Mapping[str, Any]] = {}
         self.wake = asyncio.Event()  # set when a pod joins
+        self.lifted: set[str] = set()  # pods lifted, until the watch shows them bound or gone
+        self.landed: set[str] = set()  # of those, the ones it has shown so (the keeper takes them)
 
     def saw(self, kind: str, pod: Mapping[str, Any]) -> None:
         uid = kpods.uid(pod)
+        if uid in self.lifted and (kind == "DELETED" or kpods.node_name(pod) or kpods.finished(pod)):
+            self.lifted.discard(uid)
+            self.landed.add(uid)
         if kind != "DELETED" and gated(pod):
             if uid not in self.pods:
                 self.wake.set()
@@ -112,6 +115,9 @@ class GatedPods:
     def listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """A full list: the gated pods are these, whatever the watch said before."""
         self.pods = {kpods.uid(p): kpods.kept(p) for p in pods if gated(p)}
+        present = {kpods.uid(p) for p in pods if kpods.node_name(p) is None and not kpods.finished(p)}
+        self.landed |= self.lifted - present
+        self.lifted &= present
         self.wake.set()
 
 
@@ -144,8 +150,8 @@ class GateKeeper:
         self.every = every
         self.on_held: Callable[[HeldPod], None] = lambda held: None  # once per pod held
         self._told: set[str] = set()
-        # gangs lifted and not yet filtered: when, and what they ask of their VC's quota
-        self._in_flight: dict[str, tuple[float, GangRequest]] = {}
+        # gangs lifted and not yet filtered: when, what they ask, and the pods lifted
+        self._in_flight: dict[str, tuple[float, GangRequest, set[str]]] = {}
 
     async def judge(self) -> tuple[list[Mapping[str, Any]], list[HeldPod]]:
         """The gated pods to lift now, and those held, with the gang each waits behind."""
@@ -184,7 +190,7 @@ class GateKeeper:
         places them one after another (the gangs lifted and not yet filtered first), and the first it
         does not, which will wait for room and hold the VC's later gangs of its priority or below."""
         going = self._flights(now)
-        order = [req for _, req in self._in_flight.values()]
+        order = [req for _, req, _ in self._in_flight.values()]
         names = set(going)
         for *_, pr in free:
             if pr.gang not in names:
@@ -195,22 +201,31 @@ class GateKeeper:
             if req.vc in stop and req.priority <= stop[req.vc]:
                 continue
             if req.name not in going:
-                self._in_flight[req.name] = (now, req)
+                self._in_flight[req.name] = (now, req, set())
             if not fits:
                 stop[req.vc] = max(stop.get(req.vc, req.priority), req.priority)
-        return [pod for _, pod, pr in free if pr.gang in self._in_flight]
+        lift = [pod for _, pod, pr in free if pr.gang in self._in_flight]
+        for _, _, pr in free:
+            if pr.gang in self._in_flight:
+                self._in_flight[pr.gang][2].add(pr.uid)
+        return lift
 
     def _flights(self, now: float) -> set[str]:
-        """The gangs lifted and not yet filtered (neither in the core nor waiting), for `FLIGHT_SECONDS`
-        at most (kube-scheduler may never send a pod whose nodes its own filters rule out)."""
-        for gang, (at, _) in list(self._in_flight.items()):
-            if now - at > FLIGHT_SECONDS or self.s.core.gang(gang) is not None or gang in self.s.waiting:
+        """The gangs lifted and not yet filtered: none of them in the core or waiting, none of their
+        lifted pods bound or gone since (a short gang may run and end between two passes), and for
+        `FLIGHT_SECONDS` at most (kube-scheduler may never send a pod its own filters rule out)."""
+        landed = self.book.landed
+        for gang, (at, _, uids) in list(self._in_flight.items()):
+            done = now - at > FLIGHT_SECONDS or not uids.isdisjoint(landed)
+            if done or self.s.core.gang(gang) is not None or gang in self.s.waiting:
                 del self._in_flight[gang]
+                self.book.lifted -= uids
+        landed.clear()
         return set(self._in_flight)
 
     async def lift(self, pod: Mapping[str, Any]) -> str:
-        """Lift one pod's gate; the outcome (`lifted`, `gone`: deleted, re-created or changed since
-        the watch saw it, which brings it back; `failed`)."""
+        """Lift one pod's gate; the outcome (`lifted`, `gone`: deleted, re-created, or refused because
+        its gates changed since the watch saw it, which brings it back; `failed`)."""
         try:
             got = await self.kube.request(
                 "PATCH", pod_path(kpods.namespace(pod), kpods.name(pod)), body=lift_patch(pod)
@@ -245,6 +260,8 @@ class GateKeeper:
                     log.warning("cannot lift the admission gate of pod %s: %s", kpods.uid(pod), exc)
                     outcome = "failed"
                 uid = kpods.uid(pod)
+                if outcome == "lifted":
+                    self.book.lifted.add(uid)
                 if outcome != "failed" and self.book.pods.get(uid) is pod:  # not one the watch changed since
                     del self.book.pods[uid]  # lifted (its event confirms it), or gone
                 self.metrics.admission_lifts.labels(outcome).inc()

@@ -3,7 +3,7 @@ with `topogang.io/admission` stays gated exactly while its filter would answer `
 behind an older gang of its VC), and is lifted once that gang is placed; every other gated pod (no
 gang ahead, a bad spec, another scheduler's, BestEffortFIFO) is lifted at once. Who: only pods the
 watch shows with the gate; what: that one gate, the others kept, with the pod's UID and
-resourceVersion as preconditions; the held pod's namespace is told why in an Event."""
+a UID precondition; the held pod's namespace is told why in an Event."""
 
 from __future__ import annotations
 
@@ -149,16 +149,16 @@ def test_under_best_effort_fifo_nothing_stays_gated() -> None:
     run(go())
 
 
-def test_the_lift_is_one_gate_of_one_pod_with_preconditions() -> None:
-    """The patch names the pod's UID and resourceVersion: a pod re-created under the same name, or
-    changed since the watch saw it, is not written over (409, and the watch's next event brings it)."""
+def test_the_lift_is_one_gate_of_one_pod_with_its_uid_as_precondition() -> None:
+    """The patch names the pod's UID (a pod re-created under the same name is never touched) and
+    writes the pod's gates without topogang's, every other one kept."""
     clock = Clock()
     kube = cluster_on(clock)
     p = submit_gated(kube, "u1", "x", spec(NLP, 8))
     p["spec"]["schedulingGates"] = [OTHER, {"name": GATE}]
     patch = lift_patch(p)
     assert patch == {
-        "metadata": {"uid": "u1", "resourceVersion": p["metadata"]["resourceVersion"]},
+        "metadata": {"uid": "u1"},
         "spec": {"schedulingGates": [OTHER]},
     }
     assert lift_patch({**p, "spec": {"schedulingGates": [{"name": GATE}]}})["spec"] == {
