@@ -202,3 +202,27 @@ def test_a_vcs_gangs_go_while_its_quota_lasts_and_the_rest_wait_behind_the_first
         await r.stop()
 
     run(go())
+
+
+def test_a_lifted_gang_that_ran_and_ended_between_two_passes_holds_nothing_back() -> None:
+    """A gang lifted, placed, bound and gone before the keeper looked again is not taken for one
+    still on its way (which the what-if would place again, keeping its VC's next gangs gated)."""
+
+    async def go() -> None:
+        clock = Clock()
+        kube = cluster_on(clock)
+        r = await start_on(kube, clock)
+        await r.place(submit(kube, "o0", "one", spec(NLP, 8)))
+        await r.place(submit(kube, "o1", "two", spec(NLP, 8)))
+        submit_gated(kube, "b0", "brief", spec(NLP, 8))  # fits nlp's last 8 GPUs: lifted
+        await until("brief lifted", lambda: not gates_of(kube, "brief"))
+        await r.place(kube.server.at(pod_path(NLP, "brief")))
+        kube.server.delete(pod_path(NLP, "brief"), {"gracePeriodSeconds": 0})
+        await until("brief gone", lambda: r.s.core.gang("nlp/pod:brief") is None)
+        await r.place(submit(kube, "o2", "three", spec(NLP, 8)))  # nlp's quota is all used again
+        submit_gated(kube, "n0", "next", spec(NLP, 8))  # the first that does not fit: lifted, to wait
+        await until("next lifted", lambda: not gates_of(kube, "next"), seconds=3.0)
+        assert "[InsufficientQuota]" in await reasons(r, kube.server.at(pod_path(NLP, "next")))
+        await r.stop()
+
+    run(go())
