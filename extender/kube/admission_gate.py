@@ -64,7 +64,7 @@ from topology.explain import fits_in_order
 log = logging.getLogger("topogang.kube")
 
 GATE = "topogang.io/admission"
-RATE = 20.0  # patches a second, at most, in bursts of as many
+RATE = 100.0  # lifts a second, at most, in bursts of as many: pods kube-scheduler would have had at once
 PASS_SECONDS = 1.0  # every gated pod judged again at least this often
 FLIGHT_SECONDS = 30.0  # a lifted gang not filtered within this no longer counts against its VC's quota
 
