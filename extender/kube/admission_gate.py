@@ -96,7 +96,7 @@ class GatedPods:
 
     def __init__(self) -> None:
         self.pods: dict[str, Mapping[str, Any]] = {}
-        self.wake = asyncio.Event()  # set when a pod joins
+        self.wake = asyncio.Event()  # a pod joins, or a VC's holder goes (`Requeue.vc_moved`)
         self.lifted: set[str] = set()  # pods lifted, until the watch shows them bound or gone
         self.landed: set[str] = set()  # of those, the ones it has shown so (the keeper takes them)
 
@@ -148,6 +148,7 @@ class GateKeeper:
         self.metrics = metrics
         self.rate = rate
         self.every = every
+        scheduler.requeue.vc_moved = book.wake  # one event wakes the keeper: a pod joins, a VC moves
         self.on_held: Callable[[HeldPod], None] = lambda held: None  # once per pod held
         self._told: set[str] = set()
         # gangs lifted and not yet filtered: when, what they ask, and the pods lifted
@@ -241,11 +242,9 @@ class GateKeeper:
     async def run(self) -> None:
         """Judge the gated pods whenever one joins, a VC's holder goes, or `every` seconds pass;
         lift those that may go, `rate` a second at most. A failure is the one pod's."""
-        moved = self.s.requeue.vc_moved
         burst = max(1, int(self.rate))
         while True:
             self.book.wake.clear()
-            moved.clear()
             lift, held = await self.judge()
             self.metrics.admission_gated.set(len(held))
             for h in held:
@@ -267,16 +266,5 @@ class GateKeeper:
                 self.metrics.admission_lifts.labels(outcome).inc()
                 if (i + 1) % burst == 0:
                     await asyncio.sleep(burst / self.rate)
-            await _first(self.every, self.book.wake, moved)
-
-
-async def _first(timeout: float, *events: asyncio.Event) -> None:
-    """Return when any of `events` is set, or after `timeout` seconds."""
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for w in waits:
-            w.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await w
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.book.wake.wait(), self.every)

@@ -51,7 +51,8 @@ def gate_on(e2e_cluster: E2ECluster, gang_ns: str) -> Iterator[str]:
     def in_force() -> bool | None:  # the API server applies a new policy once its informer has it
         probe = gang_pod("probe", gang=f"{gang_ns}/probe", vc="nlp", members=[(1, 1)], gpus=1)
         made = core.create_namespaced_pod(gang_ns, probe, dry_run="All")
-        return any(g.name == GATE for g in made.spec.scheduling_gates or []) or None
+        gated = made.spec.scheduling_gates if made.spec is not None else None
+        return any(g.name == GATE for g in gated or []) or None
 
     wait_until("the admission policy in force", in_force, 30)
     yield gang_ns
@@ -60,7 +61,8 @@ def gate_on(e2e_cluster: E2ECluster, gang_ns: str) -> Iterator[str]:
 
 
 def gates(core: client.CoreV1Api, ns: str, pod: str) -> list[str]:
-    got: Any = core.read_namespaced_pod(pod, ns).spec.scheduling_gates or []
+    spec: Any = core.read_namespaced_pod(pod, ns).spec
+    got: Any = spec.scheduling_gates or []
     return [g.name for g in got]
 
 
