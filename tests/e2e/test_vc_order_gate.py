@@ -3,7 +3,8 @@ the chart's MutatingAdmissionPolicy (deploy/admission-gate.yaml, scoped here to 
 creates each pod of topogang's profile behind `topogang.io/admission`; a gang waiting behind an older
 gang of its VC keeps it, so kube-scheduler never tries it ([Queued] is never answered to it), and its
 pods are told why; once the older gang is placed the gate is lifted and the gang starts after it.
-The cluster is the example config (nlp: 3 nodes)."""
+The cluster is the example config (nlp: 3 nodes). Named to run after `test_control_plane.py`, whose
+first test needs the session's extender not started yet (files run in name order)."""
 
 from __future__ import annotations
 
