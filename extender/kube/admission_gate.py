@@ -27,7 +27,8 @@ what-if on the core places them one after another (`topology.explain.fits_in_ord
 and the first it does not: that one will wait for room and hold the VC's later gangs of its priority
 or below back, which then stay gated rather than be lifted together to be answered `[Queued]` at
 every cluster event. A gang lifted counts in the what-if until the filter has seen it (placed, or
-waiting), `FLIGHT_SECONDS` at most. Members of a gang already placed always go.
+waiting) or the watch shows a pod of it bound or gone, `FLIGHT_SECONDS` at most. Members of a gang
+already placed always go.
 
 When: as soon as the watch shows a gated pod, whenever a gang of some VC stops holding its VC's later
 gangs back (`Requeue.vc_moved`, set with `freed_vc`), and every `PASS_SECONDS` (a gang lifted has
@@ -66,7 +67,7 @@ log = logging.getLogger("topogang.kube")
 GATE = "topogang.io/admission"
 RATE = 100.0  # lifts a second, at most, in bursts of as many: pods kube-scheduler would have had at once
 PASS_SECONDS = 1.0  # every gated pod judged again at least this often
-FLIGHT_SECONDS = 30.0  # a lifted gang not filtered within this no longer counts against its VC's quota
+FLIGHT_SECONDS = 30.0  # a lifted gang not filtered within this no longer counts in the what-if
 
 
 def gates(pod: Mapping[str, Any]) -> list[Any]:
