@@ -68,6 +68,9 @@ GATE = "topogang.io/admission"
 RATE = 100.0  # lifts a second, at most, in bursts of as many: pods kube-scheduler would have had at once
 PASS_SECONDS = 1.0  # every gated pod judged again at least this often
 FLIGHT_SECONDS = 30.0  # a lifted gang not filtered within this no longer counts in the what-if
+# gangs a pass's what-if places at most beyond those in flight: it runs under the verbs' lock, and a
+# backlog of thousands would hold the filters; the rest go in the next pass, at once
+WHAT_IF_GANGS = 256
 
 
 def gates(pod: Mapping[str, Any]) -> list[Any]:
@@ -196,6 +199,9 @@ class GateKeeper:
         names = set(going)
         for *_, pr in free:
             if pr.gang not in names:
+                if len(names) - len(going) == WHAT_IF_GANGS:
+                    self.book.wake.set()  # the rest in the next pass, right after this one's lifts
+                    break
                 names.add(pr.gang)
                 order.append(pr.request)
         stop: dict[str, int] = {}  # VC -> the highest priority of its gangs that will wait

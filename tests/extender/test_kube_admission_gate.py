@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
+from extender.kube import admission_gate
 from extender.kube.admission_gate import GATE, gated, lift_patch
 from extender.kube.client import pod_path
 from loadtest.kubefake import FakeKube
@@ -223,6 +226,24 @@ def test_a_lifted_gang_that_ran_and_ended_between_two_passes_holds_nothing_back(
         submit_gated(kube, "n0", "next", spec(NLP, 8))  # the first that does not fit: lifted, to wait
         await until("next lifted", lambda: not gates_of(kube, "next"), seconds=3.0)
         assert "[InsufficientQuota]" in await reasons(r, kube.server.at(pod_path(NLP, "next")))
+        await r.stop()
+
+    run(go())
+
+
+def test_a_backlog_goes_through_the_what_if_a_slice_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The what-if runs under the verbs' lock: a pass places at most `WHAT_IF_GANGS` gangs in it, and
+    the next pass follows at once, so a backlog still goes without waiting for the periodic pass."""
+    monkeypatch.setattr(admission_gate, "WHAT_IF_GANGS", 1)
+
+    async def go() -> None:
+        clock = Clock()
+        kube = cluster_on(clock)
+        r = await start_on(kube, clock)
+        for i in range(3):
+            clock.t += 1.0
+            submit_gated(kube, f"k{i}", f"k-{i}", spec(NLP, 8))
+        await until("all three lifted", lambda: not any(gates_of(kube, f"k-{i}") for i in range(3)), 1.5)
         await r.stop()
 
     run(go())
