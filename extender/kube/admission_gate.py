@@ -248,11 +248,16 @@ class GateKeeper:
 
     async def run(self) -> None:
         """Judge the gated pods whenever one joins, a VC's holder goes, or `every` seconds pass;
-        lift those that may go, `rate` a second at most. A failure is the one pod's."""
+        lift those that may go, `rate` a second at most. A failure to lift is the one pod's; a
+        failure to judge lifts them all (the filter still answers `[Queued]` where it must)."""
         burst = max(1, int(self.rate))
         while True:
             self.book.wake.clear()
-            lift, held = await self.judge()
+            try:
+                lift, held = await self.judge()
+            except Exception:  # a fault here must not keep pods out of kube-scheduler: fail open
+                log.exception("admission gate: judging the gated pods failed; lifting every one of them")
+                lift, held = list(self.book.pods.values()), []
             self.metrics.admission_gated.set(len(held))
             for h in held:
                 if h.request.uid not in self._told:

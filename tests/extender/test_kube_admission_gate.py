@@ -247,3 +247,24 @@ def test_a_backlog_goes_through_the_what_if_a_slice_at_a_time(monkeypatch: pytes
         await r.stop()
 
     run(go())
+
+
+def test_a_keeper_that_cannot_judge_lets_every_gated_pod_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate is a shortcut: should the what-if fail, the keeper fails open, and the filter keeps
+    the VC order as it does without a gate."""
+
+    def broken(*args: object) -> list[bool]:
+        raise RuntimeError("what-if broken")
+
+    monkeypatch.setattr(admission_gate, "fits_in_order", broken)
+
+    async def go() -> None:
+        clock = Clock()
+        kube = cluster_on(clock)
+        r = await start_on(kube, clock)
+        submit_gated(kube, "f0", "first", spec(NLP, 8))
+        await until("first lifted all the same", lambda: not gates_of(kube, "first"))
+        await r.place(kube.server.at(pod_path(NLP, "first")))
+        await r.stop()
+
+    run(go())
