@@ -22,7 +22,8 @@ request reads as the filter reads it, and `Scheduler.behind` names a gang ahead 
 pod (another profile's, a bad spec, a namespace not entitled to its VC, `BestEffortFIFO`) has the
 gate lifted at once, and the filter answers it as before.
 
-Of the gangs that wait behind nobody, a VC's go in order (highest priority, then oldest) while a
+Of the gangs that wait behind nobody, a VC's go in order (highest priority, then oldest, then as the
+watch first showed them, which keeps creation order within a `creationTimestamp`'s second) while a
 what-if on the core places them one after another (`topology.explain.fits_in_order`, rolled back),
 and the first it does not: that one will wait for room and hold the VC's later gangs of its priority
 or below back, which then stay gated rather than be lifted together to be answered `[Queued]` at
@@ -100,6 +101,10 @@ class GatedPods:
 
     def __init__(self) -> None:
         self.pods: dict[str, Mapping[str, Any]] = {}
+        # the order the watch first showed each gated pod in: creation order within a
+        # creationTimestamp's second, which kube-scheduler's queue keeps and a name would not
+        self.seen: dict[str, int] = {}
+        self._next = 0
         self.wake = asyncio.Event()  # a pod joins, or a VC's holder goes (`Requeue.vc_moved`)
         self.lifted: set[str] = set()  # pods lifted, until the watch shows them bound or gone
         self.landed: set[str] = set()  # of those, the ones it has shown so (the keeper takes them)
@@ -112,13 +117,23 @@ class GatedPods:
         if kind != "DELETED" and gated(pod):
             if uid not in self.pods:
                 self.wake.set()
+                self._number(uid)
             self.pods[uid] = kpods.kept(pod)
         else:
             self.pods.pop(uid, None)
+            self.seen.pop(uid, None)
+
+    def _number(self, uid: str) -> None:
+        if uid not in self.seen:
+            self._next += 1
+            self.seen[uid] = self._next
 
     def listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """A full list: the gated pods are these, whatever the watch said before."""
         self.pods = {kpods.uid(p): kpods.kept(p) for p in pods if gated(p)}
+        for uid in self.pods:
+            self._number(uid)
+        self.seen = {uid: n for uid, n in self.seen.items() if uid in self.pods}
         present = {kpods.uid(p) for p in pods if kpods.node_name(p) is None and not kpods.finished(p)}
         self.landed |= self.lifted - present
         self.lifted &= present
@@ -183,7 +198,8 @@ class GateKeeper:
                 else:
                     held.append(HeldPod(pr, ahead))
             lift += self._within_reach(
-                sorted(free, key=lambda t: (-t[2].request.priority, t[0], t[2].gang)), now
+                sorted(free, key=lambda t: (-t[2].request.priority, t[0], self.book.seen.get(t[2].uid, 0))),
+                now,
             )
         return lift, held
 

@@ -268,3 +268,22 @@ def test_a_keeper_that_cannot_judge_lets_every_gated_pod_go(monkeypatch: pytest.
         await r.stop()
 
     run(go())
+
+
+def test_the_book_keeps_the_order_the_watch_showed_the_gated_pods_in() -> None:
+    """Pods created in the same second go in the order they were created, as kube-scheduler's queue
+    takes them without a gate, not by name (which would group them by namespace)."""
+    book = admission_gate.GatedPods()
+
+    def gated_pod(uid: str, ns: str) -> dict[str, Any]:
+        return {
+            "metadata": {"uid": uid, "name": uid, "namespace": ns},
+            "spec": {"schedulingGates": [{"name": GATE}]},
+        }
+
+    for uid, ns in (("u3", "vc-b"), ("u1", "vc-z"), ("u2", "vc-a")):
+        book.saw("ADDED", gated_pod(uid, ns))
+    assert sorted(book.seen, key=book.seen.__getitem__) == ["u3", "u1", "u2"]
+    book.saw("MODIFIED", {**gated_pod("u3", "vc-b"), "spec": {}})  # lifted: it leaves the book
+    book.listed([gated_pod("u2", "vc-a"), gated_pod("u4", "vc-a"), gated_pod("u1", "vc-z")])
+    assert sorted(book.seen, key=book.seen.__getitem__) == ["u1", "u2", "u4"]
