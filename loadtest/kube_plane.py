@@ -21,6 +21,13 @@ from loadtest.servers import ROOT, Children, free_port, wait_ready
 E2E = ROOT / "scripts" / "e2e"
 
 
+# the resources of deploy/admission-gate.yaml's kinds
+_PLURALS = {
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
+    "MutatingAdmissionPolicyBinding": "mutatingadmissionpolicybindings",
+}
+
+
 class ControlPlane:
     """`scripts/e2e/cluster-up.sh` in a work dir (down again on `close`), the extender in Kubernetes
     mode, and the second kube-scheduler without it."""
@@ -73,8 +80,7 @@ class ControlPlane:
         docs = [d for d in yaml.safe_load_all((ROOT / "deploy" / "admission-gate.yaml").read_text()) if d]
         with contextlib.closing(KubeHttp(int(self.env["API_PORT"]), tls_context(self.env))) as api:
             for doc in docs:
-                plural = {"MutatingAdmissionPolicy": "mutatingadmissionpolicies"}.get(doc["kind"])
-                api.ok("POST", f"{base}/{plural or 'mutatingadmissionpolicybindings'}", doc)
+                api.ok("POST", f"{base}/{_PLURALS[doc['kind']]}", doc)
 
     def extender(self, config: Path, *extra: str) -> subprocess.Popen[bytes]:
         """The extender, its verbs where kube-scheduler calls them (EXTENDER_PORT) and its reads on

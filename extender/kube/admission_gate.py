@@ -211,6 +211,8 @@ class GateKeeper:
         places them one after another (the gangs lifted and not yet filtered first), and the first it
         does not, which will wait for room and hold the VC's later gangs of its priority or below."""
         going = self._flights(now)
+        if not free:  # nothing to lift: a what-if of the gangs in flight alone would decide nothing
+            return []
         order = [req for _, req, _ in self._in_flight.values()]
         names = set(going)
         for *_, pr in free:
