@@ -100,11 +100,9 @@ class GatedPods:
     and list, leader or not, so a new leader starts with them)."""
 
     def __init__(self) -> None:
+        # in the order the watch first showed them (a dict keeps it; an update keeps its place):
+        # creation order within a creationTimestamp's second, as kube-scheduler's queue takes them
         self.pods: dict[str, Mapping[str, Any]] = {}
-        # the order the watch first showed each gated pod in: creation order within a
-        # creationTimestamp's second, which kube-scheduler's queue keeps and a name would not
-        self.seen: dict[str, int] = {}
-        self._next = 0
         self.wake = asyncio.Event()  # a pod joins, or a VC's holder goes (`Requeue.vc_moved`)
         self.lifted: set[str] = set()  # pods lifted, until the watch shows them bound or gone
         self.landed: set[str] = set()  # of those, the ones it has shown so (the keeper takes them)
@@ -117,23 +115,20 @@ class GatedPods:
         if kind != "DELETED" and gated(pod):
             if uid not in self.pods:
                 self.wake.set()
-                self._number(uid)
             self.pods[uid] = kpods.kept(pod)
         else:
             self.pods.pop(uid, None)
-            self.seen.pop(uid, None)
 
-    def _number(self, uid: str) -> None:
-        if uid not in self.seen:
-            self._next += 1
-            self.seen[uid] = self._next
+    @property
+    def seen(self) -> dict[str, int]:
+        """Each gated pod's place in the order the watch first showed it."""
+        return {uid: i for i, uid in enumerate(self.pods)}
 
     def listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """A full list: the gated pods are these, whatever the watch said before."""
-        self.pods = {kpods.uid(p): kpods.kept(p) for p in pods if gated(p)}
-        for uid in self.pods:
-            self._number(uid)
-        self.seen = {uid: n for uid, n in self.seen.items() if uid in self.pods}
+        listed = {kpods.uid(p): kpods.kept(p) for p in pods if gated(p)}
+        known = {uid: listed[uid] for uid in self.pods if uid in listed}  # their places kept
+        self.pods = known | listed
         present = {kpods.uid(p) for p in pods if kpods.node_name(p) is None and not kpods.finished(p)}
         self.landed |= self.lifted - present
         self.lifted &= present
@@ -197,10 +192,8 @@ class GateKeeper:
                     free.append((self.s.holders.joined(pr, now, self.s.waiting.get(pr.gang)), pod, pr))
                 else:
                     held.append(HeldPod(pr, ahead))
-            lift += self._within_reach(
-                sorted(free, key=lambda t: (-t[2].request.priority, t[0], self.book.seen.get(t[2].uid, 0))),
-                now,
-            )
+            # a stable sort: ties keep the book's order (`GatedPods.pods`), which `free` was read in
+            lift += self._within_reach(sorted(free, key=lambda t: (-t[2].request.priority, t[0])), now)
         return lift, held
 
     def _within_reach(
