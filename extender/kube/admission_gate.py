@@ -58,7 +58,7 @@ from extender.gangs.podspec import PodRequest, is_enabled
 from extender.http import wire
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
-from extender.kube.client import ApiError, AsyncKube, pod_path
+from extender.kube.client import AsyncKube, patch_pod
 from extender.ops.metrics import Metrics
 from topology.decisions import GangRequest, UserError
 from topology.explain import fits_in_order
@@ -245,17 +245,9 @@ class GateKeeper:
     async def lift(self, pod: Mapping[str, Any]) -> str:
         """Lift one pod's gate; the outcome (`lifted`, `gone`: deleted, re-created, or refused because
         its gates changed since the watch saw it, which brings it back; `failed`)."""
-        try:
-            got = await self.kube.request(
-                "PATCH", pod_path(kpods.namespace(pod), kpods.name(pod)), body=lift_patch(pod)
-            )
-        except ApiError as err:
-            if err.status in (404, 409, 422):
-                return "gone"
-            where = f"{kpods.namespace(pod)}/{kpods.name(pod)}"
-            log.warning("cannot lift the admission gate of pod %s: %s", where, err)
-            return "failed"
-        return "lifted" if got is not None else "gone"
+        ns, name = kpods.namespace(pod), kpods.name(pod)
+        got = await patch_pod(self.kube, ns, name, lift_patch(pod), "lift the admission gate of")
+        return "lifted" if got == "done" else got
 
     async def run(self) -> None:
         """Judge the gated pods whenever one joins, a VC's holder goes, or `every` seconds pass;

@@ -202,3 +202,18 @@ class AsyncKube:
                 yield item
         finally:
             stop.set()
+
+
+async def patch_pod(kube: AsyncKube, namespace: str, name: str, body: Mapping[str, Any], doing: str) -> str:
+    """One merge patch of a pod by the leader's per-pod writers (requeue marks, admission gates):
+    `done`; `gone` when it was deleted, or the patch's preconditions no longer hold (404, 409, 422:
+    a re-created pod, a change since the watch saw it, which the watch brings back); `failed`
+    otherwise, logged as "cannot {doing} pod ns/name"."""
+    try:
+        got = await kube.request("PATCH", pod_path(namespace, name), body=body)
+    except ApiError as err:
+        if err.status in (404, 409, 422):
+            return "gone"
+        log.warning("cannot %s pod %s/%s: %s", doing, namespace, name, err)
+        return "failed"
+    return "done" if got is not None else "gone"

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 
 from extender.http.turned_away import Requeue, TurnedAway
-from extender.kube.client import ApiError, AsyncKube, pod_path
+from extender.kube.client import AsyncKube, patch_pod
 from extender.ops.metrics import Metrics
 
 log = logging.getLogger("topogang.kube")
@@ -70,16 +70,8 @@ class Requeuer:
 
     async def patch(self, pod: TurnedAway) -> str:
         """Mark one pod; the outcome (`patched`, `gone`: deleted or re-created, `failed`)."""
-        try:
-            got = await self.kube.request(
-                "PATCH", pod_path(pod.namespace, pod.name), body=requeue_patch(pod, self.mark())
-            )
-        except ApiError as err:
-            if err.status in (404, 409, 422):  # gone, or another pod of that name by now
-                return "gone"
-            log.warning("cannot requeue pod %s/%s: %s", pod.namespace, pod.name, err)
-            return "failed"
-        return "patched" if got is not None else "gone"
+        got = await patch_pod(self.kube, pod.namespace, pod.name, requeue_patch(pod, self.mark()), "requeue")
+        return "patched" if got == "done" else got
 
     async def run(self) -> None:
         """Mark due pods as they come, `rate` a second at most (`rate` at once after a pause). A
