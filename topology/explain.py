@@ -9,7 +9,8 @@ short without reading code. `fits_in_order` asks the same of several gangs place
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from topology.core import Core
@@ -32,22 +33,17 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
             "phase": existing.phase.value,
             "placement": _placement(core, core.placement_of(existing)),
         }
-    st.begin()
-    try:
+    with _what_if(core) as made:
         got = place_new(core, req, now, suggested_ids(core, req))
         if isinstance(got, GangPlacement):
             out["fitsNow"] = True
             out["placement"] = _placement(core, got)
             gang = core.gang(req.name)
-            if gang is not None and gang is not existing:  # the what-if's gang: the rollback keeps it
-                core.reservations.remove(gang)
-                if existing is not None:  # it took the name of the gang that really holds the cells
-                    core.reservations.add(existing)
+            if gang is not None and gang is not existing:  # the what-if's gang, in `existing`'s name
+                made.append((gang, existing))
         else:
             out["fitsNow"] = False
             out["reason"] = got.reason.to_dict()
-    finally:
-        st.rollback()
     if not out["fitsNow"] and not req.opportunistic:
         plan = find_plan(core, req, core.owner_of(req), suggested_ids(core, req))
         out["wouldPreempt"] = (
@@ -74,34 +70,46 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
 
 def fits_in_order(core: Core, reqs: Sequence[GangRequest], now: float) -> list[bool]:
     """Whether each of `reqs` would be placed now if they came one after another, each seeing the
-    GPUs the ones before it took (none preempting, none started as a guest in lieu of a reclaim):
-    one transaction, always rolled back, the gang registry, its ids and the not-whole windows put
-    back as they were, so nothing a later decision reads has changed. A request the config refuses
-    counts as placed (the real placement names the error)."""
-    res = core.reservations
-    last, windows = res.last_id, dict(res.windows)
-    made: list[Gang] = []
+    GPUs the ones before it took (none preempting, none started as a guest in lieu of a reclaim),
+    inside one `_what_if`. A request the config refuses counts as placed (the real placement names
+    the error)."""
     out: list[bool] = []
-    core.state.begin()
-    try:
+    with _what_if(core) as made:
         for req in reqs:
             try:
                 core.validate(req)
             except UserError:
                 out.append(True)
                 continue
+            displaced = core.gang(req.name)
             got = place_gang(core, req, now, suggested_ids(core, req))
             if isinstance(got, Gang):
-                made.append(got)
+                made.append((got, displaced))
             out.append(isinstance(got, Gang))
+    return out
+
+
+@contextmanager
+def _what_if(core: Core) -> Iterator[list[tuple[Gang, Gang | None]]]:
+    """A transaction always rolled back, with what the state's undo log does not hold put back too:
+    the gangs the body made (it lists each, with the gang of that name it displaced from the
+    registry), the ids handed out meanwhile, and the not-whole windows a placement consumed. So
+    nothing a later decision reads has changed, on a live core as on a copy."""
+    res = core.reservations
+    last, windows = res.last_id, dict(res.windows)
+    made: list[tuple[Gang, Gang | None]] = []
+    core.state.begin()
+    try:
+        yield made
     finally:
-        for gang in made:
+        for gang, displaced in reversed(made):
             res.remove(gang)
+            if displaced is not None:
+                res.add(displaced)
         core.state.rollback()
         res.windows.clear()
         res.windows.update(windows)
         res.rewind(last)
-    return out
 
 
 def _placement(core: Core, p: GangPlacement) -> dict[str, Any]:
