@@ -36,6 +36,7 @@ from tests.polling import poll
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL_TRIES = 1200  # half a second apart: a fresh venv and the runtime dependencies (~30 s, warm pip cache)
 STEP_TIMEOUT = 120.0
+BIND_ATTEMPTS = 3
 
 pytestmark = pytest.mark.clone
 
@@ -63,11 +64,18 @@ class Clone:
         return done.stdout
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_port_pair() -> int:
+    """A port free now with the next one free too: `serve` puts its verbs listener on port + 1."""
+    for _ in range(100):
+        with socket.socket() as read, socket.socket() as verbs:
+            read.bind(("127.0.0.1", 0))
+            port: int = read.getsockname()[1]
+            try:
+                verbs.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no two neighbouring free ports on 127.0.0.1 in 100 tries")
 
 
 def get(url: str, data: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
@@ -101,10 +109,52 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clone]:
     target = base / "topogang"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(target)], check=True, timeout=STEP_TIMEOUT)
     assert sorted(p.name for p in base.iterdir()) == ["topogang"]  # nothing beside the clone
-    port = free_port()
     log = base / "make-run.log"
+    proc, port = started(target, log)
+    try:
+        yield Clone(target, f"http://127.0.0.1:{port}", port, log)
+    finally:
+        stop(proc)
+
+
+def started(target: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """`make run` serving, and its port. The ports are free when picked, not reserved: another
+    process may take one during the install. A start that lost that race is started again on new
+    ports (quickly: the install is done by then)."""
+    for _ in range(BIND_ATTEMPTS):
+        port = free_port_pair()
+        proc = start_make_run(target, port, log)
+        try:
+            if serves(proc, f"http://127.0.0.1:{port}", log):
+                return proc, port
+        except BaseException:
+            stop(proc)
+            raise
+    raise AssertionError(f"every port picked was taken before make run bound it:\n{log.read_text()}")
+
+
+def serves(proc: subprocess.Popen[bytes], url: str, log: Path) -> bool:
+    """Whether `make run` came up at `url` (False: its port was taken first; any other exit fails)."""
+    taken: list[bool] = []
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            said = log.read_text()
+            assert "address already in use" in said.lower(), f"make run exited {proc.returncode}:\n{said}"
+            taken.append(True)
+            return True
+        try:
+            return get(url + "/readyz")[0] == 200
+        except OSError:
+            return False
+
+    poll(f"make run to be ready (log: {log})", ready, tries=INSTALL_TRIES, interval=0.5)
+    return not taken
+
+
+def start_make_run(target: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             ["make", "run", f"PORT={port}", f"PY={sys.executable}"],
             cwd=target,
             stdout=out,
@@ -112,20 +162,6 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clone]:
             start_new_session=True,  # its own process group: stop() ends make and the server
             env={k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))},
         )
-    try:
-        url = f"http://127.0.0.1:{port}"
-
-        def ready() -> bool:
-            assert proc.poll() is None, f"make run exited {proc.returncode}:\n{log.read_text()}"
-            try:
-                return get(url + "/readyz")[0] == 200
-            except OSError:
-                return False
-
-        poll(f"make run to be ready (log: {log})", ready, tries=INSTALL_TRIES, interval=0.5)
-        yield Clone(target, url, port, log)
-    finally:
-        stop(proc)
 
 
 def readme_try_it(readme: str) -> list[str]:
