@@ -17,9 +17,10 @@ The harness plays the users and the jobs' runtime, never the scheduler:
   since Kueue orders by eviction time only after a PodsReady timeout or an admission check: the
   simulator's kueue-like does that, `simulate/kueue.py`);
 - topogang's pods are guaranteed (priority 0) while their VC's guaranteed jobs leave quota for
-  them and otherwise opportunistic (priority -1, `promoteWhenQuota`), as the simulator's topogang
-  decides; a job still waiting opportunistic whose VC has quota for it again is re-submitted
-  guaranteed (nothing of it ran, so nothing is lost or counted). The tally of a VC's quota in use
+  them and otherwise opportunistic (priority -1), as the simulator's topogang decides, and every
+  one sets `promoteWhenQuota` as the simulator's requests do; a job still waiting opportunistic
+  whose VC has quota for it again is re-submitted guaranteed (nothing of it ran, so nothing is
+  lost or counted). The tally of a VC's quota in use
   counts the opportunistic jobs the extender promoted (their bind info re-written onto quota
   cells), as the simulator's does; a guaranteed job refused for quota all the same (the promotion
   not yet written back) is re-submitted opportunistic at once (`_quota_news`). Without the two, a

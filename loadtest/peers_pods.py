@@ -1,7 +1,9 @@
 """The pods of a bench-peers job, as a user of each arm's system writes them.
 
 - **topogang**: `schedulerName: topogang`, the opt-in limit and the spec annotation (VC, priority 0
-  when guaranteed, -1 with `promoteWhenQuota` when opportunistic, an affinity group for gangs);
+  when guaranteed, -1 when opportunistic, an affinity group for gangs, and `promoteWhenQuota` on
+  every job, as the simulator's topogang asks: an opportunistic job is promoted when its VC has room,
+  a guaranteed one may start as a guest instead of ending running work, `topology/room.py`);
 - **kueue**: the LocalQueue label; a gang is a pod group (`pod-group-name` label, `pod-group-total-count`
   annotation) whose pods prefer one rack (`podset-preferred-topology`), as a user of Topology Aware
   Scheduling asks for a multi-node job that runs best in a rack but may run across racks; placed by
@@ -53,8 +55,7 @@ def pods_for(arm: str, run: str, job: Job, attempt: int, guaranteed: bool) -> li
                 "priority": 0 if guaranteed else -1,
                 "leafCellNumber": gpus,
             }
-            if not guaranteed:
-                spec["promoteWhenQuota"] = True
+            spec["promoteWhenQuota"] = True
             if len(job.pods) > 1:
                 spec["affinityGroup"] = {
                     "name": f"{ns}/{name}",

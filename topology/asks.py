@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from topology import expiry, gangs, preemption, promotion, requests
+from topology import compact, expiry, gangs, preemption, promotion, requests
 from topology.cluster import Cluster
 from topology.decisions import (
     Bind,
@@ -150,6 +150,9 @@ def _reserve(cluster: Cluster, req: GangRequest, now: float, checked: bool) -> G
     cooling = expiry.cooling(cluster, req, now)  # it expired less than a TTL ago
     if cooling is not None:
         return cooling
+    closer = compact.closer_plan(cluster, req, now, suggested)
+    if closer is not None:
+        return compact.closer_wait(cluster, req, closer)
     got = gangs.place_gang(cluster, req, now, suggested)
     if not isinstance(got, Wait) or req.opportunistic:
         return got
@@ -192,7 +195,7 @@ def filter_member(cluster: Cluster, ask: FilterAsk, now: float) -> FilterAnswer:
         placed = _reserve(cluster, req, now, True)
         preempted = None
         if ask.preempt and isinstance(placed, Wait) and placed.reason.code is WaitCode.PREEMPTIBLE:
-            plan = preemption.preempt(cluster, req, now)
+            plan = compact.preempt(cluster, req, now)
             preempted = plan if isinstance(plan, Preemption) else None
             placed = _reserve(cluster, req, now, True)
     except UserError as err:
@@ -229,7 +232,7 @@ def preempt_member(cluster: Cluster, m: MemberAsk, now: float, behind: str | Non
     placed = cluster.reservations.by_name.get(req.name) is not None
     if placed or behind is not None:
         requests.fits(cluster, req)
-    got = preemption.preempt(cluster, req, now) if placed or behind is None else queued(req, behind)
+    got = compact.preempt(cluster, req, now) if placed or behind is None else queued(req, behind)
     gang = cluster.reservations.by_name.get(req.name)
     return PreemptAnswer(got, gang, cluster.vc_quota_leaves.get(req.vc, 0))
 

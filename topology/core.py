@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
-from topology import asks, expiry, gangs, health, preemption, promotion, recovery, requests
+from topology import asks, compact, expiry, gangs, health, promotion, recovery, requests
 from topology.asks import Claimed, FilterAnswer, FilterAsk, MemberAsk, PreemptAnswer, Slots
 from topology.cluster import Cluster
 from topology.decisions import (
@@ -72,7 +72,7 @@ class Core(Cluster):
         """Preempting phase: place the gang if it fits now; otherwise reserve its cells over the
         cheapest victims (lazily downgrading opted-in same-VC victims first) and name the pods that
         must go. Repeated calls return the same reservation and its remaining victims."""
-        return preemption.preempt(self, req, now)
+        return compact.preempt(self, req, now)
 
     def schedule(
         self,

@@ -9,8 +9,7 @@ short without reading code. `fits_in_order` asks the same of several gangs place
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from topology.core import Core
@@ -20,6 +19,7 @@ from topology.health import doomed
 from topology.preemption import find_plan
 from topology.requests import chains, suggested_ids
 from topology.reservations import Gang
+from topology.whatif import what_if
 
 
 def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
@@ -33,7 +33,7 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
             "phase": existing.phase.value,
             "placement": _placement(core, core.placement_of(existing)),
         }
-    with _what_if(core) as made:
+    with what_if(core) as made:
         got = place_new(core, req, now, suggested_ids(core, req))
         if isinstance(got, GangPlacement):
             out["fitsNow"] = True
@@ -74,7 +74,7 @@ def fits_in_order(core: Core, reqs: Sequence[GangRequest], now: float) -> list[b
     inside one `_what_if`. A request the config refuses counts as placed (the real placement names
     the error)."""
     out: list[bool] = []
-    with _what_if(core) as made:
+    with what_if(core) as made:
         for req in reqs:
             try:
                 core.validate(req)
@@ -87,29 +87,6 @@ def fits_in_order(core: Core, reqs: Sequence[GangRequest], now: float) -> list[b
                 made.append((got, displaced))
             out.append(isinstance(got, Gang))
     return out
-
-
-@contextmanager
-def _what_if(core: Core) -> Iterator[list[tuple[Gang, Gang | None]]]:
-    """A transaction always rolled back, with what the state's undo log does not hold put back too:
-    the gangs the body made (it lists each, with the gang of that name it displaced from the
-    registry), the ids handed out meanwhile, and the not-whole windows a placement consumed. So
-    nothing a later decision reads has changed, on a live core as on a copy."""
-    res = core.reservations
-    last, windows = res.last_id, dict(res.windows)
-    made: list[tuple[Gang, Gang | None]] = []
-    core.state.begin()
-    try:
-        yield made
-    finally:
-        for gang, displaced in reversed(made):
-            res.remove(gang)
-            if displaced is not None:
-                res.add(displaced)
-        core.state.rollback()
-        res.windows.clear()
-        res.windows.update(windows)
-        res.rewind(last)
 
 
 def _placement(core: Core, p: GangPlacement) -> dict[str, Any]:

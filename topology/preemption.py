@@ -86,13 +86,13 @@ def find_plan(
         key=lambda g: g.id,
     )
     for tier in sorted({g.priority for g in candidates}):
-        plan = _try(cluster, req, owner, [g for g in candidates if g.priority <= tier], suggested)
+        plan = plan_over(cluster, req, owner, [g for g in candidates if g.priority <= tier], suggested)
         if plan is not None:
             return plan
     return None
 
 
-def _try(
+def plan_over(
     cluster: Cluster, req: GangRequest, owner: int, pool: list[Gang], suggested: frozenset[int] | None
 ) -> Plan | None:
     """The plan over `pool` that loses the least work (`victims.py`) among those that land the gang
@@ -280,7 +280,7 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
             revert_downgrade(g, o, p)
         return got
     gang = (
-        _apply_plan(cluster, req, owner, plan, now)
+        apply_plan(cluster, req, owner, plan, now)
         if way is None
         else _apply_guest_plan(cluster, req, way, now)
     )
@@ -345,7 +345,7 @@ def _lazy_downgrade(
     return out
 
 
-def _apply_plan(cluster: Cluster, req: GangRequest, owner: int, plan: Plan, now: float) -> Gang:
+def apply_plan(cluster: Cluster, req: GangRequest, owner: int, plan: Plan, now: float) -> Gang:
     """Make the preemption real: cancel victims that run nothing, bind the plan's cells, take the
     free leaves and mark the victims' leaves as reserved for this gang."""
     st = cluster.state
@@ -434,9 +434,9 @@ def guest_plan(
 
 
 def _apply_guest_plan(cluster: Cluster, req: GangRequest, plan: Plan, now: float) -> Gang:
-    """`_apply_plan` for a gang starting as a guest (`guest_plan`): opportunistic, binding no cell,
+    """`apply_plan` for a gang starting as a guest (`guest_plan`): opportunistic, binding no cell,
     its request kept as asked, so a release promotes it to the priority it asked for."""
-    gang = _apply_plan(cluster, replace(req, priority=OPPORTUNISTIC_PRIORITY), NO_OWNER, plan, now)
+    gang = apply_plan(cluster, replace(req, priority=OPPORTUNISTIC_PRIORITY), NO_OWNER, plan, now)
     gang.request, gang.guest = req, True
     gang.history.append(f"started as a guest over {len(plan.victims)} younger guests elsewhere")
     return gang

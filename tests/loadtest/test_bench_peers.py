@@ -106,6 +106,10 @@ def test_each_arm_submits_pods_as_its_users_write_them() -> None:
     assert [p["metadata"]["name"] for p in topo] == ["j7-a2-0", "j7-a2-1"]
     spec = orjson.loads(topo[0]["metadata"]["annotations"][SPEC])
     assert spec["priority"] == -1 and spec["promoteWhenQuota"] is True
+    guaranteed = orjson.loads(
+        pods_for("topogang", "r1", gang, 2, guaranteed=True)[0]["metadata"]["annotations"][SPEC]
+    )
+    assert guaranteed["priority"] == 0 and guaranteed["promoteWhenQuota"] is True  # as the simulator asks
     assert spec["affinityGroup"] == {
         "name": "vc-6214e9/j7-a2",
         "members": [{"podNumber": 2, "leafCellNumber": 8}],

@@ -1,0 +1,106 @@
+"""A guaranteed multi-node gang in one rack over a few plain guests, rather than across racks for free.
+
+The placement takes free room first: a gang that fits without preempting anything is placed, however
+spread, and preemption keeps a gang close only when nothing fits without it (`victims.py`: never at
+the price of a more spread preemptor). So a multi-node gang arriving while the free nodes are
+scattered spans racks, where a moment later, or over a guest or two, it would have had one. On the
+live bench (`make bench-peers` with the admission gate, which hands kube-scheduler a gang seconds
+sooner) VC e13805's first 12-GPU gang landed on free nodes of two racks where, without the gate, it
+found none free, preempted guests in one rack and kept its later gangs in one rack too.
+
+Here such a gang, before it is placed, is placed in a what-if (`whatif.py`); if that spans more than
+one cell of the level it needs (its lowest common cell above a rack), the preemption search is asked
+for a placement over plain guests only (opportunistic gangs that are not guaranteed gangs running as
+guests), and that plan is taken instead when it is strictly closer and ends no more running work than
+the loss threshold for starting as a guest (`room.worth_a_guest`, scaled by the wholly free nodes):
+the same price topogang already pays a guest to spare a reclaim. Only a gang that opted in to guests
+(`promoteWhenQuota`, `room.may_start_as_guest`) is treated so: HiveD places first and never
+preempts what it could avoid, and its conformance cases never set the field.
+"""
+
+from __future__ import annotations
+
+from topology import preemption
+from topology.cluster import Cluster
+from topology.decisions import GangPlacement, GangRequest, Preemption, Wait, WaitCode, WaitReason
+from topology.expiry import cooling
+from topology.gangs import existing, live_victims, place_gang, placement_of
+from topology.preemption import Plan, may_preempt
+from topology.requests import suggested_ids, validate
+from topology.reservations import Gang, GangPhase
+from topology.room import loss_of, may_start_as_guest, over_quota, worth_a_guest
+from topology.state import NO_OWNER
+from topology.victims import spread
+from topology.whatif import what_if
+
+
+def closer_plan(
+    cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None
+) -> Plan | None:
+    """The preemption of plain guests that lands a new gang closer than the free room would, when it
+    is worth it (module docstring); None: place it as usual."""
+    if not may_start_as_guest(req) or sum(m.pod_number for m in req.members) < 2:
+        return None
+    with what_if(cluster) as made:
+        got = place_gang(cluster, req, now, suggested)
+        if not isinstance(got, Gang):
+            return None  # it fits only by preempting: the preemption already keeps it close
+        made.append((got, None))
+        free_spread = spread(cluster.topo, [s.leaves for s in got.slots])
+    if free_spread[1] < 2 or free_spread[0] <= _closest_level(cluster, got.chain, req.leaf_total):
+        return None
+    owner = cluster.owner_of(req)
+    st = cluster.state
+    guests = [
+        g
+        for g in cluster.reservations.by_id.values()
+        if g.priority < 0
+        and not g.guest
+        and may_preempt(req, owner, g)
+        and any(st.leaf_owner[x] in (owner, NO_OWNER) for x in g.held_leaves())
+    ]
+    if not guests:
+        return None
+    plan = preemption.plan_over(cluster, req, owner, sorted(guests, key=lambda g: g.id), suggested)
+    if plan is None or spread(cluster.topo, plan.leaves)[0] >= free_spread[0]:
+        return None
+    if over_quota(cluster, req, plan.victims):
+        return None
+    if worth_a_guest(cluster, req, loss_of(cluster, plan.victims, now)):
+        return None
+    return plan
+
+
+def _closest_level(cluster: Cluster, chain: int, leaves: int) -> int:
+    """The lowest level of `chain` whose cells hold `leaves` GPUs: no placement can be closer."""
+    ch = cluster.topo.chains[chain]
+    return next((lvl for lvl in range(1, ch.top_level + 1) if ch.leaf_count[lvl] >= leaves), ch.top_level)
+
+
+def closer_wait(cluster: Cluster, req: GangRequest, plan: Plan) -> Wait:
+    """The filtering phase's answer for a gang that `closer_plan` keeps close: PREEMPTIBLE, naming
+    the guests (nothing is reserved yet)."""
+    victims = live_victims(cluster, plan.victims)
+    msg = (
+        f"gang {req.name} fits in one cell by preempting {len(victims)} pods of {len(plan.victims)} "
+        "guests, where the free room would spread it"
+    )
+    return Wait(WaitReason(WaitCode.PREEMPTIBLE, req.vc, msg), victims)
+
+
+def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
+    """`preemption.preempt`, with a new gang kept close over plain guests when `closer_plan` says so."""
+    if existing(cluster, req) is None:
+        validate(cluster, req)
+        if cooling(cluster, req, now) is None:
+            suggested = suggested_ids(cluster, req)
+            plan = closer_plan(cluster, req, now, suggested)
+            if plan is not None:
+                st = cluster.state
+                st.begin()
+                gang = preemption.apply_plan(cluster, req, cluster.owner_of(req), plan, now)
+                st.commit()
+                if gang.phase is GangPhase.PREEMPTING:
+                    return Preemption(gang.name, live_victims(cluster, gang.victims))
+                return placement_of(cluster, gang)
+    return preemption.preempt(cluster, req, now)
