@@ -8,8 +8,8 @@ live bench (`make bench-peers` with the admission gate, which hands kube-schedul
 sooner) VC e13805's first 12-GPU gang landed on free nodes of two racks where, without the gate, it
 found none free, preempted guests in one rack and kept its later gangs in one rack too.
 
-Here such a gang, before it is placed, is placed in a what-if (`whatif.py`); if that spans more than
-one cell of the level it needs (its lowest common cell above a rack), the preemption search is asked
+Here such a gang, before it is placed, is placed in a what-if (`whatif.py`); if its lowest common cell
+there is above the lowest level whose cells could hold all its GPUs, the preemption search is asked
 for a placement over plain guests only (opportunistic gangs that are not guaranteed gangs running as
 guests), and that plan is taken instead when it is strictly closer and ends no more running work than
 the loss threshold for starting as a guest (`room.worth_a_guest`, scaled by the wholly free nodes):
