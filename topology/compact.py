@@ -25,11 +25,10 @@ from topology.cluster import Cluster
 from topology.decisions import GangPlacement, GangRequest, Preemption, Wait, WaitCode, WaitReason
 from topology.expiry import cooling
 from topology.gangs import existing, live_victims, place_gang, placement_of
-from topology.preemption import Plan, may_preempt
+from topology.preemption import Plan
 from topology.requests import suggested_ids, validate
 from topology.reservations import Gang, GangPhase
 from topology.room import loss_of, may_start_as_guest, over_quota, worth_a_guest
-from topology.state import NO_OWNER
 from topology.victims import spread
 from topology.whatif import what_if
 
@@ -39,7 +38,7 @@ def closer_plan(
 ) -> Plan | None:
     """The preemption of plain guests that lands a new gang closer than the free room would, when it
     is worth it (module docstring); None: place it as usual."""
-    if not may_start_as_guest(req) or sum(m.pod_number for m in req.members) < 2:
+    if not _may_apply(req):
         return None
     with what_if(cluster) as made:
         got = place_gang(cluster, req, now, suggested)
@@ -47,21 +46,14 @@ def closer_plan(
             return None  # it fits only by preempting: the preemption already keeps it close
         made.append((got, None))
         free_spread = spread(cluster.topo, [s.leaves for s in got.slots])
-    if free_spread[1] < 2 or free_spread[0] <= _closest_level(cluster, got.chain, req.leaf_total):
+    fit = cluster.topo.chains[got.chain].fit_level  # the closest any placement could be
+    if free_spread[1] < 2 or free_spread[0] <= fit[min(req.leaf_total, len(fit) - 1)]:
         return None
     owner = cluster.owner_of(req)
-    st = cluster.state
-    guests = [
-        g
-        for g in cluster.reservations.by_id.values()
-        if g.priority < 0
-        and not g.guest
-        and may_preempt(req, owner, g)
-        and any(st.leaf_owner[x] in (owner, NO_OWNER) for x in g.held_leaves())
-    ]
+    guests = [g for g in preemption.may_help(cluster, req, owner) if g.priority < 0 and not g.guest]
     if not guests:
         return None
-    plan = preemption.plan_over(cluster, req, owner, sorted(guests, key=lambda g: g.id), suggested)
+    plan = preemption.plan_over(cluster, req, owner, guests, suggested)
     if plan is None or spread(cluster.topo, plan.leaves)[0] >= free_spread[0]:
         return None
     if over_quota(cluster, req, plan.victims):
@@ -71,10 +63,9 @@ def closer_plan(
     return plan
 
 
-def _closest_level(cluster: Cluster, chain: int, leaves: int) -> int:
-    """The lowest level of `chain` whose cells hold `leaves` GPUs: no placement can be closer."""
-    ch = cluster.topo.chains[chain]
-    return next((lvl for lvl in range(1, ch.top_level + 1) if ch.leaf_count[lvl] >= leaves), ch.top_level)
+def _may_apply(req: GangRequest) -> bool:
+    """Whether the rule can concern `req` at all (cheap: asked before anything is placed)."""
+    return may_start_as_guest(req) and sum(m.pod_number for m in req.members) >= 2
 
 
 def closer_wait(cluster: Cluster, req: GangRequest, plan: Plan) -> Wait:
@@ -90,7 +81,7 @@ def closer_wait(cluster: Cluster, req: GangRequest, plan: Plan) -> Wait:
 
 def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
     """`preemption.preempt`, with a new gang kept close over plain guests when `closer_plan` says so."""
-    if existing(cluster, req) is None:
+    if _may_apply(req) and existing(cluster, req) is None:
         validate(cluster, req)
         if cooling(cluster, req, now) is None:
             suggested = suggested_ids(cluster, req)

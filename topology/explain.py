@@ -71,7 +71,7 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
 def fits_in_order(core: Core, reqs: Sequence[GangRequest], now: float) -> list[bool]:
     """Whether each of `reqs` would be placed now if they came one after another, each seeing the
     GPUs the ones before it took (none preempting, none started as a guest in lieu of a reclaim),
-    inside one `_what_if`. A request the config refuses counts as placed (the real placement names
+    inside one `whatif.what_if`. A request the config refuses counts as placed (the real placement names
     the error)."""
     out: list[bool] = []
     with what_if(core) as made:

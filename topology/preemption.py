@@ -75,8 +75,18 @@ def find_plan(
     cells this VC owns or could bind (an opportunistic gang inside another VC's cells never helps)."""
     if req.opportunistic:
         return None
+    candidates = may_help(cluster, req, owner)
+    for tier in sorted({g.priority for g in candidates}):
+        plan = plan_over(cluster, req, owner, [g for g in candidates if g.priority <= tier], suggested)
+        if plan is not None:
+            return plan
+    return None
+
+
+def may_help(cluster: Cluster, req: GangRequest, owner: int) -> list[Gang]:
+    """The gangs a preemption for `req` could free, by id (`find_plan`'s candidates)."""
     st = cluster.state
-    candidates = sorted(
+    return sorted(
         (
             g
             for g in cluster.reservations.by_id.values()
@@ -85,11 +95,6 @@ def find_plan(
         ),
         key=lambda g: g.id,
     )
-    for tier in sorted({g.priority for g in candidates}):
-        plan = plan_over(cluster, req, owner, [g for g in candidates if g.priority <= tier], suggested)
-        if plan is not None:
-            return plan
-    return None
 
 
 def plan_over(
