@@ -95,6 +95,10 @@ class PolicyMetrics:
     queueing_values: dict[str, list[float]] = field(default_factory=dict)
     jct: dict[str, Delays | None] = field(default_factory=dict)  # "all", "multi"
     gpu_hours: float = 0.0  # GPU-hours held by runs, completed and lost
+    # per VC, GPU-hours: "ended" by its jobs' preemptions of others, "lost" by its own preempted jobs.
+    # One team's guarantee can be most of a week's lost work, and a peer may lose less by leaving
+    # that team to wait (its sharing anomaly says whether it does).
+    lost_per_vc: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def _split(records: Iterable[JobRecord], value: str) -> dict[str, list[float]]:
@@ -154,7 +158,18 @@ def policy_metrics(result: RunResult) -> PolicyMetrics:
         queueing_values=q,
         jct={k: delays(v) for k, v in _split(done, "jct").items()},
         gpu_hours=sum(r.run_seconds * r.job.held_gpus + r.lost_gpu_seconds for r in done) / 3600,
+        lost_per_vc=lost_per_vc(result),
     )
+
+
+def lost_per_vc(result: RunResult) -> dict[str, dict[str, float]]:
+    """GPU-hours each VC's preemptions ended ("ended") and its own jobs lost ("lost"), VCs sorted."""
+    out: dict[str, dict[str, float]] = {}
+    for e in result.evictions:
+        hours = e.lost_gpu_seconds / 3600
+        for vc, key in ((result.records[e.by].job.vc, "ended"), (result.records[e.victim].job.vc, "lost")):
+            out.setdefault(vc, {"ended": 0.0, "lost": 0.0})[key] += hours
+    return dict(sorted(out.items()))
 
 
 # ---------------------------------------------------------------------- sharing anomaly

@@ -1,7 +1,7 @@
 """The simulator's outputs: a Markdown report, PNG plots (when matplotlib is installed) and JSON.
 
 Files written to the output directory:
-- `report.md`: goals with PASS/FAIL, every metric per policy, the per-VC sharing anomaly;
+- `report.md`: goals with PASS/FAIL, every metric per policy, the per-VC sharing anomaly and lost work;
 - `metrics.json`: the same numbers, raw (seconds, counts), plus the time series;
 - `queueing_cdf.png`, `vc_p95.png`, `gpus_over_time.png`: the plots (skipped, with a note in the
   report, when matplotlib is missing: it is in the `load` extra, not a core dependency).
@@ -133,6 +133,24 @@ def _anomaly_table(m: Mapping[str, PolicyMetrics], jobs: str, cluster: SimCluste
     return _table(header, rows)
 
 
+def _lost_per_vc_table(m: Mapping[str, PolicyMetrics]) -> list[str]:
+    """Per VC and policy that preempts: what its reclaims ended, and what its own jobs lost."""
+    names = [n for n in ordered(m) if any(v["ended"] for v in m[n].lost_per_vc.values())]
+    vcs = sorted({vc for n in names for vc in m[n].lost_per_vc})
+    if not names:
+        return ["No policy preempted anything."]
+    header = ["VC"] + [f"{n}: ended by its preemptions / lost by its jobs (GPU-h)" for n in names]
+    rows = []
+    for vc in vcs:
+        row = [vc]
+        for n in names:
+            v = m[n].lost_per_vc.get(vc, {"ended": 0.0, "lost": 0.0})
+            share = v["ended"] / m[n].lost_gpu_hours if m[n].lost_gpu_hours else 0.0
+            row.append(f"{v['ended']:.0f} ({share:.0%}) / {v['lost']:.0f}")
+        rows.append(row)
+    return _table(header, rows)
+
+
 def _per_vc_table(m: Mapping[str, PolicyMetrics]) -> list[str]:
     names = ordered(m)
     vcs = sorted({vc for x in m.values() for vc in x.per_vc})
@@ -225,6 +243,17 @@ def markdown(
         lines += _anomaly_table(m, "all", c)
         lines += ["", "Multi-GPU jobs only:", ""]
         lines += _anomaly_table(m, "multi", c)
+    lines += [
+        "",
+        "## Lost work per VC",
+        "",
+        "GPU-hours of running work that each VC's jobs ended by preempting (their share of the "
+        "policy's loss) and that its own jobs lost. One VC's guarantee can be most of a policy's "
+        "loss; a policy that loses less may do so by leaving that VC to wait (the sharing anomaly "
+        "above says whether it does).",
+        "",
+        *_lost_per_vc_table(m),
+    ]
     if "kueue-like" in m:
         cal = calibration.markdown_lines(calibration.load())
         if cal:

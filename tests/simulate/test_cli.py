@@ -79,6 +79,11 @@ def test_simulate_writes_the_report_files(tmp_path: Path, capsys: pytest.Capture
     tg = data["policies"]["topogang"]
     assert tg["completed"] + sum(tg["dropped"].values()) == 50
     assert {g["id"] for g in data["goals"]} >= {"G3a", "G3c", "G3c-multi", "G4", "G5a", "G5b", "P"}
+    assert "## Lost work per VC" in report
+    for p in data["policies"].values():  # every lost GPU-hour is one VC's reclaim and another's loss
+        per_vc = p["lost_per_vc"].values()
+        for key in ("ended", "lost"):
+            assert sum(v[key] for v in per_vc) == pytest.approx(p["lost_gpu_hours"])
     assert data["locality_model"]["name"] == "published" and "JCT mean, multi-GPU jobs (h)" in report
     if importlib.util.find_spec("matplotlib") is not None:
         for png in ("queueing_cdf.png", "vc_p95.png", "gpus_over_time.png"):

@@ -152,3 +152,9 @@ def test_goals_compare_topogang_with_the_baselines() -> None:
         (800 + 200 + 80) / 3600 + lost
     )
     assert m["topogang"].preemptions == 1 and m["topogang"].lost_gpu_hours == pytest.approx(40 / 3600)
+    # b's job ended a's 4-GPU borrower after its 10 s: b's reclaim, a's loss; nobody else's
+    assert m["topogang"].lost_per_vc == {
+        "a": {"ended": 0.0, "lost": pytest.approx(lost)},
+        "b": {"ended": pytest.approx(lost), "lost": 0.0},
+    }
+    assert m["first-fit-elastic"].lost_per_vc == {}  # it preempts nothing
