@@ -1,6 +1,7 @@
 """The 1-user filter over HTTP, split by kind: the member that places its gang, and the members after.
 
     python -m loadtest.one_client [--nodes 1000] [--jobs 400] [--rounds 3] [--tls] [--against CHECKOUT]
+        [--reuse-servers]
 
 `make bench`'s 1-user p99 on a shared machine is mostly the machine's tails. This drives both servers
 the way one kube-scheduler loop does, without locust: one keep-alive client schedules 4 x 8-GPU gangs
@@ -8,7 +9,8 @@ the way one kube-scheduler loop does, without locust: one keep-alive client sche
 times each filter call. One filter in four places a gang, so the p99 of all filters is the placing
 filter's tail; the per-kind figures show where the extender's own time goes. The servers run as in
 `make bench` (pinned to one core); the no-op and the extender take the same jobs in turn, job by job,
-`--rounds` times.
+`--rounds` times, each round on freshly started and pre-filled servers (`--reuse-servers` keeps the
+first round's).
 
 `--against CHECKOUT` serves the extender of another checkout too (say a worktree of an older commit:
 `git worktree add ../old <rev>`), a third server taking the same jobs in turn: a change's effect
@@ -121,6 +123,26 @@ def serve_checkout(s: Setup, config: Path, tag: str, root: Path) -> Server:
     return Server(tag, p, port, verbs_port=verbs)
 
 
+def start_servers(s: Setup, cfg: Path, args: argparse.Namespace) -> list[Server]:
+    """The baseline (the no-op, or with `--tls` the extender over plain HTTP), the extender, and with
+    `--against` the other checkout's, each pre-filled. Started anew for every round by default: a
+    server process can be slow at placing for its whole life (by ~0.45 ms at the p50, cause unknown;
+    the README's Benchmarks), so rounds sharing processes are not independent samples."""
+    ext = serve_extender(s, cfg, "topogang")
+    prefill(ext, args.fill)
+    if args.tls:
+        base = ext
+        ext = serve_extender(s, cfg, "mtls", tls=make_certificates(Path(args.out) / "pki"))
+        prefill(ext, args.fill)
+    else:
+        base = serve_noop(s, cfg)
+    servers = [base, ext]
+    if args.against:
+        servers.append(serve_checkout(s, cfg, "against", Path(args.against).resolve()))
+        prefill(servers[-1], args.fill)
+    return servers
+
+
 def line(name: str, times: dict[str, list[float]]) -> str:
     every = [t for k in KINDS for t in times[k]]
     parts = [
@@ -167,28 +189,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="CHECKOUT",
         help="also serve the extender of another checkout (an older commit's worktree), taking the same jobs",
     )
+    ap.add_argument(
+        "--reuse-servers",
+        action="store_true",
+        help="keep the servers of the first round for every round (default: fresh processes each round)",
+    )
     args = ap.parse_args(argv)
     out = Path(args.out)
     s, pin_text = bench_setup(out, 0, args.fill)
     cfg = out / f"cluster-{args.nodes}.yaml"
     cfg.write_text(generate_yaml(nodes=args.nodes, rack_size=rack_size_for(args.nodes)))
     try:
-        ext = serve_extender(s, cfg, "topogang")
-        prefill(ext, args.fill)
-        if args.tls:
-            base = ext
-            ext = serve_extender(s, cfg, "mtls", tls=make_certificates(out / "pki"))
-            prefill(ext, args.fill)
-        else:
-            base = serve_noop(s, cfg)
-        servers = [base, ext]
-        if args.against:
-            servers.append(serve_checkout(s, cfg, "against", Path(args.against).resolve()))
-            prefill(servers[-1], args.fill)
-        print(f"one client, {args.nodes} nodes at {args.fill:.0%}, 4 x 8-GPU gangs; pinning: {pin_text}")
+        servers = start_servers(s, cfg, args)
+        base, ext = servers[0], servers[1]
+        fresh = "the same servers every round" if args.reuse_servers else "fresh servers each round"
+        print(f"one client, {args.nodes} nodes at {args.fill:.0%}, 4 x 8-GPU gangs, {fresh}", end="")
+        print(f"; pinning: {pin_text}")
         ratios: dict[str, list[float]] = {srv.tag: [] for srv in servers[1:]}
         base_p99: list[float] = []
         for r in range(args.rounds):
+            if r and not args.reuse_servers:
+                s.kids.stop_all()
+                servers = start_servers(s, cfg, args)
             p99: dict[str, float] = {}
             for srv, times in zip(servers, drive(servers, args.jobs, seed=r + 1), strict=True):
                 p99[srv.tag] = _quantile([t for k in KINDS for t in times[k]], 0.99)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from loadtest import one_client
-from loadtest.servers import ROOT
+from loadtest.servers import ROOT, Server
 
 
 def test_one_client_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -21,6 +22,31 @@ def test_one_client_runs_at_a_tiny_size(tmp_path: Path, capsys: pytest.CaptureFi
     goal = [ln for ln in out.splitlines() if ln.startswith("goal: ")]
     assert len(goal) == 1 and "median of the rounds" in goal[0] and "target <= 1.5x" in goal[0]
     assert goal[0].endswith(("PASS", "FAIL"))
+
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_each_round_starts_fresh_servers_unless_told_to_reuse_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, reuse: bool
+) -> None:
+    """Rounds on the same server processes are not independent (a process can stay slow for its
+    life), so each round gets its own by default."""
+    started: list[list[int]] = []
+    real = one_client.start_servers
+
+    def counting(*a: Any) -> list[Server]:
+        servers = real(*a)
+        started.append([srv.proc.pid for srv in servers])
+        return servers
+
+    monkeypatch.setattr(one_client, "start_servers", counting)
+    args = ["--nodes", "16", "--jobs", "2", "--rounds", "2", "--out", str(tmp_path)]
+    assert one_client.main([*args, *(["--reuse-servers"] if reuse else [])]) == 0
+    out = capsys.readouterr().out
+    assert len(started) == (1 if reuse else 2)
+    if not reuse:  # new processes, not the old ones again
+        assert not set(started[0]) & set(started[1])
+    assert ("the same servers every round" if reuse else "fresh servers each round") in out
+    assert len([ln for ln in out.splitlines() if ln.startswith("topogang ")]) == 2  # a row per round
 
 
 def test_verdict_is_the_median_of_the_rounds_against_the_goal() -> None:
