@@ -23,11 +23,9 @@ from __future__ import annotations
 from topology import preemption
 from topology.cluster import Cluster
 from topology.decisions import GangPlacement, GangRequest, Preemption, Wait, WaitCode, WaitReason
-from topology.expiry import cooling
-from topology.gangs import existing, live_victims, place_gang, placement_of
+from topology.gangs import live_victims, place_gang
 from topology.preemption import Plan
-from topology.requests import suggested_ids, validate
-from topology.reservations import Gang, GangPhase
+from topology.reservations import Gang
 from topology.room import loss_of, may_start_as_guest, over_quota, worth_a_guest
 from topology.victims import spread
 from topology.whatif import what_if
@@ -81,17 +79,4 @@ def closer_wait(cluster: Cluster, req: GangRequest, plan: Plan) -> Wait:
 
 def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
     """`preemption.preempt`, with a new gang kept close over plain guests when `closer_plan` says so."""
-    if _may_apply(req) and existing(cluster, req) is None:
-        validate(cluster, req)
-        if cooling(cluster, req, now) is None:
-            suggested = suggested_ids(cluster, req)
-            plan = closer_plan(cluster, req, now, suggested)
-            if plan is not None:
-                st = cluster.state
-                st.begin()
-                gang = preemption.apply_plan(cluster, req, cluster.owner_of(req), plan, now)
-                st.commit()
-                if gang.phase is GangPhase.PREEMPTING:
-                    return Preemption(gang.name, live_victims(cluster, gang.victims))
-                return placement_of(cluster, gang)
-    return preemption.preempt(cluster, req, now)
+    return preemption.preempt(cluster, req, now, first=closer_plan)

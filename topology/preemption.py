@@ -10,6 +10,7 @@ opportunistic and keep them running; it is undone if the preemptor still cannot 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from topology.buddy import unbind_unused
@@ -53,6 +54,10 @@ class Plan:
     leaves: list[tuple[int, ...]]
     binds: list[int]
     victims: list[int]
+
+
+# a plan taken before anything else is tried (`compact.closer_plan`); None: go on as usual
+FirstPlan = Callable[[Cluster, GangRequest, float, frozenset[int] | None], Plan | None]
 
 
 def may_preempt(req: GangRequest, owner: int, g: Gang) -> bool:
@@ -247,25 +252,32 @@ def revert_downgrade(g: Gang, owner: int, priority: int) -> None:
     g.history.append("downgrade reverted: the preemptor could not be mapped")
 
 
-def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
+def preempt(
+    cluster: Cluster, req: GangRequest, now: float, first: FirstPlan | None = None
+) -> GangPlacement | Preemption | Wait:
     """Preempting phase: place the gang if it fits now; otherwise reserve its cells over the
     cheapest victims (lazily downgrading opted-in same-VC victims first) and name the pods that
-    must go. Repeated calls return the same reservation and its remaining victims."""
+    must go. Repeated calls return the same reservation and its remaining victims. `first`, asked
+    once the request is checked and before the free room, may name a plan to take instead."""
     held = existing(cluster, req)
     if held is not None:
-        if held.phase is GangPhase.PREEMPTING:
-            return Preemption(held.name, live_victims(cluster, held.victims))
-        return placement_of(cluster, held)
+        return _answer(cluster, held)
     validate(cluster, req)
     cooling_wait = cooling(cluster, req, now)
     if cooling_wait is not None:
         return cooling_wait
     suggested = suggested_ids(cluster, req)
+    st = cluster.state
+    chosen = first(cluster, req, now, suggested) if first is not None else None
+    if chosen is not None:
+        st.begin()
+        gang = apply_plan(cluster, req, cluster.owner_of(req), chosen, now)
+        st.commit()
+        return _answer(cluster, gang)
     got = place_new(cluster, req, now, suggested)
     if not isinstance(got, Wait) or req.opportunistic:
         return got
     owner = cluster.owner_of(req)
-    st = cluster.state
     st.begin()
     lazy, placed = _downgrade_then_place(cluster, req, owner, now, suggested)
     if placed is not None:
@@ -290,6 +302,11 @@ def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | P
         else _apply_guest_plan(cluster, req, way, now)
     )
     st.commit()
+    return _answer(cluster, gang)
+
+
+def _answer(cluster: Cluster, gang: Gang) -> GangPlacement | Preemption:
+    """A reserved gang as the preempting phase names it: its victims still to go, or its placement."""
     if gang.phase is GangPhase.PREEMPTING:
         return Preemption(gang.name, live_victims(cluster, gang.victims))
     return placement_of(cluster, gang)

@@ -136,9 +136,9 @@ def _anomaly_table(m: Mapping[str, PolicyMetrics], jobs: str, cluster: SimCluste
 def _lost_per_vc_table(m: Mapping[str, PolicyMetrics]) -> list[str]:
     """Per VC and policy that preempts: what its reclaims ended, and what its own jobs lost."""
     names = [n for n in ordered(m) if any(v["ended"] for v in m[n].lost_per_vc.values())]
-    vcs = sorted({vc for n in names for vc in m[n].lost_per_vc})
     if not names:
         return ["No policy preempted anything."]
+    vcs = sorted({vc for n in names for vc in m[n].lost_per_vc})
     header = ["VC"] + [f"{n}: ended by its preemptions / lost by its jobs (GPU-h)" for n in names]
     rows = []
     for vc in vcs:
