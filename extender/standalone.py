@@ -32,6 +32,7 @@ from starlette.routing import Route
 
 from config.load import LoadedConfig
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
+from extender.gangs.disruption import Disruption
 from extender.http.app import JSON, Service
 from extender.http.ledger_api import ledger_routes
 from extender.http.ports import BindError, BindTarget
@@ -45,7 +46,6 @@ from topology.core import Core
 log = logging.getLogger("topogang.extender")
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "config" / "examples" / "example-cluster.yaml"
-PREEMPTED = "preempted by"  # the reason the scheduler gives when it evicts preemption victims
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +122,12 @@ def build_standalone(
     scheduler.entitlement.configure(extras)  # who may ask for what: the same rules as in a cluster
     scheduler.vc_queueing = extras.vc_queueing
 
-    async def evict(uids: Sequence[str], reason: str) -> None:
-        if keep_victims and reason.startswith(PREEMPTED):
-            log.info("preemption victims %s stay until deleted: %s", ", ".join(uids), reason)
+    async def evict(uids: Sequence[str], why: Disruption) -> None:
+        if keep_victims and why.preemption:
+            log.info("preemption victims %s stay until deleted: %s", ", ".join(uids), why.detail)
             return
         for uid in uids:
-            log.info("evicting pod %s: %s", uid, reason)
+            log.info("evicting pod %s: %s [%s]", uid, why.detail, why.reason)
             binder.unbind(uid)
             await scheduler.pod_gone(uid)
 

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from extender.gangs import disruption
 from extender.http.podcache import PodCache
 from extender.http.ports import Evictor
 from extender.ops.background import spawn
@@ -47,4 +48,4 @@ def superseded(s: Holder, released: Sequence[Released], old: str, new: str) -> N
             continue
         log.info("gang %s is superseded by %s; released", old, new)
         if r.evict_pod_uids and s.evictor is not None:
-            spawn(s.evictor(r.evict_pod_uids, f"superseded by framework attempt {new}"))
+            spawn(s.evictor(r.evict_pod_uids, disruption.superseded(new)))

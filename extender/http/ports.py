@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from extender.gangs.disruption import Disruption
 from extender.gangs.podspec import PodRequest
 
 
@@ -30,7 +31,7 @@ class Binder(Protocol):
 
 PodLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 FrameworkLookup = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
-Evictor = Callable[[Sequence[str], str], Awaitable[None]]
+Evictor = Callable[[Sequence[str], Disruption], Awaitable[None]]  # pod uids, and why they go
 WaitNotifier = Callable[[PodRequest, str], None]
 # the API server's own copy of a pod, by (uid, namespace, name) of the pod a verb names; None: unknown
 PodSource = Callable[[str, str, str], Awaitable[Mapping[str, Any] | None]]

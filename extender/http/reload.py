@@ -34,6 +34,7 @@ from starlette.routing import Route
 
 from config.against import CONFIRM_FILE, config_digest
 from config.load import ConfigError, load_config
+from extender.gangs import disruption
 from extender.gangs.entitlement import withdraw_promotions
 from extender.http.verbs import Scheduler
 from extender.ops.background import every
@@ -178,7 +179,8 @@ class ConfigWatcher:
         self._record("applied", [])
         if report.evict and self.scheduler.evictor is not None:
             await self.scheduler.evictor(
-                report.evict, "its gang was not whole and the config took out its node"
+                report.evict,
+                disruption.off_placement("its gang was not whole and a config change took out its node"),
             )
         log.info(
             "config %s applied: %s",

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from extender.conventions.edge import Conventions
+from extender.gangs import disruption
 from extender.gangs.bindsig import signed_bind_annotations
 from extender.gangs.entitlement import Entitlements, Gate
 from extender.gangs.ledger import GangLedger
@@ -246,7 +247,7 @@ class Scheduler:
             self._count("filter", "preempting")
         uids = [u for us in victims.values() for u in us]
         if uids and self.evictor is not None:
-            spawn(self.evictor(uids, f"preempted by gang {gang}"))
+            spawn(self.evictor(uids, disruption.preempted_by(gang)))
         return victims
 
     def _wait_answer(
@@ -494,5 +495,5 @@ class Scheduler:
                 log.info("reservation of gang %s expired; evicting %d members", r.gang, len(r.evict_pod_uids))
         evict = [u for r in released for u in r.evict_pod_uids]
         if evict and self.evictor is not None:
-            await self.evictor(evict, "gang reservation expired before all members arrived")
+            await self.evictor(evict, disruption.reservation_expired())
         return released

@@ -13,12 +13,14 @@ of the pod's own namespace): a tenant's forged annotation names no other team's 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from extender.gangs import disruption
 from extender.gangs.bindinfo import pod_bind_info
 from extender.gangs.bindsig import BindSigner, recovery_verifier
 from extender.gangs.identity import split_key
+from extender.http.ports import Evictor
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 
@@ -30,7 +32,7 @@ class Sync(Protocol):
     s: Scheduler
     pods: dict[str, Mapping[str, Any]]
     signer: BindSigner | None
-    evictor: Callable[[Sequence[str], str], Awaitable[None]]
+    evictor: Evictor
 
 
 class OffConfig:
@@ -82,7 +84,7 @@ class OffConfig:
         rest = sorted(self.by_gang.pop(gang))
         for other in rest:
             self.gang_of.pop(other, None)
-        await self.sync.evictor(rest, f"its gang {gang} is not whole: a member went")
+        await self.sync.evictor(rest, disruption.not_whole(gang))
 
     def nodes_changed(self, gone: Iterable[str], added: Iterable[str]) -> None:
         """A reload took out `gone` (their pods run outside now) and described `added` (theirs are

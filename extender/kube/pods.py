@@ -69,3 +69,38 @@ def kept(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     if "managedFields" not in m:
         return pod
     return {**pod, "metadata": {k: v for k, v in m.items() if k != "managedFields"}}
+
+
+DISRUPTION_TARGET = "DisruptionTarget"
+
+
+def disrupted(pod: Mapping[str, Any]) -> bool:
+    """It carries a true `DisruptionTarget` condition (topogang's, kube-scheduler's, or the API
+    server's for an eviction)."""
+    return any(c.get("type") == DISRUPTION_TARGET and c.get("status") == "True" for c in _conditions(pod))
+
+
+def disruption_patch(pod: Mapping[str, Any], reason: str, message: str, stamp: str) -> dict[str, Any]:
+    """The JSON merge patch of the pod's status that adds a true `DisruptionTarget` condition, the
+    mark kube-scheduler gives its preemption victims. A merge patch replaces the whole list, so the
+    pod's other conditions go with it, and its resourceVersion makes the write fail (409) rather
+    than drop a condition the kubelet wrote since the copy was read."""
+    mark = {
+        "type": DISRUPTION_TARGET,
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": stamp,
+    }
+    kept = [c for c in _conditions(pod) if c.get("type") != DISRUPTION_TARGET]
+    body: dict[str, Any] = {"status": {"conditions": [*kept, mark]}}
+    rv = resource_version(pod)
+    if rv is not None:
+        body["metadata"] = {"resourceVersion": rv}
+    return body
+
+
+def _conditions(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    status = pod.get("status")
+    got = status.get("conditions") if isinstance(status, dict) else None
+    return [c for c in got if isinstance(c, dict)] if isinstance(got, list) else []

@@ -27,6 +27,7 @@ from config.load import LoadedConfig
 from extender.conventions import edge as conventions
 from extender.dra.devices import DraSettings
 from extender.gangs.bindsig import BindSigner
+from extender.gangs.disruption import Disruption
 from extender.gangs.entitlement import EntitlementError
 from extender.gangs.ledger_records import Record, TransitionHook
 from extender.gangs.podspec import PodRequest
@@ -188,11 +189,18 @@ def kube_service(
         dra_mode.attach(scheduler, sync, kube, loaded, dra, recorder, metrics) if dra is not None else []
     )
 
-    async def evict(uids: Sequence[str], reason: str) -> None:
+    async def evict(uids: Sequence[str], why: Disruption) -> None:
         """Evictions are the leader's: a standby sees the same reloads and departures, and keeps its
         view only (a start that evicts nothing for it leaves the gang to its reservation's TTL)."""
         if elector is None or elector.leading:
-            await sync.evict(uids, reason)
+            await sync.evict(uids, why)
+
+    def evicted(namespace: str, name: str, uid: str, why: Disruption) -> None:
+        """What `kubectl describe pod` shows of it: kube-scheduler's `Preempted` for a preemption."""
+        reason = "Preempted" if why.preemption else why.reason
+        recorder.record(ObjectRef("Pod", namespace, name, uid), reason, why.message(namespace))
+
+    sync.on_evicted = evicted
 
     scheduler.evictor = sync.evictor = evict
     scheduler.gang_ledger.on_transition = gang_events(recorder)

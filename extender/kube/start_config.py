@@ -25,10 +25,13 @@ names one digest, never the next).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 
 from config.against import config_digest
 from config.load import LoadedConfig
+from extender.gangs import disruption
+from extender.gangs.disruption import OFF_PLACEMENT_WHY
+from extender.http.ports import Evictor
 from extender.http.reload import read_confirmation
 from extender.kube.recovery_report import RecoveryReport
 
@@ -43,7 +46,7 @@ class StartConfig:
     def __init__(
         self,
         loaded: LoadedConfig,
-        evict: Callable[[Sequence[str], str], Awaitable[None]],
+        evict: Evictor,
         tell: Callable[[str], object],
         on_refused: Callable[[], None] | None = None,
     ) -> None:
@@ -63,7 +66,7 @@ class StartConfig:
                 return
             log.warning("config %s taken up at the start, its cost confirmed: %s", file, "; ".join(costs))
         if report.evict:
-            await self.evict(report.evict, "not part of its gang's placement any more")
+            await self.evict(report.evict, disruption.off_placement(OFF_PLACEMENT_WHY))
 
     def _refuse(self, file: str, costs: list[str], digest: str) -> None:
         self.refusal = (

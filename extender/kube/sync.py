@@ -27,15 +27,19 @@ import logging
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
+from extender.gangs import disruption
 from extender.gangs.bindsig import BindSigner, recovery_verifier
+from extender.gangs.disruption import OFF_PLACEMENT_WHY, Disruption
 from extender.gangs.entitlement import grant
 from extender.gangs.optin import pod_gpus
 from extender.gangs.podspec import PodRequest, is_enabled
 from extender.http import views
+from extender.http.ports import Evictor
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.admission_gate import GatedPods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
+from extender.kube.evictions import evict_pod
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.off_config import OffConfig
@@ -75,7 +79,8 @@ class ClusterSync:
         self.extra_bad: Callable[[str], frozenset[int]] = lambda node: frozenset()
         self.health: dict[str, tuple[bool, int | None]] = {}  # node -> (healthy, healthy GPUs)
         self.fenced: set[str] = set()  # nodes a reload added, unhealthy until read (`node_changes`)
-        self.evictor: Callable[[Sequence[str], str], Awaitable[None]] = self.evict  # (`serve`: the leader's)
+        self.evictor: Evictor = self.evict  # (`serve`: the leader's)
+        self.on_evicted: Callable[[str, str, str, Disruption], None] = lambda ns, name, uid, why: None
         self.off_config = OffConfig(self)  # pods bound on nodes the config lacks, by gang
         # DRA mode: a finished or deleted pod's claims go back
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
@@ -349,7 +354,7 @@ class ClusterSync:
             if not report.pods:
                 self.foreign.add(uid)
             if report.evict:
-                await self.evictor(report.evict, "not part of its gang's placement any more")
+                await self.evictor(report.evict, disruption.off_placement(OFF_PLACEMENT_WHY))
             for line in report.lines()[1:]:
                 log.warning("%s", line)
         async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
@@ -480,20 +485,16 @@ class ClusterSync:
             return None
         return got if got is not None and kpods.uid(got) == uid else None
 
-    async def evict(self, uids: Sequence[str], reason: str) -> None:
+    async def evict(self, uids: Sequence[str], why: Disruption) -> None:
+        """Mark each pod disrupted, delete it, tell its namespace (`extender.kube.evictions`)."""
         for uid in uids:
             where = self.live.get(uid)
             if where is None:
                 pr = self.s.cached(uid)
                 where = (pr.namespace, pr.name) if pr is not None else None
             if where is None:
-                log.warning("cannot evict pod %s (%s): not known", uid, reason)
+                log.warning("cannot evict pod %s (%s): not known", uid, why.detail)
                 continue
             ns, name = where
-            log.info("evicting pod %s/%s (%s): %s", ns, name, uid, reason)
-            body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
-            try:
-                await self.kube.request("DELETE", pod_path(ns, name), body=body)
-            except ApiError as err:
-                if err.status != 409:
-                    log.warning("evicting pod %s/%s failed: %s", ns, name, err)
+            if await evict_pod(self.kube, uid, ns, name, why, self.pods.get(uid)):
+                self.on_evicted(ns, name, uid, why)

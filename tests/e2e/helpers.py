@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -18,8 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import urllib3
 import yaml
-from kubernetes import client
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 GPU = "nvidia.com/gpu"
@@ -45,6 +47,38 @@ def wait_until(what: str, probe: Callable[[], T | None], timeout: float = 60.0, 
         if time.monotonic() >= deadline:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
         time.sleep(interval)
+
+
+class PodConditions:
+    """Every condition the namespace's pods showed, from a watch opened now: a pod deleted a moment
+    after its status changed is gone from any later read, but its watch events keep what it said."""
+
+    def __init__(self, core: client.CoreV1Api, namespace: str) -> None:
+        self.seen: dict[tuple[str, str], dict[str, Any]] = {}  # (pod, condition type) -> the condition
+        self.watch = watch.Watch()  # type: ignore[no-untyped-call]
+        listed = core.list_namespaced_pod(namespace).metadata
+        rv = listed.resource_version if listed is not None else None
+        stream = self.watch.stream(  # type: ignore[no-untyped-call]
+            core.list_namespaced_pod, namespace, resource_version=rv, timeout_seconds=120
+        )
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream: Iterable[Mapping[str, Any]]) -> None:
+        try:
+            for event in stream:
+                raw = event.get("raw_object") or {}
+                name = (raw.get("metadata") or {}).get("name", "")
+                for c in (raw.get("status") or {}).get("conditions") or []:
+                    self.seen[(name, c.get("type", ""))] = c
+        except (ApiException, urllib3.exceptions.HTTPError) as err:  # the connection went with the test
+            self.seen[("", "error")] = {"error": str(err)}
+
+    def condition(self, pod: str, kind: str) -> dict[str, Any] | None:
+        return self.seen.get((pod, kind))
+
+    def stop(self) -> None:
+        self.watch.stop()  # type: ignore[no-untyped-call]
 
 
 def hold_for(what: str, violation: Callable[[], str | None], seconds: float, interval: float = 0.25) -> int:

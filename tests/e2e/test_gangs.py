@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import partial
 
 import pytest
 from kubernetes import client
@@ -17,10 +18,12 @@ from kubernetes import client
 from tests.e2e.conftest import E2ECluster, Extender, holds_nothing, priority_classes
 from tests.e2e.helpers import (
     GPU,
+    PodConditions,
     assert_whole_gang,
     delete_pods,
     gpu_collisions,
     hold_for,
+    http_text,
     none_bound,
     object_names,
     pods_of,
@@ -142,6 +145,13 @@ def test_kube_scheduler_filters_still_apply(
 
 
 # ------------------------------------------------------------------------------------------ 4. preemption
+def preempted_events(extender: Extender) -> float:
+    """`Preempted` Events the extender wrote or suppressed (its rate limit), from its /metrics."""
+    text = http_text(f"{extender.url}/metrics")
+    pattern = r'^topogang_events_total\{(?=[^}]*reason="Preempted")[^}]*\} ([0-9.e+]+)$'
+    return sum(float(m.group(1)) for m in re.finditer(pattern, text, re.M))
+
+
 def test_higher_priority_gang_preempts_the_whole_lower_gang(
     e2e_cluster: E2ECluster, extender: Extender, gang_ns: str
 ) -> None:
@@ -164,7 +174,9 @@ def test_higher_priority_gang_preempts_the_whole_lower_gang(
     # extender). The other then finds the pod gone.
     log, sched_log = extender.log(), e2e_cluster.log("kube-scheduler")
     for n in low:
-        by_extender = re.search(rf"evicting pod {gang_ns}/{n} .*preempted by gang {gang_ns}/high", log)
+        by_extender = re.search(
+            rf"evicting pod {gang_ns}/{n} .*\({gang_ns}/high\) \[PreemptionByScheduler\]", log
+        )
         by_scheduler = re.search(
             rf'preempted victim Pod" preemptor="{gang_ns}/high-\d+" victim="{gang_ns}/{n}"', sched_log
         )
@@ -193,6 +205,7 @@ def test_guaranteed_gang_reclaims_a_rack_from_opportunistic_gangs_on_full_nodes(
     assert len({p.node for p in guests.values()}) == len(rack), "the guests must fill every node"
     assert extender.summary()["gpus"]["free"] == 0
 
+    seen, told_before = PodConditions(core, gang_ns), preempted_events(extender)
     names = submit_gang(core, gang_ns, "owner", 2, 8, "nlp")
     pods = wait_running(core, gang_ns, names, timeout=90)
     assert_whole_gang(pods, 8)
@@ -203,6 +216,23 @@ def test_guaranteed_gang_reclaims_a_rack_from_opportunistic_gangs_on_full_nodes(
     assert len(gone) == 2 and gone[0].rsplit("-", 1)[0] == gone[1].rsplit("-", 1)[0], (
         f"exactly one guest gang must be preempted, whole: {gone}"
     )
+    # each was marked as kube-scheduler marks its victims before it went, and told why; the real API
+    # server took the condition (the extender's own RBAC allows pods/status patch, nothing more)
+    why = "topogang: preempted to make room for a gang of higher priority (owner)"
+    for victim in gone:
+        mark = wait_until(f"{victim}'s mark", partial(seen.condition, victim, "DisruptionTarget"), 30)
+        assert (mark["status"], mark["reason"], mark["message"]) == ("True", "PreemptionByScheduler", why), (
+            mark
+        )
+    # and told in a Normal Event `Preempted` each, rate-limited as every Event is (the guests' own
+    # Events may have used the namespace's share: then it is counted as suppressed)
+    wait_until(
+        "a Preempted Event per victim", lambda: preempted_events(extender) - told_before == len(gone), 30
+    )
+    events = core.list_namespaced_event(gang_ns, field_selector="reason=Preempted").items
+    assert {str(e.involved_object.name) for e in events} <= set(gone)
+    assert all(e.message == why and e.type == "Normal" for e in events), [e.message for e in events]
+    seen.stop()
     assert not gpu_collisions(core)
 
 

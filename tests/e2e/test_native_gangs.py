@@ -213,9 +213,9 @@ def test_higher_priority_podgroup_gang_preempts_a_lower_one_whole(
     assert not left, f"low-priority members not evicted: {left}"
     log = extender.log()
     for n in low:
-        assert re.search(rf"evicting pod {gang_ns}/{n} .*preempted by gang {gang_ns}/high", log), (
-            f"{n} was not evicted by topogang's preemption of gang {gang_ns}/high"
-        )
+        assert re.search(
+            rf"evicting pod {gang_ns}/{n} .*\({gang_ns}/high\) \[PreemptionByScheduler\]", log
+        ), f"{n} was not evicted by topogang's preemption of gang {gang_ns}/high"
     assert not gpu_collisions(core)
 
 

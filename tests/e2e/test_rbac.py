@@ -18,6 +18,7 @@ NEEDED = [
     ("delete", "", "pods", ""),
     ("patch", "", "pods", ""),  # a promoted gang's bind info; the requeue mark on a pod turned away
     ("create", "", "pods", "binding"),
+    ("patch", "", "pods", "status"),  # the DisruptionTarget condition on a pod topogang ends
     ("watch", "", "nodes", ""),
     ("create", "", "events", ""),
     ("get", "scheduling.x-k8s.io", "podgroups", ""),

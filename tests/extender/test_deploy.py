@@ -102,6 +102,7 @@ def test_rbac_grants_the_extender_only_what_it_uses() -> None:
     assert grants == {
         ("", "pods"): ["delete", "get", "list", "patch", "watch"],
         ("", "pods/binding"): ["create"],
+        ("", "pods/status"): ["patch"],
         ("", "nodes"): ["list", "watch"],
         ("", "events"): ["create"],
         ("frameworkcontroller.microsoft.com", "frameworks"): ["get"],

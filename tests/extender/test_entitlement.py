@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from config.load import LoadedConfig, load_config_text
 from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, encode_bind_info
+from extender.gangs.disruption import Disruption
 from extender.gangs.entitlement import EntitlementError, Entitlements, grant
 from extender.http import podrequests, wire
 from extender.http.answers import VerbError
@@ -58,7 +59,7 @@ STRICT = """\
 def make(loaded: LoadedConfig, flag: str | None = None, **kw: Any) -> tuple[Scheduler, list[str]]:
     evicted: list[str] = []
 
-    async def evict(uids: Any, reason: str) -> None:
+    async def evict(uids: Any, why: Disruption) -> None:
         evicted.extend(uids)
 
     s = Scheduler(

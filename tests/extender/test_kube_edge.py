@@ -290,24 +290,6 @@ def test_kube_mode_bind_falls_back_to_reading_the_pod() -> None:
     run(go())
 
 
-def test_evict_deletes_with_a_uid_precondition() -> None:
-    async def go() -> None:
-        s = scheduler()
-        kube = apiserver()
-        sync = ClusterSync(s, kube)
-        sync.live["u9"] = ("ml", "w-9")
-        await sync.evict(["u9", "unknown"], "test")
-        assert kube.calls == [
-            (
-                "DELETE",
-                "/api/v1/namespaces/ml/pods/w-9",
-                {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": "u9"}},
-            )
-        ]
-
-    asyncio.run(go())
-
-
 def test_recovery_keeps_a_rack_sized_gang_guaranteed() -> None:
     async def go() -> None:
         binder = MemoryBinder()

@@ -17,6 +17,7 @@ from typing import Any
 
 from config.against import CONFIRM_FILE, config_digest
 from config.load import load_config, load_config_text
+from extender.gangs.disruption import Disruption, preempted_by
 from extender.http.reload import ConfigWatcher
 from extender.kube.leader import LeaseSettings
 from extender.kube.node_changes import NodeChanges
@@ -258,9 +259,9 @@ def test_evictions_are_the_leaders_a_standby_sees_the_same_and_keeps_its_view_on
         await until("both see it", lambda: "x" in owner(a.service, ClusterSync).live)
         await until("both see it", lambda: "x" in owner(b.service, ClusterSync).live)
         assert b.s.evictor is not None and a.s.evictor is not None
-        await b.s.evictor(["x"], "a standby's decision")
+        await b.s.evictor(["x"], preempted_by("vision/a-standby-s-decision"))
         assert kube.server.objects.get(("v1", "pods", "vision", "x-0")) is not None
-        await a.s.evictor(["x"], "the leader's decision")
+        await a.s.evictor(["x"], preempted_by("vision/the-leader-s-decision"))
         assert kube.server.objects.get(("v1", "pods", "vision", "x-0")) is None
         await b.stop()
         await a.stop()
@@ -372,7 +373,7 @@ def test_a_pod_outside_the_config_counts_only_for_a_gang_of_its_own_namespace() 
         forged = {**api[0], "metadata": {**api[0]["metadata"], "namespace": "intruder", "uid": "x"}}
         evicted: list[str] = []
 
-        async def evict(uids: Any, reason: str) -> None:
+        async def evict(uids: Any, why: Disruption) -> None:
             evicted.extend(uids)
 
         core = Core(load_config_text(layout_text(EXAMPLE_CONFIG.read_text(), WITHOUT_RACK3)).spec)

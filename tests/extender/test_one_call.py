@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from extender.gangs.disruption import Disruption
 from extender.http.ports import BindError, BindTarget
 from extender.http.verbs import Scheduler
 from extender.http.wire import parse_preemption_args
@@ -128,7 +129,7 @@ def test_preempt_and_filter_time_preemption_each_ask_once() -> None:
     async def go() -> None:
         evicted: list[str] = []
 
-        async def evict(uids: Any, reason: str) -> None:
+        async def evict(uids: Any, why: Disruption) -> None:
             evicted.extend(uids)
 
         s, rec = recorded(evictor=evict, preempt_on_filter=True)

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, decode_bind_info
+from extender.gangs.disruption import Disruption
 from extender.http import views, wire
 from extender.http.ports import BindError, BindTarget
 from extender.http.verbs import Scheduler
@@ -34,7 +35,7 @@ async def nlp_full_of_low_gangs() -> tuple[Scheduler, list[str]]:
     list its evictions are recorded in."""
     evicted: list[str] = []
 
-    async def evict(uids: Any, reason: str) -> None:
+    async def evict(uids: Any, why: Disruption) -> None:
         evicted.extend(uids)
 
     s = scheduler(evictor=evict, preempt_on_filter=True)
@@ -318,7 +319,7 @@ def test_reservations_expire_and_evict_bound_members() -> None:
         clock = Clock()
         evicted: list[str] = []
 
-        async def evict(uids: Any, reason: str) -> None:
+        async def evict(uids: Any, why: Disruption) -> None:
             evicted.extend(uids)
 
         s = scheduler(clock=clock, ttl_seconds=30.0, evictor=evict)
@@ -343,7 +344,7 @@ def test_evicted_members_keep_their_gpus_until_their_pods_are_gone() -> None:
         clock = Clock()
         evicted: list[str] = []
 
-        async def evict(uids: Any, reason: str) -> None:
+        async def evict(uids: Any, why: Disruption) -> None:
             evicted.extend(uids)
 
         s = scheduler(clock=clock, ttl_seconds=30.0, evictor=evict)

@@ -1,0 +1,65 @@
+"""Ending a running pod the way kube-scheduler ends a preemption victim: mark it, then delete it.
+
+The mark is a true `DisruptionTarget` condition with the cause as its reason
+(`extender.gangs.disruption`), written to the pod's status before the deletion, so whatever owns
+the pod (a Job's `podFailurePolicy`, JobSet, a training operator) sees a disruption and not a
+failure of the pod's own. It is best effort: a pod whose status cannot be written (an older RBAC
+without `pods/status` patch, a pod already going) is deleted all the same, since a gang waits for
+its GPUs; the log says why it has no mark.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from extender.gangs.disruption import Disruption
+from extender.kube import pods as kpods
+from extender.kube.client import ApiError, AsyncKube, pod_path
+
+log = logging.getLogger("topogang.kube")
+
+
+async def evict_pod(
+    kube: AsyncKube, uid: str, namespace: str, name: str, why: Disruption, watched: Mapping[str, Any] | None
+) -> bool:
+    """Mark and delete pod `namespace/name` if it still is `uid`; `watched`: the copy the watch
+    brought, if any. True when the deletion was accepted (or the pod was already going)."""
+    log.info("evicting pod %s/%s (%s): %s [%s]", namespace, name, uid, why.detail, why.reason)
+    await _mark(kube, uid, namespace, name, why, watched)
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    try:
+        await kube.request("DELETE", pod_path(namespace, name), body=body)
+    except ApiError as err:
+        if err.status != 409:
+            log.warning("evicting pod %s/%s failed: %s", namespace, name, err)
+        return False
+    return True
+
+
+async def _mark(
+    kube: AsyncKube, uid: str, namespace: str, name: str, why: Disruption, pod: Mapping[str, Any] | None
+) -> None:
+    """Write the condition; read the pod again once if the copy at hand is stale (409)."""
+    path = pod_path(namespace, name)
+    for fresh in (False, True):
+        if pod is None or fresh:
+            try:
+                pod = await kube.request("GET", path)
+            except ApiError as err:
+                log.warning("cannot mark pod %s/%s as disrupted: reading it: %s", namespace, name, err)
+                return
+        if pod is None or kpods.uid(pod) != uid or kpods.disrupted(pod):
+            return  # gone, replaced by a pod of the same name, or marked already
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        patch = kpods.disruption_patch(pod, why.reason, why.message(namespace), stamp)
+        try:
+            await kube.request("PATCH", path + "/status", body=patch)
+            return
+        except ApiError as err:
+            if err.status == 409 and not fresh:
+                continue
+            log.warning("cannot mark pod %s/%s as disrupted (%s): %s", namespace, name, why.reason, err)
+            return
