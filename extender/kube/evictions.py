@@ -36,6 +36,9 @@ async def evict_pod(
         if err.status != 409:
             log.warning("evicting pod %s/%s failed: %s", namespace, name, err)
         return False
+    except Exception as exc:  # no answer (a timeout, a cut connection): the next pod is still evicted
+        log.warning("evicting pod %s/%s: no answer (%s); it may be going", namespace, name, exc)
+        return False
     return True
 
 
@@ -48,8 +51,8 @@ async def _mark(
         if pod is None or fresh:
             try:
                 pod = await kube.request("GET", path)
-            except ApiError as err:
-                log.warning("cannot mark pod %s/%s as disrupted: reading it: %s", namespace, name, err)
+            except Exception as exc:  # an API error, or no answer: the deletion goes on unmarked
+                log.warning("cannot mark pod %s/%s as disrupted: reading it: %s", namespace, name, exc)
                 return
         if pod is None or kpods.uid(pod) != uid or kpods.disrupted(pod):
             return  # gone, replaced by a pod of the same name, or marked already
@@ -62,4 +65,9 @@ async def _mark(
             if err.status == 409 and not fresh:
                 continue
             log.warning("cannot mark pod %s/%s as disrupted (%s): %s", namespace, name, why.reason, err)
+            return
+        except Exception as exc:  # no answer: it may have been written; the deletion goes on
+            log.warning(
+                "cannot mark pod %s/%s as disrupted (%s): no answer (%s)", namespace, name, why.reason, exc
+            )
             return

@@ -142,6 +142,19 @@ def test_a_pod_whose_status_cannot_be_written_is_deleted_all_the_same() -> None:
     run(go())
 
 
+def test_a_write_without_an_answer_stops_neither_the_deletion_nor_the_next_pod() -> None:
+    async def go() -> None:
+        kube, sync, told = cluster(("u1", "nlp", "w-1"), ("u2", "nlp", "w-2"))
+        kube.inject(Fault("PATCH", r"/pods/w-1/status$", "timeout"))
+        kube.inject(Fault("DELETE", r"/pods/w-1$", "timeout"))
+        await sync.evict(["u1", "u2"], disruption.preempted_by("nlp/big"))
+        assert kube.server.get(pod_path("nlp", "w-1")) is not None  # its deletion had no answer
+        assert kube.server.get(pod_path("nlp", "w-2")) is None
+        assert [uid for _, _, uid, _ in told] == ["u2"]
+
+    run(go())
+
+
 def test_a_pod_marked_already_is_not_marked_again() -> None:
     async def go() -> None:
         kube, sync, _ = cluster(("u1", "nlp", "w-1"))
