@@ -22,30 +22,35 @@ from extender.kube.client import ApiError, AsyncKube, pod_path
 log = logging.getLogger("topogang.kube")
 
 
+MARKED, UNMARKED, NOT_DELETED = "marked", "unmarked", "not deleted"  # `topogang_evictions` outcomes
+
+
 async def evict_pod(
     kube: AsyncKube, uid: str, namespace: str, name: str, why: Disruption, watched: Mapping[str, Any] | None
-) -> bool:
+) -> str:
     """Mark and delete pod `namespace/name` if it still is `uid`; `watched`: the copy the watch
-    brought, if any. True when the deletion was accepted (or the pod was already going)."""
+    brought, if any. The outcome: deleted with the mark, deleted without it, or not deleted (gone or
+    replaced already, refused, or no answer)."""
     log.info("evicting pod %s/%s (%s): %s [%s]", namespace, name, uid, why.detail, why.reason)
-    await _mark(kube, uid, namespace, name, why, watched)
+    marked = await _mark(kube, uid, namespace, name, why, watched)
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
     try:
         await kube.request("DELETE", pod_path(namespace, name), body=body)
     except ApiError as err:
         if err.status != 409:
             log.warning("evicting pod %s/%s failed: %s", namespace, name, err)
-        return False
+        return NOT_DELETED
     except Exception as exc:  # no answer (a timeout, a cut connection): the next pod is still evicted
         log.warning("evicting pod %s/%s: no answer (%s); it may be going", namespace, name, exc)
-        return False
-    return True
+        return NOT_DELETED
+    return MARKED if marked else UNMARKED
 
 
 async def _mark(
     kube: AsyncKube, uid: str, namespace: str, name: str, why: Disruption, pod: Mapping[str, Any] | None
-) -> None:
-    """Write the condition; read the pod again once if the copy at hand is stale (409)."""
+) -> bool:
+    """Write the condition; read the pod again once if the copy at hand is stale (409). True: the
+    pod carries a mark now (this one, or one given before)."""
     path = pod_path(namespace, name)
     for fresh in (False, True):
         if pod is None or fresh:
@@ -53,21 +58,24 @@ async def _mark(
                 pod = await kube.request("GET", path)
             except Exception as exc:  # an API error, or no answer: the deletion goes on unmarked
                 log.warning("cannot mark pod %s/%s as disrupted: reading it: %s", namespace, name, exc)
-                return
-        if pod is None or kpods.uid(pod) != uid or kpods.disrupted(pod):
-            return  # gone, replaced by a pod of the same name, or marked already
+                return False
+        if pod is None or kpods.uid(pod) != uid:
+            return False  # gone, or replaced by a pod of the same name
+        if kpods.disrupted(pod):
+            return True  # marked already (kube-scheduler's own preemption, or an earlier try)
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         patch = kpods.disruption_patch(pod, why.reason, why.message(namespace), stamp)
         try:
             await kube.request("PATCH", path + "/status", body=patch)
-            return
+            return True
         except ApiError as err:
             if err.status == 409 and not fresh:
                 continue
             log.warning("cannot mark pod %s/%s as disrupted (%s): %s", namespace, name, why.reason, err)
-            return
+            return False
         except Exception as exc:  # no answer: it may have been written; the deletion goes on
             log.warning(
                 "cannot mark pod %s/%s as disrupted (%s): no answer (%s)", namespace, name, why.reason, exc
             )
-            return
+            return False
+    return False

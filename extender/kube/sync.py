@@ -39,7 +39,7 @@ from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.admission_gate import GatedPods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
-from extender.kube.evictions import evict_pod
+from extender.kube.evictions import NOT_DELETED, evict_pod
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.off_config import OffConfig
@@ -496,5 +496,7 @@ class ClusterSync:
                 log.warning("cannot evict pod %s (%s): not known", uid, why.detail)
                 continue
             ns, name = where
-            if await evict_pod(self.kube, uid, ns, name, why, self.pods.get(uid)):
+            outcome = await evict_pod(self.kube, uid, ns, name, why, self.pods.get(uid))
+            self.s.metrics.evictions.labels(why.reason, outcome).inc()
+            if outcome != NOT_DELETED:
                 self.on_evicted(ns, name, uid, why)

@@ -156,6 +156,12 @@ class Metrics:
         self.leader = Gauge(
             "topogang_leader", "1 while this replica holds the leader Lease.", registry=self.registry
         )
+        self.evictions = Counter(
+            "topogang_evictions",
+            "Pods topogang ended, by DisruptionTarget reason and outcome (marked, unmarked, not deleted).",
+            ["reason", "outcome"],
+            registry=self.registry,
+        )
         self.events = Counter(
             "topogang_events",
             "Kubernetes Events by reason and result (written, or suppressed as a repeat).",

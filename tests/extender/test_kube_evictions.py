@@ -41,6 +41,14 @@ def cluster(
     return kube, sync, told
 
 
+def evictions(sync: ClusterSync, reason: str, outcome: str) -> float:
+    """`topogang_evictions_total` for this reason and outcome."""
+    got = sync.s.metrics.registry.get_sample_value(
+        "topogang_evictions_total", {"reason": reason, "outcome": outcome}
+    )
+    return got or 0.0
+
+
 def status_patches(kube: FakeKube) -> list[dict[str, Any]]:
     return [
         dict(body or {})
@@ -78,6 +86,7 @@ def test_a_victim_is_marked_disrupted_before_it_is_deleted_with_a_uid_preconditi
             "preconditions": {"uid": "u1"},
         }
         assert [(ns, name, uid) for ns, name, uid, _ in told] == [("nlp", "w-1", "u1")]
+        assert evictions(sync, "PreemptionByScheduler", "marked") == 1
 
     run(go())
 
@@ -126,7 +135,7 @@ def test_a_pod_replaced_under_the_same_name_is_neither_marked_nor_deleted() -> N
         assert len(status_patches(kube)) == 1  # the stale copy's write, refused (409); no second
         stored = kube.server.get(path)
         assert stored is not None and not disrupted(stored)  # neither marked nor deleted
-        assert told == []
+        assert told == [] and evictions(sync, "PreemptionByScheduler", "not deleted") == 1
 
     run(go())
 
@@ -138,6 +147,7 @@ def test_a_pod_whose_status_cannot_be_written_is_deleted_all_the_same() -> None:
         await sync.evict(["u1"], disruption.not_whole("nlp/pair"))
         assert kube.server.get(pod_path("nlp", "w-1")) is None
         assert len(told) == 1 and told[0][3].reason == "GangNotWhole"
+        assert evictions(sync, "GangNotWhole", "unmarked") == 1
 
     run(go())
 
@@ -151,6 +161,8 @@ def test_a_write_without_an_answer_stops_neither_the_deletion_nor_the_next_pod()
         assert kube.server.get(pod_path("nlp", "w-1")) is not None  # its deletion had no answer
         assert kube.server.get(pod_path("nlp", "w-2")) is None
         assert [uid for _, _, uid, _ in told] == ["u2"]
+        assert evictions(sync, "PreemptionByScheduler", "not deleted") == 1
+        assert evictions(sync, "PreemptionByScheduler", "marked") == 1
 
     run(go())
 
