@@ -51,7 +51,7 @@ class Disruption:
 
 
 def preempted_by(gang: str) -> Disruption:
-    return Disruption(PREEMPTED, "preempted to make room for a gang of higher priority", gang)
+    return Disruption(PREEMPTED, "preempting to accommodate a higher priority pod group", gang)
 
 
 def reservation_expired() -> Disruption:

@@ -218,7 +218,7 @@ def test_guaranteed_gang_reclaims_a_rack_from_opportunistic_gangs_on_full_nodes(
     )
     # each was marked as kube-scheduler marks its victims before it went, and told why; the real API
     # server took the condition (the extender's own RBAC allows pods/status patch, nothing more)
-    why = "topogang: preempted to make room for a gang of higher priority (owner)"
+    why = "topogang: preempting to accommodate a higher priority pod group (owner)"
     for victim in gone:
         mark = wait_until(f"{victim}'s mark", partial(seen.condition, victim, "DisruptionTarget"), 30)
         assert (mark["status"], mark["reason"], mark["message"]) == ("True", "PreemptionByScheduler", why), (

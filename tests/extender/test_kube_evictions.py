@@ -74,7 +74,9 @@ def test_a_victim_is_marked_disrupted_before_it_is_deleted_with_a_uid_preconditi
         (patch,) = status_patches(kube)
         mark = mark_of(patch)
         assert mark["status"] == "True" and mark["reason"] == "PreemptionByScheduler"
-        assert mark["message"].startswith("topogang: preempted") and mark["message"].endswith("(big)")
+        assert mark["message"].startswith("topogang: preempting to accommodate") and mark["message"].endswith(
+            "(big)"
+        )
         assert [c["type"] for c in patch["status"]["conditions"]] == [
             "PodScheduled",
             "Ready",
@@ -97,7 +99,7 @@ def test_a_victim_of_another_namespace_reads_no_name_of_the_preempting_gang() ->
         await sync.evict(["u1"], disruption.preempted_by("nlp/secret-project"))
         message = mark_of(status_patches(kube)[0])["message"]
         assert "secret-project" not in message and "nlp" not in message
-        assert message == "topogang: preempted to make room for a gang of higher priority"
+        assert message == "topogang: preempting to accommodate a higher priority pod group"
 
     run(go())
 
