@@ -30,6 +30,7 @@ from topology.decisions import (
     WaitCode,
     WaitReason,
 )
+from topology.preemption import Plan
 from topology.reservations import Gang
 
 
@@ -130,13 +131,23 @@ def reserve(cluster: Cluster, req: GangRequest, now: float, *, checked: bool = F
     """Place the whole gang (or find it placed), lazily downgrading opted-in victims when that
     alone makes room; Wait(PREEMPTIBLE) with the victims when it fits only by preemption.
     `checked`: the request's ranges were checked where it was built."""
-    got = _reserve(cluster, req, now, checked)
+    got = _closer_waits(cluster, req, _reserve(cluster, req, now, checked))
     return gangs.placement_of(cluster, got) if isinstance(got, Gang) else got
 
 
-def _reserve(cluster: Cluster, req: GangRequest, now: float, checked: bool) -> Gang | GangPlacement | Wait:
+def _closer_waits(
+    cluster: Cluster, req: GangRequest, got: Gang | GangPlacement | Wait | Plan
+) -> Gang | GangPlacement | Wait:
+    """A closer plan as the filtering phase answers it: the gang waits to preempt its guests."""
+    return compact.closer_wait(cluster, req, got) if isinstance(got, Plan) else got
+
+
+def _reserve(
+    cluster: Cluster, req: GangRequest, now: float, checked: bool
+) -> Gang | GangPlacement | Wait | Plan:
     """`reserve`, with a gang placed now or before answered as its `Gang` (the filter answers with
-    its open slots and does not build the placement)."""
+    its open slots and does not build the placement), and a gang `compact.closer_plan` keeps close
+    answered with that plan (the filter that may preempt takes it without a second what-if)."""
     held = gangs.existing(cluster, req)
     if held is not None:  # a member of a placed gang: no node-list work at all
         if held.pending:  # waiting for its victims to go (`GangPhase.PREEMPTING`)
@@ -152,7 +163,7 @@ def _reserve(cluster: Cluster, req: GangRequest, now: float, checked: bool) -> G
         return cooling
     closer = compact.closer_plan(cluster, req, now, suggested)
     if closer is not None:
-        return compact.closer_wait(cluster, req, closer)
+        return closer
     got = gangs.place_gang(cluster, req, now, suggested)
     if not isinstance(got, Wait) or req.opportunistic:
         return got
@@ -192,12 +203,14 @@ def filter_member(cluster: Cluster, ask: FilterAsk, now: float) -> FilterAnswer:
             requests.fits(cluster, req)
             quota = cluster.vc_quota_leaves.get(req.vc, 0)
             return FilterAnswer(Waits(queued(req, ask.behind), None, quota), tuple(released))
-        placed = _reserve(cluster, req, now, True)
+        first = _reserve(cluster, req, now, True)
+        placed = _closer_waits(cluster, req, first)
         preempted = None
         if ask.preempt and isinstance(placed, Wait) and placed.reason.code is WaitCode.PREEMPTIBLE:
-            plan = compact.preempt(cluster, req, now)
+            closer = first if isinstance(first, Plan) else None
+            plan = compact.preempt(cluster, req, now, closer)
             preempted = plan if isinstance(plan, Preemption) else None
-            placed = _reserve(cluster, req, now, True)
+            placed = _closer_waits(cluster, req, _reserve(cluster, req, now, True))
     except UserError as err:
         return FilterAnswer(None, tuple(released), err)
     gang = cluster.reservations.by_name.get(req.name)

@@ -77,6 +77,10 @@ def closer_wait(cluster: Cluster, req: GangRequest, plan: Plan) -> Wait:
     return Wait(WaitReason(WaitCode.PREEMPTIBLE, req.vc, msg), victims)
 
 
-def preempt(cluster: Cluster, req: GangRequest, now: float) -> GangPlacement | Preemption | Wait:
-    """`preemption.preempt`, with a new gang kept close over plain guests when `closer_plan` says so."""
-    return preemption.preempt(cluster, req, now, first=closer_plan)
+def preempt(
+    cluster: Cluster, req: GangRequest, now: float, known: Plan | None = None
+) -> GangPlacement | Preemption | Wait:
+    """`preemption.preempt`, with a new gang kept close over plain guests when `closer_plan` says so;
+    `known`: the plan `closer_plan` gave a moment ago on this same state (not asked again)."""
+    first = closer_plan if known is None else (lambda *_: known)
+    return preemption.preempt(cluster, req, now, first=first)

@@ -4,7 +4,13 @@ long, or a gang that did not opt in (HiveD's rule), keeps the free placement acr
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from tests.topology.fixtures import gang, rack_cluster
+from topology import compact
+from topology.asks import FilterAsk, MemberAsk, Waits
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangPlacement, GangRequest, Preemption, Wait, WaitCode
 from topology.invariants import violations
@@ -74,3 +80,27 @@ def test_a_gang_already_in_one_rack_is_left_alone() -> None:
     got = core.reserve(pair(promote_when_quota=True), YOUNG)
     assert isinstance(got, GangPlacement) and set(got.nodes) == {"r1-n2", "r1-n3"}
     assert core.gang("guest") is not None
+
+
+def test_a_filter_that_preempts_takes_the_closer_plan_it_found_without_a_second_what_if(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Filter-time preemption: the filtering phase found the plan (a what-if placement), and the
+    preempting phase of the same call applies it rather than placing the gang in a what-if again."""
+    core = crowded()
+    asked: list[str] = []
+    real = compact.what_if
+
+    def counted(cluster: Any) -> Any:
+        asked.append("what-if")
+        return real(cluster)
+
+    monkeypatch.setattr(compact, "what_if", counted)
+    req = pair(promote_when_quota=True)
+    got = core.filter(FilterAsk(MemberAsk(req, "u-pair-0", 8), preempt=True), YOUNG)
+    assert isinstance(got.outcome, Waits) and got.outcome.preempted is not None
+    assert {v.gang for v in got.outcome.preempted.victims} == {"guest"}
+    assert asked == ["what-if"]
+    g = core.gang("pair")
+    assert g is not None and set(core.placement_of(g).nodes) == {"r0-n2", "r0-n3"}
+    assert violations(core) == []
