@@ -85,13 +85,16 @@ def disruption_patch(pod: Mapping[str, Any], reason: str, message: str, stamp: s
     mark kube-scheduler gives its preemption victims. A merge patch replaces the whole list, so the
     pod's other conditions go with it, and its resourceVersion makes the write fail (409) rather
     than drop a condition the kubelet wrote since the copy was read."""
-    mark = {
+    mark: dict[str, Any] = {
         "type": DISRUPTION_TARGET,
         "status": "True",
         "reason": reason,
         "message": message,
         "lastTransitionTime": stamp,
     }
+    generation = meta(pod).get("generation")
+    if isinstance(generation, int):  # which spec the condition speaks of, as kube-scheduler says it
+        mark["observedGeneration"] = generation
     kept = [c for c in _conditions(pod) if c.get("type") != DISRUPTION_TARGET]
     body: dict[str, Any] = {"status": {"conditions": [*kept, mark]}}
     rv = resource_version(pod)

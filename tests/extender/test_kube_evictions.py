@@ -34,7 +34,10 @@ def cluster(
     for uid, ns, name in pods:
         stored = kube.server.put(
             pod_path(ns, name),
-            {"metadata": {"uid": uid, "name": name, "namespace": ns}, "status": {"conditions": RUNNING}},
+            {
+                "metadata": {"uid": uid, "name": name, "namespace": ns, "generation": 1},
+                "status": {"conditions": RUNNING},
+            },
         )
         sync.live[uid] = (ns, name)
         sync.pods[uid] = copy.deepcopy(stored)
@@ -74,6 +77,7 @@ def test_a_victim_is_marked_disrupted_before_it_is_deleted_with_a_uid_preconditi
         (patch,) = status_patches(kube)
         mark = mark_of(patch)
         assert mark["status"] == "True" and mark["reason"] == "PreemptionByScheduler"
+        assert mark["observedGeneration"] == 1
         assert mark["message"].startswith("topogang: preempting to accommodate") and mark["message"].endswith(
             "(big)"
         )
