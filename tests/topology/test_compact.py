@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from tests.topology.fixtures import gang, rack_cluster
-from topology import compact
 from topology.asks import FilterAsk, MemberAsk, Waits
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangPlacement, GangRequest, Preemption, Wait, WaitCode
 from topology.invariants import violations
 from topology.room import MIN_LOSS_HOURS
+from topology.whatif import what_if
 
 EIGHT = tuple(range(8))
 YOUNG = 600.0  # the guest has run 10 min: 8 GPUs x 1/6 h, under the threshold
@@ -89,13 +89,12 @@ def test_a_filter_that_preempts_takes_the_closer_plan_it_found_without_a_second_
     preempting phase of the same call applies it rather than placing the gang in a what-if again."""
     core = crowded()
     asked: list[str] = []
-    real = compact.what_if
 
     def counted(cluster: Any) -> Any:
         asked.append("what-if")
-        return real(cluster)
+        return what_if(cluster)
 
-    monkeypatch.setattr(compact, "what_if", counted)
+    monkeypatch.setattr("topology.compact.what_if", counted)
     req = pair(promote_when_quota=True)
     got = core.filter(FilterAsk(MemberAsk(req, "u-pair-0", 8), preempt=True), YOUNG)
     assert isinstance(got.outcome, Waits) and got.outcome.preempted is not None
