@@ -379,6 +379,7 @@ class Soak:
     async def start_extender(self) -> None:
         loop = asyncio.get_running_loop()
         self.kube = FakeKube(self.server, watch_lag=self.rng.choice((0.0, 0.0, 0.5, 2.0)))
+        self.kube.request = self.marked_deletions(self.kube)  # type: ignore[method-assign,assignment]
         self.service = kube_service(self.loaded, self.kube, clock=loop.time, signing_key=SIGNING_KEY)
         # wall time follows the virtual clock too: the ledger's tombstones, the persisted
         # reservations' expiresAt and the pods' creation times (the VC order) are read against it
@@ -388,6 +389,30 @@ class Soak:
         self.app = build_app(self.service)
         self.stack = contextlib.AsyncExitStack()
         await self.stack.enter_async_context(self.app.router.lifespan_context(self.app))
+
+    def marked_deletions(self, kube: FakeKube) -> Callable[..., Awaitable[dict[str, Any] | None]]:
+        """`kube.request`, checking the extender's pod deletions on their way: a pod it ends carries
+        its DisruptionTarget mark by then (`extender.kube.evictions`). No fault is injected on its
+        status writes, and the fake server answers each request at once, so the mark cannot have
+        failed unless the process is gone (its connection closed) or the pod went first."""
+        send = kube.request
+
+        async def request(
+            method: str,
+            path: str,
+            query: Sequence[tuple[str, str]] = (),
+            body: Mapping[str, Any] | None = None,
+        ) -> dict[str, Any] | None:
+            if method == "DELETE" and "/pods/" in path and not kube.closed:
+                pod = self.server.get(path)
+                uid = ((body or {}).get("preconditions") or {}).get("uid")
+                if pod is not None and kpods.uid(pod) == uid and not kpods.disrupted(pod):
+                    self.violate(
+                        [f"the extender deleted pod {path} ({uid}) without its DisruptionTarget mark"]
+                    )
+            return await send(method, path, query, body)
+
+        return request
 
     async def stop_extender(self) -> None:
         """The process dies: in-flight verb calls, background tasks and connections go with it."""
