@@ -27,9 +27,8 @@ import logging
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 
-from extender.gangs import disruption
 from extender.gangs.bindsig import BindSigner, recovery_verifier
-from extender.gangs.disruption import OFF_PLACEMENT_WHY, Disruption
+from extender.gangs.disruption import OFF_PLACEMENT_WHY, Disruption, off_placement
 from extender.gangs.entitlement import grant
 from extender.gangs.optin import pod_gpus
 from extender.gangs.podspec import PodRequest, is_enabled
@@ -354,7 +353,7 @@ class ClusterSync:
             if not report.pods:
                 self.foreign.add(uid)
             if report.evict:
-                await self.evictor(report.evict, disruption.off_placement(OFF_PLACEMENT_WHY))
+                await self.evictor(report.evict, off_placement(OFF_PLACEMENT_WHY))
             for line in report.lines()[1:]:
                 log.warning("%s", line)
         async with self.s.lock:  # pod IP, deletion mark: what the gang ledger's Ready needs
@@ -488,10 +487,8 @@ class ClusterSync:
     async def evict(self, uids: Sequence[str], why: Disruption) -> None:
         """Mark each pod disrupted, delete it, tell its namespace (`extender.kube.evictions`)."""
         for uid in uids:
-            where = self.live.get(uid)
-            if where is None:
-                pr = self.s.cached(uid)
-                where = (pr.namespace, pr.name) if pr is not None else None
+            pr = self.s.cached(uid) if uid not in self.live else None
+            where = self.live.get(uid) or ((pr.namespace, pr.name) if pr is not None else None)
             if where is None:
                 log.warning("cannot evict pod %s (%s): not known", uid, why.detail)
                 continue
