@@ -18,6 +18,8 @@ from typing import Any
 from extender.gangs.disruption import Disruption
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
+from extender.kube.events import MAX_MESSAGE
+from extender.kube.invalid import printable
 
 log = logging.getLogger("topogang.kube")
 
@@ -64,7 +66,8 @@ async def _mark(
         if kpods.disrupted(pod):
             return True  # marked already (kube-scheduler's own preemption, or an earlier try)
         stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        patch = kpods.disruption_patch(pod, why.reason, why.message(namespace), stamp)
+        text = printable(why.message(namespace), MAX_MESSAGE)  # a gang name is the tenant's text
+        patch = kpods.disruption_patch(pod, why.reason, text, stamp)
         try:
             await kube.request("PATCH", path + "/status", body=patch)
             return True

@@ -108,6 +108,16 @@ def test_a_victim_of_another_namespace_reads_no_name_of_the_preempting_gang() ->
     run(go())
 
 
+def test_a_gang_name_reaches_the_mark_printable_and_cut_short() -> None:
+    async def go() -> None:
+        kube, sync, _ = cluster(("u1", "nlp", "w-1"))
+        await sync.evict(["u1"], disruption.preempted_by("nlp/" + "x" * 2000 + "\x1b[31m"))
+        message = mark_of(status_patches(kube)[0])["message"]
+        assert len(message) <= 512 and "\x1b" not in message
+
+    run(go())
+
+
 def test_a_stale_copy_is_read_again_and_the_kubelets_newer_conditions_are_kept() -> None:
     async def go() -> None:
         kube, sync, told = cluster(("u1", "nlp", "w-1"))
