@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, overload
 
 from extender.gangs.waiting import Waiting
 from topology.reservations import Gang
@@ -50,7 +50,12 @@ def reached(phase: Phase, target: Phase) -> bool:
     return ORDER[phase] >= ORDER[target]
 
 
+@overload
+def rfc3339(t: float) -> str: ...
+@overload
+def rfc3339(t: None) -> None: ...
 def rfc3339(t: float | None) -> str | None:
+    """A Unix time as the Kubernetes API writes times (RFC 3339, UTC, seconds); None stays None."""
     if t is None:
         return None
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

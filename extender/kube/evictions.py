@@ -11,11 +11,12 @@ its GPUs; the log says why it has no mark.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from extender.gangs.disruption import Disruption
+from extender.gangs.ledger_records import rfc3339
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
 from extender.kube.events import MAX_MESSAGE
@@ -54,6 +55,8 @@ async def _mark(
     """Write the condition; read the pod again once if the copy at hand is stale (409). True: the
     pod carries a mark now (this one, or one given before)."""
     path = pod_path(namespace, name)
+    text = printable(why.message(namespace), MAX_MESSAGE)  # a gang name is the tenant's text
+    stamp = rfc3339(time.time())
     for fresh in (False, True):
         if pod is None or fresh:
             try:
@@ -65,8 +68,6 @@ async def _mark(
             return False  # gone, or replaced by a pod of the same name
         if kpods.disrupted(pod):
             return True  # marked already (kube-scheduler's own preemption, or an earlier try)
-        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        text = printable(why.message(namespace), MAX_MESSAGE)  # a gang name is the tenant's text
         patch = kpods.disruption_patch(pod, why.reason, text, stamp)
         try:
             await kube.request("PATCH", path + "/status", body=patch)
