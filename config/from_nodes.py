@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from config.untrusted import whole_number
+
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 CLIQUE_LABEL = "nvidia.com/gpu.clique"  # NVIDIA's NVLink domain (an NVL72 rack) of a node
@@ -85,7 +87,8 @@ class FromNodes:
 
 def natural_key(text: str) -> tuple[tuple[int, int | str], ...]:
     """`r2` before `r10`: digit runs compare as numbers."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.findall(r"\d+|\D+", text))
+    runs = re.findall(r"[0-9]+|[^0-9]+", text)
+    return tuple((0, n) if (n := whole_number(p)) is not None else (1, p) for p in runs)
 
 
 def type_safe(text: str) -> str:

@@ -96,6 +96,15 @@ def valid_text(value: str, path: str) -> str:
     return joined
 
 
+def whole_number(text: str, digits: int = 18) -> int | None:
+    """The number `text` writes in at most `digits` ASCII digits, else None. `str.isdigit` alone
+    accepts what `int` refuses with a ValueError (a superscript "²", more than 4,300 digits), so a
+    tenant's or a caller's text checked with it alone turns into an internal error."""
+    if len(text) <= digits and text.isascii() and text.isdigit():
+        return int(text)
+    return None
+
+
 def check_size(text: str, limits: Limits, what: str = "") -> None:
     if len(text) > limits.max_bytes or text_size(text) > limits.max_bytes:
         raise UntrustedError(what, f"is {text_size(text)} bytes; at most {limits.max_bytes}")

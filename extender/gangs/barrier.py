@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.untrusted import whole_number
 from extender.gangs.framework import Framework, FrameworkError, barrier_passed, decompressed, injector
 
 EXIT_PASS = 0
@@ -96,7 +97,7 @@ def settings_from_env(env: Mapping[str, str]) -> Settings:
         attempt=env.get("FC_FRAMEWORK_ATTEMPT_INSTANCE_UID") or None,
         pod_uid=env.get("FC_POD_UID") or None,
         task_role=env.get("FC_TASKROLE_NAME") or None,
-        task_index=int(index) if index and index.isdigit() else None,
+        task_index=whole_number(index, 9) if index else None,
         out_dir=Path(env.get("TOPOGANG_BARRIER_DIR", "/mnt/frameworkbarrier")),
         apiserver=env.get("KUBE_APISERVER_ADDRESS") or None,
         token_file=Path(env.get("TOPOGANG_TOKEN_FILE") or DEFAULT_TOKEN_FILE),

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from config.untrusted import ANNOTATION_LIMITS, UntrustedError, check_size, check_yaml
+from config.untrusted import ANNOTATION_LIMITS, UntrustedError, check_size, check_yaml, whole_number
 from extender.gangs.plainyaml import read_plain
 from topology.decisions import Bind, GangPlacement
 
@@ -239,10 +239,10 @@ def decode_bind_info(text: str) -> BindInfo:
 
 def decode_isolation(text: str) -> tuple[int, ...]:
     """`"4,5,6,7"` -> (4, 5, 6, 7); `ValueError` on anything else."""
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() for p in parts):
-        raise ValueError(f"not a comma-separated list of GPU indices: {text!r}")
-    return tuple(int(p) for p in parts)
+    numbers = [whole_number(p.strip(), 9) for p in text.split(",") if p.strip()]
+    if not numbers or None in numbers:
+        raise ValueError(f"not a comma-separated list of GPU indices: {text[:200]!r}")
+    return tuple(n for n in numbers if n is not None)
 
 
 def pod_bind_info(annotations: Mapping[str, Any]) -> BindInfo | None:

@@ -18,8 +18,10 @@ refused pod reserves nothing and preempts nobody. It is the one place the rule l
   derives itself (from the class, a PodGroup) is capped to it.
 - **The VC.** A guaranteed gang (priority >= 0, or opportunistic with `promoteWhenQuota`, which would
   take quota later) may use only the namespace's VCs: its `namespaceVirtualClusters` VC and its
-  `tenants` entry's `virtualClusters`. An opportunistic gang uses no quota and preempts nobody, so any
-  VC may carry it, unless the namespace may run nothing at all.
+  `tenants` entry's `virtualClusters`. `promoteWhenQuota` also asks for the priority promotion gives
+  (0), so a namespace whose `maxPriority` is below it may not opt in: the promoted gang would be
+  guaranteed past its cap. An opportunistic gang uses no quota and preempts nobody, so any VC may
+  carry it, unless the namespace may run nothing at all.
 - **Pinned cells** belong to a VC: a pod may pin only within its VCs, and only the cells its entry
   lists when it lists them (`pinnedCellIds`).
 - **Namespaces without a `tenants` entry** follow the mode (`topogang.defaultEntitlement`, else `serve
@@ -29,8 +31,9 @@ refused pod reserves nothing and preempts nobody. It is the one place the rule l
   run priority -1 only; `none` refuses every pod of a namespace in neither map.
 - **A reload judges what is asked from then on.** A gang already given its VC and priority keeps them
   (a restart brings it back the same, `grant`'s `held`); to take them back, delete its pods. A gang
-  that opted in to promotion (`promoteWhenQuota`) whose namespace may no longer use its VC is no
-  longer promoted into that VC's quota (`withdraw_promotions`): promotion would be a new grant.
+  that opted in to promotion (`promoteWhenQuota`) whose namespace may no longer take its VC's quota
+  (the VC, or a `maxPriority` of at least 0, taken away) is no longer promoted into it
+  (`withdraw_promotions`): promotion would be a new grant.
 
 Pods of one gang agree because the core refuses a member whose request differs from its gang's.
 """
@@ -46,6 +49,7 @@ from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest
 from topology.core import Core
 from topology.decisions import MAX_PRIORITY, MIN_GUARANTEED_PRIORITY, OPPORTUNISTIC_PRIORITY, UserError
+from topology.promotion import PROMOTED_PRIORITY
 
 TENANTS = "topogang.tenants"
 NAMESPACE_VCS = "topogang.namespaceVirtualClusters"
@@ -197,6 +201,14 @@ def grant(
                 f"(it may use: {_names(tenant.vcs)}; opportunistic pods, priority -1, may use any): "
                 f"add {vc!r} to {TENANTS}.{pr.namespace}.virtualClusters to allow it",
             )
+        if req.promote_when_quota and not may_take_quota(tenant, vc):
+            raise EntitlementError(
+                "promoteWhenQuota",
+                f"namespace {pr.namespace} may run only opportunistic pods (maxPriority "
+                f"{tenant.max_priority}), and promoteWhenQuota asks for priority {PROMOTED_PRIORITY} in "
+                f"the quota of VC {vc!r} once it has room: drop promoteWhenQuota, or raise "
+                f"{tenant.key}.maxPriority to at least {PROMOTED_PRIORITY} to allow it",
+            )
         pin = req.pinned_cell_id
         if pin is not None and tenant.pinned is not None and pin not in tenant.pinned:
             raise EntitlementError(
@@ -214,14 +226,23 @@ def may_run(tenant: Tenant | None) -> bool:
     return tenant is None or tenant.opportunistic or bool(tenant.vcs)
 
 
+def may_take_quota(tenant: Tenant | None, vc: str) -> bool:
+    """Whether a namespace with this entitlement may have a gang take VC `vc`'s quota: the VC is one
+    of its own and it may run a gang at the priority promotion gives (`PROMOTED_PRIORITY`). The one
+    rule for a request that would take quota later (`promoteWhenQuota`), for a gang kept promotable
+    after a reload, and for a wait that holds the VC's queue (`vc_order`)."""
+    return tenant is None or (vc in tenant.vcs and tenant.max_priority >= PROMOTED_PRIORITY)
+
+
 def withdraw_promotions(core: Core, rules: Entitlements) -> list[str]:
-    """After a reload: the gangs that opted in to promotion whose namespace may no longer use their
-    VC are not promoted into its quota (`Core.withdraw_promotion`). Their names."""
+    """After a reload: the gangs that opted in to promotion whose namespace may no longer take their
+    VC's quota (`may_take_quota`: the VC, or a `maxPriority` below the promoted priority, taken away)
+    are not promoted into it (`Core.withdraw_promotion`). Their names."""
     out = []
     for g in core.gangs():
         if g.request.promote_when_quota:
             tenant = rules.tenant(split_key(g.name)[0])
-            if tenant is not None and g.request.vc not in tenant.vcs and core.withdraw_promotion(g.name):
+            if not may_take_quota(tenant, g.request.vc) and core.withdraw_promotion(g.name):
                 out.append(g.name)
     return out
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, overload
 
+from config.untrusted import whole_number
 from extender.gangs.waiting import Waiting
 from topology.reservations import Gang
 
@@ -62,9 +63,9 @@ def rfc3339(t: float | None) -> str | None:
 
 
 def attempt_id(attempt: str) -> int | None:
-    """The attempt number of an attempt instance UID (`{attemptID}_{configMapUID}`)."""
-    head = attempt.split("_", 1)[0]
-    return int(head) if head.isdigit() else None
+    """The attempt number of an attempt instance UID (`{attemptID}_{configMapUID}`); None when its
+    head is no plain number (the pod's annotation is its owner's to write: `whole_number`)."""
+    return whole_number(attempt.split("_", 1)[0])
 
 
 def newer(a: str, b: str) -> bool:

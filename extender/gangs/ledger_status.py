@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from config.untrusted import whole_number
 from extender.gangs.ledger_records import (
     API_VERSION,
     Counts,
@@ -192,8 +193,9 @@ def _task_of(key: str | None, facts: PodFacts | None) -> tuple[str | None, int |
     """(task role, task index) of a slot: its key (`role/index`) when named, else its pod's."""
     if key is not None:
         role, _, index = key.rpartition("/")
-        if role and index.isdigit():
-            return role, int(index)
+        number = whole_number(index, 9)
+        if role and number is not None:
+            return role, number
     if facts is not None:
         return facts.role, facts.index
     return None, None

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size
+from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size, whole_number
 from extender.gangs.identity import explicit_key, one_pod_key
 from extender.gangs.optin import gpu_opt_in
 from extender.gangs.specfields import (
@@ -147,8 +147,8 @@ def positive_quantity(value: object) -> bool:
         return value > 0
     if not isinstance(value, str):
         return False
-    if value.isascii() and value.isdigit():  # "1", as almost every opt-in limit is written
-        return int(value) > 0
+    if (number := whole_number(value)) is not None:  # "1", as almost every opt-in limit is written
+        return number > 0
     m = _QUANTITY.match(value)
     if m is None:
         return False

@@ -16,7 +16,10 @@ the gang can get holds its VC back (`Waiting.holds`, `extender.http.turned_away.
 gang that can never run, nor one waiting for bad hardware to heal, nor one that only waits behind
 another (the gangs queued behind one then start together once it goes, not one requeue at a time).
 One that has not been filtered for a reservation TTL holds nobody back either (its pods are gone, or
-nobody asks for it), so a wait that is never asked about again cannot block its VC for good.
+nobody asks for it), so a wait that is never asked about again cannot block its VC for good. Nor does
+a gang whose namespace may not take the VC's quota (`entitlement.may_take_quota`, under the rules in
+force): opportunistic gangs may name any VC, and a namespace given none must not hold a VC's own
+gangs back by keeping a guest gang waiting there.
 
 A gang's place in the queue is when its pods were created (`Holders.joined`), as the API server
 wrote it: the latest `creationTimestamp` among the pods of it the verbs have read, so a gang is not
@@ -38,6 +41,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
 from config.schema import BEST_EFFORT_FIFO, STRICT_FIFO, VcQueueing
+from extender.gangs.entitlement import Entitlements, may_take_quota
 from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest
 from extender.gangs.waiting import Waiting
@@ -94,11 +98,17 @@ class Holders:
             del self._by_vc[vc]
 
     def ahead_of(
-        self, waiting: Mapping[str, Waiting], pr: PodRequest, now: float, seen_since: float
+        self,
+        waiting: Mapping[str, Waiting],
+        pr: PodRequest,
+        now: float,
+        seen_since: float,
+        rules: Entitlements,
     ) -> str | None:
         """The gang `pr`'s gang waits behind (as the pod may see it named), or None: the oldest
         holder of its VC at its priority or above, seen since `seen_since`, that started waiting
-        before it (the gang's own first wait, else now)."""
+        before it (the gang's own first wait, else now), and whose namespace may take the VC's quota
+        under `rules` (the ones in force: a reload applies to the waits already held)."""
         req = pr.request
         of_vc = self._by_vc.get(req.vc)
         if not of_vc:
@@ -108,7 +118,12 @@ class Holders:
             # not its own wait (older than the pod read now), nor one no longer current or seen
             if w.gang == pr.gang or w.priority < req.priority or w.last_seen < seen_since:
                 continue
-            if waiting.get(w.gang) is w and (first is None or (w.order, w.gang) < (first.order, first.gang)):
+            if waiting.get(w.gang) is not w:
+                continue
+            # a guest of the VC (its namespace may not take the VC's quota) has no place in its queue
+            if not may_take_quota(rules.tenant(split_key(w.gang)[0]), w.vc):
+                continue
+            if first is None or (w.order, w.gang) < (first.order, first.gang):
                 first = w
         # the pod's creation time is read only when some gang could be ahead of it
         if first is None or (first.order, first.gang) >= (

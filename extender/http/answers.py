@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from topology.decisions import UserError, Wait, WaitCode
+from extender.gangs.identity import split_key
+from topology.decisions import UserError, Victim, Wait, WaitCode
 
 PREEMPTION_CODES = (WaitCode.PREEMPTIBLE, WaitCode.PREEMPTING)
 
@@ -67,6 +68,19 @@ def some(items: Sequence[str], limit: int = 8) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
+def victims_shown(namespace: str, victims: Sequence[Victim]) -> str:
+    """A node's victims as a pod of `namespace` may read them: kube-scheduler copies the filter's
+    texts into that pod's Events and conditions, which anyone who reads its namespace sees, so the
+    pod UIDs of another namespace's gangs are only counted (as `vc_order.shown` leaves another
+    namespace's gang unnamed)."""
+    own = [v.pod_uid for v in victims if namespace and split_key(v.gang)[0] == namespace]
+    others = len(victims) - len(own)
+    if not own:
+        return f"{others} preemptible {'pod' if others == 1 else 'pods'} of other namespaces"
+    shown = f"preemptible pods: {some(own)}"
+    return shown + (f" and {others} of other namespaces" if others else "")
+
+
 def waiting_nodes(
     gang: str,
     w: Wait,
@@ -79,9 +93,13 @@ def waiting_nodes(
     """A waiting gang's failed and unresolvable nodes: the whole reason (`text`) on the first node,
     a pointer to it on the others. With filter-time preemption (`evicts_itself`) the extender
     evicts the victims itself: kube-scheduler's dry run would only find no victims of its own on
-    these nodes and log an error every cycle, so none goes to FailedNodes."""
+    these nodes and log an error every cycle, so none goes to FailedNodes. Victims are named only
+    to a pod of their own namespace (`victims_shown`)."""
     short = f"topogang: gang {gang} waits [{w.reason.code.value}] (reason on one node)"
-    by_node = w.victims_by_node()
+    namespace = split_key(gang)[0]
+    by_node: dict[str, list[Victim]] = {}
+    for v in w.victims:
+        by_node.setdefault(v.node, []).append(v)
     preemptible = {} if evicts_itself else preemption_nodes(w)
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -92,7 +110,7 @@ def waiting_nodes(
             continue
         msg = text if first else short
         if n in by_node:
-            msg = f"topogang: node({n}) has preemptible pods: {some(by_node[n])}; {msg}"
+            msg = f"topogang: node({n}) has {victims_shown(namespace, by_node[n])}; {msg}"
         first = False
         if n in preemptible:
             failed[n] = msg

@@ -16,6 +16,8 @@ import orjson
 from starlette.requests import Request
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from config.untrusted import whole_number
+
 
 class BodyTooLargeError(Exception):
     def __init__(self, limit: int) -> None:
@@ -25,7 +27,8 @@ class BodyTooLargeError(Exception):
 
 async def read_body(request: Request, limit: int) -> bytes:
     length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
+    declared = whole_number(length) if length is not None else None
+    if declared is not None and declared > limit:
         raise BodyTooLargeError(limit)
     chunks = []
     size = 0

@@ -11,9 +11,10 @@
 Long-poll: with `waitFor` the answer comes as soon as the gang's phase reaches it (Pending < Reserved
 < Binding < Bound < Ready), or is Broken or Expired, or can never fit; with `resourceVersion` as soon
 as the gang changes after that version; else after `timeoutSeconds` (at most 60) with the current
-status. 404: unknown (yet); 409: `attempt` is superseded by a newer attempt of the framework; 503:
-not synced yet (Kubernetes mode: until recovery is done). A Ready FrameworkController gang's answer
-carries `framework`: the Framework with the ledger's pod IPs, which `topogang barrier` writes out.
+status. 400: a query value that is no phase, number or attempt instance UID; 404: unknown (yet); 409:
+`attempt` is superseded by a newer attempt of the framework; 503: not synced yet (Kubernetes mode:
+until recovery is done). A Ready FrameworkController gang's answer carries `framework`: the
+Framework with the ledger's pod IPs, which `topogang barrier` writes out.
 
 The Framework proxy (point the stock barrier's `KUBE_APISERVER_ADDRESS` here): in Kubernetes mode the
 real Framework from the API server, cut down to what the barrier reads (`framework.barrier_view`: never
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -54,6 +56,8 @@ MAX_WAIT_SECONDS = 60.0
 SCAN_CHUNK = 256  # records looked at per hold of the lock by a list
 FC_GROUP = "frameworkcontroller.microsoft.com"
 FRAMEWORK_PATH = f"/apis/{FC_GROUP}/v1/namespaces/{{namespace}}/frameworks/{{name}}"
+# an attempt instance UID as FrameworkController writes it (`{attemptID}_{configMapUID}`), with room
+ATTEMPT = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 FrameworkFetch = Callable[[str, str], Awaitable[Mapping[str, Any] | None]]
 
@@ -80,6 +84,18 @@ def _phase_param(q: Mapping[str, str], key: str) -> Phase | None:
     if p is None:
         raise _BadQueryError(f"{key}: {raw!r} is not a phase ({', '.join(x.value for x in Phase)})")
     return p
+
+
+def _attempt_param(q: Mapping[str, str]) -> str | None:
+    """The `attempt` asked about. Anything FrameworkController never writes is a 400 here, rather
+    than text of any length and alphabet compared with every attempt the ledger keeps."""
+    raw = q.get("attempt") or ""
+    if raw and ATTEMPT.fullmatch(raw) is None:
+        raise _BadQueryError(
+            f"attempt: {raw[:40]!r}{'...' if len(raw) > 40 else ''} is not an attempt instance UID "
+            "(at most 128 ASCII letters, digits, '_', '-' and '.')"
+        )
+    return raw or None
 
 
 def _number(q: Mapping[str, str], key: str) -> float | None:
@@ -203,9 +219,9 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
             target = _phase_param(q, "waitFor")
             timeout = min(_number(q, "timeoutSeconds") or 0.0, MAX_WAIT_SECONDS)
             since = _number(q, "resourceVersion")
+            attempt = _attempt_param(q)
         except _BadQueryError as err:
             return _error(400, f"topogang: {err}", "BadRequest")
-        attempt = q.get("attempt") or None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         ledger.waiters += 1

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from config.untrusted import whole_number
+
 DEFAULT_LIMIT = 500
 MAX_LIMIT = 5000
 
@@ -38,9 +40,10 @@ def parse(q: Mapping[str, str]) -> Page:
     raw = q.get("limit") or ""
     limit = DEFAULT_LIMIT
     if raw:
-        if not raw.isdigit() or int(raw) < 1:
-            raise PageError(f"limit: {raw!r} is not a positive whole number")
-        limit = min(int(raw), MAX_LIMIT)
+        asked = whole_number(raw)
+        if asked is None or asked < 1:
+            raise PageError(f"limit: {raw[:40]!r} is not a positive whole number")
+        limit = min(asked, MAX_LIMIT)
     token = q.get("continue") or ""
     return Page(limit, decode(token) if token else None)
 

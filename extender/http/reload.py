@@ -173,7 +173,8 @@ class ConfigWatcher:
         self.refused = None
         self.status.applied_at = self.clock()
         self.status.last_report = report.lines() + [
-            f"gang {g} is no longer promoted (promoteWhenQuota): its namespace may no longer use its VC"
+            f"gang {g} is no longer promoted (promoteWhenQuota): its namespace may no longer take its "
+            "VC's quota"
             for g in withdrawn
         ]
         self._record("applied", [])

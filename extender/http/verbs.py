@@ -460,7 +460,7 @@ class Scheduler:
         """The older gang of the pod's VC its gang waits behind (`vc_order`), under StrictFIFO."""
         if self.vc_queueing != STRICT_FIFO:
             return None
-        return self.holders.ahead_of(self.waiting, pr, now, now - self.ttl_seconds)
+        return self.holders.ahead_of(self.waiting, pr, now, now - self.ttl_seconds, self.entitlement.rules)
 
     def _stop_waiting(self, gang: str) -> None:
         """The gang no longer waits; if it held its VC's later gangs back, they may go now."""

@@ -9,10 +9,14 @@ import re
 
 import pytest
 
-from config.untrusted import SPEC_LIMITS, Limits, UntrustedError, read_json, read_yaml
+from config.from_nodes import natural_key
+from config.untrusted import SPEC_LIMITS, Limits, UntrustedError, read_json, read_yaml, whole_number
 from extender.conventions.yunikorn import task_groups
-from extender.gangs import podspec
-from extender.http import wire
+from extender.gangs import ledger_status, podspec
+from extender.gangs.barrier import settings_from_env
+from extender.gangs.bindinfo import decode_isolation
+from extender.gangs.ledger_records import attempt_id, newer
+from extender.http import paging, wire
 from extender.http.nodelists import NODE_LIST_BYTES, NodeLists
 from extender.http.podcache import PodCache
 from tests.extender.helpers import args, pod, run, scheduler, spec
@@ -118,3 +122,29 @@ def test_json_annotations_nested_past_their_limit_are_user_errors_not_recursion(
         read_json("[" * 500 + "]" * 500, Limits(max_bytes=10_000, max_depth=32))
     with pytest.raises(UserError, match=r"not JSON|nested more than"):
         task_groups("[" * 100_000 + "]" * 100_000)
+
+
+# what `str.isdigit` calls digits and `int` refuses: a superscript two, 5,000 nines; and an
+# Arabic-Indic three, which `int` reads, but no caller writes a number that way
+ODD_DIGITS = ["\u00b2", "1\u00b2", "9" * 5000, "\u0663"]
+
+
+@pytest.mark.parametrize(
+    "text", ODD_DIGITS, ids=["superscript", "digit-superscript", "5000-digits", "arabic"]
+)
+def test_digits_int_refuses_are_no_number_to_any_reader(text: str) -> None:
+    """Each reader of a number a tenant or a caller writes takes plain ASCII digits of a bounded
+    length, and anything else as what it does with any text that is no number: never a ValueError
+    out of `int` (an attempt UID's "²_x" was an HTTP 500 and stopped its framework's filters)."""
+    assert whole_number(text) is None
+    assert attempt_id(f"{text}_cm") is None
+    assert newer("2_b", f"{text}_cm") and newer(f"{text}_cm", "2_b")  # the latest seen wins
+    with pytest.raises(paging.PageError, match=r"limit: .* is not a positive whole number"):
+        paging.parse({"limit": text})
+    with pytest.raises(ValueError, match="not a comma-separated list of GPU indices"):
+        decode_isolation(f"0,{text}")
+    assert ledger_status._task_of(f"worker/{text}", None) == (None, None)
+    assert isinstance(podspec.positive_quantity(text), bool)
+    assert natural_key(f"n{text}")
+    env = {"FC_FRAMEWORK_NAMESPACE": "ns", "FC_FRAMEWORK_NAME": "fw", "FC_TASK_INDEX": text}
+    assert settings_from_env(env).task_index is None

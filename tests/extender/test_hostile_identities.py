@@ -270,3 +270,29 @@ def test_a_pod_reported_finished_before_it_was_bound_lets_its_reservation_go() -
         assert violations(s.core) == []
 
     run(go())
+
+
+@pytest.mark.parametrize("odd", ["\u00b2_x", "9" * 5000 + "_x"])
+def test_an_attempt_uid_whose_head_int_refuses_stops_no_later_attempt(odd: str) -> None:
+    """A task's attempt instance UID is its pod's annotation, the tenant's to write. One whose head
+    `str.isdigit` accepts but `int` refuses reads as an attempt without a number (the latest seen
+    wins), so the framework's next attempt supersedes it and is placed."""
+
+    async def go() -> None:
+        s = scheduler()
+        first = pod(
+            "u-o",
+            "fw-worker-0",
+            "vision",
+            FC_SPEC,
+            annotations=fc_annotations("vision", "fw", odd, "worker", 0),
+        )
+        r = await s.filter(args(first))
+        assert r["NodeNames"] and not r["Error"], r
+        later = fc_annotations("vision", "fw", "2_b", "worker", 0)
+        r = await s.filter(args(pod("u-n", "fw-worker-0-b", "vision", FC_SPEC, annotations=later)))
+        assert r["NodeNames"] and not r["Error"], r
+        assert {g.name for g in s.core.gangs()} == {"vision/fw/2_b"}
+        assert violations(s.core) == []
+
+    run(go())

@@ -1,5 +1,6 @@
 """`vc_order.Holders`, the per-VC index of the waits that hold their VC back, answers as a scan of
-every waiting gang would, whatever the order of waits noted and ended (hypothesis)."""
+every waiting gang would, whatever the order of waits noted and ended, and whatever the namespaces
+may use (hypothesis)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, cast
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from extender.gangs.entitlement import Entitlements
 from extender.gangs.podspec import PodRequest
 from extender.gangs.vc_order import Holders, shown
 from extender.gangs.waiting import Waiting
@@ -41,8 +43,24 @@ steps = st.lists(
 )
 
 
+# open: every namespace may take every VC's quota; closed: only nlp, and only VC nlp's (vision's
+# gangs are guests wherever they wait, nlp's are guests in VC vision)
+RULES = {"open": Entitlements.open(), "closed": Entitlements({}, {"nlp": "nlp"}, "opportunistic")}
+
+
+def may_take(closed: bool, gang: str, vc: str) -> bool:
+    return not closed or gang.split("/")[0] == vc == "nlp"
+
+
 def scan(
-    waiting: dict[str, Waiting], gang: str, ns: str, vc: str, priority: int, now: float, since: float
+    waiting: dict[str, Waiting],
+    gang: str,
+    ns: str,
+    vc: str,
+    priority: int,
+    now: float,
+    since: float,
+    closed: bool,
 ) -> str | None:
     """The reference: every waiting gang looked at."""
     mine = waiting.get(gang)
@@ -56,14 +74,21 @@ def scan(
         and w.priority >= priority
         and w.last_seen >= since
         and (w.order, w.gang) < key
+        and may_take(closed, w.gang, w.vc)
     ]
     return shown(min(ahead, key=lambda w: (w.order, w.gang)), ns, now) if ahead else None
 
 
 @settings(max_examples=600, deadline=None)
-@given(steps, st.sampled_from(GANGS), st.sampled_from(["nlp", "vision"]), st.sampled_from([-1, 0, 100]))
+@given(
+    steps,
+    st.sampled_from(GANGS),
+    st.sampled_from(["nlp", "vision"]),
+    st.sampled_from([-1, 0, 100]),
+    st.sampled_from(sorted(RULES)),
+)
 def test_the_index_answers_as_a_scan_of_every_wait(
-    ops: list[tuple[str, Any]], gang: str, vc: str, priority: int
+    ops: list[tuple[str, Any]], gang: str, vc: str, priority: int, rules: str
 ) -> None:
     waiting: dict[str, Waiting] = {}
     holders = Holders()
@@ -83,4 +108,5 @@ def test_the_index_answers_as_a_scan_of_every_wait(
         ),
     )
     for now, since in ((10.0, 0.0), (25.0, 12.0), (40.0, 30.0)):
-        assert holders.ahead_of(waiting, pr, now, since) == scan(waiting, gang, ns, vc, priority, now, since)
+        got = holders.ahead_of(waiting, pr, now, since, RULES[rules])
+        assert got == scan(waiting, gang, ns, vc, priority, now, since, rules == "closed")

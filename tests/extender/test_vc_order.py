@@ -12,6 +12,7 @@ from typing import Any
 from extender.gangs.vc_order import BEST_EFFORT_FIFO
 from extender.http.verbs import Scheduler
 from tests.extender.helpers import Clock, args, nodes, pod, run, scheduler, spec
+from tests.extender.test_entitlement import config, make
 from topology import inspect
 
 
@@ -104,6 +105,33 @@ def test_another_namespaces_gang_ahead_is_not_named() -> None:
         passed, why = await filtered(s, gang("mine", 1, ns="vision")[0])
         assert not passed and "[Queued]" in why, why
         assert "nlp/big" not in why and "another namespace (3 pods" in why, why
+
+    run(go())
+
+
+GUESTS_ONLY = "  defaultEntitlement: opportunistic\n"  # a namespace of no VC runs opportunistic gangs only
+
+
+def test_a_guest_of_the_vc_holds_none_of_its_gangs_back() -> None:
+    """Opportunistic gangs may name any VC. A namespace given no VC (`defaultEntitlement:
+    opportunistic`) whose guest gang waits in vision must not keep vision's own opportunistic
+    gangs queued: only a namespace that may take a VC's quota has a place in its queue, under the
+    rules in force (a reload that gives it the VC gives it its place, for the wait it has)."""
+
+    async def go() -> None:
+        s, _ = make(config(GUESTS_ONLY))
+        await bound(s, gang("run", 1, ns="vision", vc="vision"))  # 88 GPUs left: the guest waits
+        passed, why = await filtered(s, gang("hog", 12, ns="outsider", vc="vision", priority=-1)[0])
+        assert not passed and "[InsufficientCapacity]" in why, why
+        assert s.waiting["outsider/hog"].holds
+        mine = gang("mine", 1, ns="vision", vc="vision", priority=-1, promoteWhenQuota=True)[0]
+        passed, why = await filtered(s, mine)
+        assert passed, why
+        s.entitlement.configure(
+            config(GUESTS_ONLY + "  tenants:\n    outsider: {virtualClusters: [vision]}\n").extras
+        )
+        passed, why = await filtered(s, gang("later", 1, ns="vision", vc="vision", priority=-1)[0])
+        assert not passed and "[Queued]" in why and "another namespace (12 pods" in why, why
 
     run(go())
 

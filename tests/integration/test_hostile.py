@@ -229,3 +229,41 @@ def test_a_uid_that_no_url_can_name_is_refused_before_it_holds_anything(
     assert gone["uid"] == "a?b#%" and gone["releasedGang"] == "vision/pod:odd", gone
     assert state(c) == before
     alive(hostile_server, c)
+
+
+def test_a_query_value_no_reader_takes_is_a_400_naming_it(hostile_server: Server, c: httpx.Client) -> None:
+    """`str.isdigit` accepts a superscript "²" and 5,000 nines, which `int` refuses: a gang ledger
+    query with either, as an attempt instance UID's head or as a page's `limit`, is a 400 naming
+    the parameter, not a 500, and the ledger still answers for the attempt that is there."""
+    spec = json.dumps(
+        {
+            "virtualCluster": "vision",
+            "leafCellNumber": 1,
+            "affinityGroup": {"name": "fw", "members": [{"podNumber": 1, "leafCellNumber": 1}]},
+        }
+    )
+    fc = {
+        "FC_FRAMEWORK_NAMESPACE": "vision",
+        "FC_FRAMEWORK_NAME": "fw",
+        "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": "1_abc",
+        "FC_TASKROLE_NAME": "worker",
+        "FC_TASK_INDEX": "0",
+    }
+    try:
+        got = json_reply(
+            c.post("/v1/extender/filter", json=filter_body(a_pod(spec, "fc-1", "fw-worker-0", **fc)))
+        )
+        assert got["NodeNames"], got
+        assert c.get("/v1/gangs/vision/fw", params={"attempt": "1_abc"}).status_code == 200
+        for bad in ("\u00b2_x", "9" * 5000, "1 abc"):
+            r = c.get("/v1/gangs/vision/fw", params={"attempt": bad})
+            assert r.status_code == 400 and "attempt: " in json_reply(r)["Error"], (
+                r.status_code,
+                r.text[:200],
+            )
+        for bad in ("\u00b2", "9" * 5000):
+            r = c.get("/v1/gangs", params={"limit": bad})
+            assert r.status_code == 400 and "limit: " in json_reply(r)["Error"], (r.status_code, r.text[:200])
+    finally:
+        c.delete("/v1/standalone/pods/fc-1")
+    alive(hostile_server, c)
