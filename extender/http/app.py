@@ -89,6 +89,9 @@ class Service:
     pod_source: PodSource | None = None
     authority: Authority | None = None  # who may read what (`extender.http.doors`); None: all open
     admin_port: int | None = None  # the port of the admin listener (127.0.0.1 in the pod): no doors
+    # a background task ended on an exception: the service cannot go on as it was (the CLI exits,
+    # so the Deployment restarts the replica; a standby takes the Lease over)
+    on_failed: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -299,6 +302,26 @@ def read_routes(service: Service) -> list[BaseRoute]:
     ]
 
 
+def _task_name(fn: Callable[..., object]) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))
+
+
+def _background_ended(service: Service, task: asyncio.Task[None]) -> None:
+    """A background task (the watches, the lead, the reload) is never meant to end on an exception:
+    one that does leaves the state it keeps stale, silently. Say so, stop answering as ready, and
+    let the service's `on_failed` decide (the CLI exits)."""
+    if task.cancelled() or task.exception() is None:
+        return
+    exc = task.exception()
+    log.critical(
+        "background task %s failed; the service cannot go on without it", task.get_name(), exc_info=exc
+    )
+    service.scheduler.ready = False
+    service.scheduler.not_ready_reason = f"background task {task.get_name()} failed: {type(exc).__name__}"
+    if service.on_failed is not None:
+        service.on_failed()
+
+
 def _app(
     routes: list[BaseRoute], service: Service, *, lifespan: bool, limits: ServerLimits | None = None
 ) -> Starlette:
@@ -325,7 +348,9 @@ def _app(
     async def run_service(app: Starlette) -> AsyncIterator[None]:
         for fn in service.on_start:
             await fn()
-        tasks = [asyncio.create_task(fn()) for fn in service.background]
+        tasks = [asyncio.create_task(fn(), name=_task_name(fn)) for fn in service.background]
+        for t in tasks:
+            t.add_done_callback(lambda t: _background_ended(service, t))
         try:
             yield
         finally:

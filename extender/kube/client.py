@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote
 
 import orjson
+import urllib3
 
 from config.fetch import load_api_client as load_api_client
 
@@ -40,6 +41,15 @@ class GoneError(ApiError):
     """410: the resourceVersion is too old; list again."""
 
 
+class NoAnswerError(TimeoutError):
+    """The API server gave no answer: none in time, or none at all (the connection refused or
+    reset, TLS failing). Not an `ApiError`: the request may have taken effect all the same (a
+    Binding, a DELETE), which only a read tells. The `kubernetes` client lets urllib3's own errors
+    through unwrapped; turned into this one kind here, every caller that retries on a failed call
+    (`except (ApiError, TimeoutError)`) sees the network's failures as the fake API server's
+    injected timeouts show them to the tests."""
+
+
 def _error(status: int, body: bytes) -> ApiError:
     message, reason = body.decode("utf-8", "replace")[:500], ""
     try:
@@ -51,6 +61,22 @@ def _error(status: int, body: bytes) -> ApiError:
         pass
     cls = GoneError if status == 410 else ApiError
     return cls(status, message, reason)
+
+
+@contextlib.contextmanager
+def _answered(method: str, path: str) -> Iterator[None]:
+    """Raise `NoAnswerError` for whatever the transport raises: urllib3's errors, and the client's
+    `ApiException` without a status (its wrapper of a TLS failure)."""
+    try:
+        yield
+    except urllib3.exceptions.HTTPError as exc:
+        raise NoAnswerError(f"{method} {path}: no answer from the API server: {exc}") from exc
+    except Exception as exc:
+        from kubernetes.client.exceptions import ApiException  # loaded with the client that raised it
+
+        if isinstance(exc, ApiException) and not exc.status:
+            raise NoAnswerError(f"{method} {path}: no answer from the API server: {exc.reason}") from exc
+        raise
 
 
 class KubeApi:
@@ -78,7 +104,8 @@ class KubeApi:
             body=dict(body) if body is not None else None,
             auth_settings=["BearerToken"],
         )
-        return self.api.call_api(*ser, _request_timeout=timeout)
+        with _answered(method, path):
+            return self.api.call_api(*ser, _request_timeout=timeout)
 
     def request(
         self,
@@ -89,7 +116,8 @@ class KubeApi:
     ) -> dict[str, Any] | None:
         """The decoded answer; None for 404; `ApiError` for any other failure."""
         resp = self._send(method, path, query, body)
-        data = resp.read() or b"{}"
+        with _answered(method, path):
+            data = resp.read() or b"{}"
         if resp.status == 404:
             return None
         if not 200 <= resp.status < 300:
@@ -116,8 +144,6 @@ class KubeApi:
         self, path: str, resource_version: str, stop: threading.Event, query: Sequence[tuple[str, str]] = ()
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Watch events after `resource_version` until the server ends the watch or `stop` is set."""
-        from kubernetes.watch.watch import iter_resp_lines
-
         q = [
             *query,
             ("watch", "true"),
@@ -130,7 +156,7 @@ class KubeApi:
             raise _error(resp.status, resp.read() or b"")
         raw = resp.response
         try:
-            for line in iter_resp_lines(raw):  # type: ignore[no-untyped-call]
+            for line in _lines(raw, path):
                 if stop.is_set():
                     return
                 if not line.strip():
@@ -144,6 +170,14 @@ class KubeApi:
                     yield kind, obj
         finally:
             raw.release_conn()
+
+
+def _lines(raw: Any, path: str) -> Iterator[Any]:
+    """A watch's lines; a connection that breaks mid-stream raises `NoAnswerError`."""
+    from kubernetes.watch.watch import iter_resp_lines
+
+    with _answered("WATCH", path):
+        yield from iter_resp_lines(raw)  # type: ignore[no-untyped-call]
 
 
 def pod_path(namespace: str, name: str = "") -> str:
@@ -211,8 +245,8 @@ async def patch_pod(kube: AsyncKube, namespace: str, name: str, body: Mapping[st
     otherwise, logged as "cannot {doing} pod ns/name"."""
     try:
         got = await kube.request("PATCH", pod_path(namespace, name), body=body)
-    except ApiError as err:
-        if err.status in (404, 409, 422):
+    except (ApiError, NoAnswerError) as err:
+        if isinstance(err, ApiError) and err.status in (404, 409, 422):
             return "gone"
         log.warning("cannot %s pod %s/%s: %s", doing, namespace, name, err)
         return "failed"

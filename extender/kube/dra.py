@@ -42,7 +42,7 @@ from extender.gangs.optin import GPU_RESOURCE, gpu_count
 from extender.http.ports import BindError, BindTarget
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
-from extender.kube.client import ApiError, AsyncKube, pod_path
+from extender.kube.client import ApiError, AsyncKube, NoAnswerError, pod_path
 from topology.decisions import UserError
 
 log = logging.getLogger("topogang.dra")
@@ -411,7 +411,7 @@ class DraBinder(KubeBinder):
     async def _delete_claim(self, namespace: str, name: str) -> None:
         try:
             await self.kube.request("DELETE", dc.claim_path(namespace, name))
-        except ApiError as err:
+        except (ApiError, NoAnswerError) as err:  # a cleanup: never hides what failed
             log.warning("DRA: deleting ResourceClaim %s/%s failed: %s", namespace, name, err)
 
     async def undo(self, target: BindTarget, written: list[str]) -> None:

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from extender.kube.client import ApiError, AsyncKube
+from extender.kube.client import ApiError, AsyncKube, NoAnswerError
 from extender.kube.invalid import printable
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
@@ -158,7 +158,7 @@ class EventRecorder:
             await self.kube.request(
                 "POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=body
             )
-        except ApiError as err:
+        except (ApiError, NoAnswerError) as err:
             self.metrics.events.labels(reason, "error").inc()
             log.debug("event %s not written: %s", reason, err)
         else:

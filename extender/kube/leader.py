@@ -9,6 +9,12 @@ own clock from when the record was last seen to change (never by comparing anoth
 timestamps, which may be skewed). Writes carry the resourceVersion read, so two candidates never
 both win. A leader that cannot renew within `renew_deadline` stops leading; the service then exits
 so that it comes back as a clean standby rather than acting on state it may no longer own.
+
+Every attempt is cut at what is left of the renew deadline, as client-go runs each renewal under a
+context with that deadline: the API server's client may wait for its own timeout several times
+over (30 s a try, with retries), far past the Lease's 15 s, and a leader still waiting for its
+renewal's answer when the Lease runs out would be a second leader. Any failure of an attempt, an
+answer or none, is a failed attempt, never the end of the loop that renews.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.kube.client import ApiError, AsyncKube
+from extender.kube.client import ApiError, AsyncKube, NoAnswerError
 
 log = logging.getLogger("topogang.kube")
 
@@ -64,6 +70,7 @@ class LeaderElector:
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0
         self.leading = False
+        self.renewed_at = 0.0  # when the last attempt that held the Lease began (this clock)
 
     @property
     def path(self) -> str:
@@ -83,8 +90,18 @@ class LeaderElector:
         return spec
 
     async def try_acquire_or_renew(self) -> bool:
+        began = self.clock()
+        held = await self._try_acquire_or_renew()
+        if held:
+            self.renewed_at = began  # the Lease runs from no later than this
+        return held
+
+    async def _try_acquire_or_renew(self) -> bool:
         try:
             lease = await self.kube.request("GET", self.path)
+        except NoAnswerError as err:
+            log.warning("reading Lease %s failed: %s", self.path, err)
+            return False
         except ApiError as err:
             if err.status != 404:
                 log.warning("reading Lease %s failed: %s", self.path, err)
@@ -100,7 +117,7 @@ class LeaderElector:
             }
             try:
                 await self.kube.request("POST", lease_path(self.cfg.namespace), body=body)
-            except ApiError as err:
+            except (ApiError, NoAnswerError) as err:
                 log.info("creating Lease %s failed: %s", self.path, err)
                 return False
             self._saw(self.identity, spec["renewTime"])
@@ -115,6 +132,9 @@ class LeaderElector:
         body = {**lease, "spec": mine}
         try:
             await self.kube.request("PUT", self.path, body=body)
+        except NoAnswerError as err:
+            log.warning("updating Lease %s failed: %s", self.path, err)
+            return False
         except ApiError as err:
             if err.status != 409:
                 log.warning("updating Lease %s failed: %s", self.path, err)
@@ -128,9 +148,20 @@ class LeaderElector:
             self._observed = (holder, renew)
             self._observed_at = self.clock()
 
+    async def attempt(self, within: float) -> bool:
+        """One `try_acquire_or_renew`, given up after `within` seconds; any failure is a failed
+        attempt, never the end of the loop that makes them."""
+        try:
+            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(within, 0.0))
+        except TimeoutError:
+            log.warning("Lease %s: no answer within %.1fs", self.path, within)
+        except Exception:
+            log.exception("Lease %s: the attempt failed", self.path)
+        return False
+
     async def acquire(self, on_wait: Callable[[], None] | None = None) -> None:
         """Return once this replica holds the Lease; `on_wait` after each attempt that failed."""
-        while not await self.try_acquire_or_renew():
+        while not await self.attempt(self.cfg.renew_deadline):
             if on_wait is not None:
                 on_wait()
             await self.sleep(self.cfg.retry_seconds)
@@ -138,13 +169,16 @@ class LeaderElector:
         log.info("leading: acquired Lease %s as %s", self.path, self.identity)
 
     async def hold(self) -> None:
-        """Renew until a renewal has failed for `renew_deadline`; then return (leadership lost)."""
-        last_ok = self.clock()
+        """Renew until a renewal has failed for `renew_deadline` since the last one that held began
+        (each attempt is cut there); then return, leadership lost. Begins where `acquire` left off:
+        the time spent starting to lead counts."""
         while True:
             await self.sleep(self.cfg.retry_seconds)
-            if await self.try_acquire_or_renew():
-                last_ok = self.clock()
-            elif self.holder not in ("", self.identity) or self.clock() - last_ok >= self.cfg.renew_deadline:
+            left = self.cfg.renew_deadline - (self.clock() - self.renewed_at)
+            if left > 0 and await self.attempt(left):
+                continue
+            lapsed = self.clock() - self.renewed_at >= self.cfg.renew_deadline
+            if self.holder not in ("", self.identity) or lapsed:
                 self.leading = False
                 log.error("lost Lease %s (holder now %r)", self.path, self.holder)
                 return
@@ -160,5 +194,5 @@ class LeaderElector:
                 return
             spec = {**lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
             await self.kube.request("PUT", self.path, body={**lease, "spec": spec})
-        except ApiError as err:
+        except (ApiError, NoAnswerError) as err:
             log.warning("releasing Lease %s failed: %s", self.path, err)

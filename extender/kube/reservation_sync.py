@@ -25,7 +25,7 @@ from extender.gangs.podspec import is_enabled, spec_text
 from extender.http import podrequests, wire
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
-from extender.kube.client import ApiError, AsyncKube
+from extender.kube.client import ApiError, AsyncKube, NoAnswerError
 from topology.decisions import UserError
 
 log = logging.getLogger("topogang.kube")
@@ -144,7 +144,7 @@ class ReservationStore:
                     )
                     await self.kube.request("PUT", path, body=body)
             self.written[name] = rsv.fingerprint(body)
-        except ApiError as err:
+        except (ApiError, NoAnswerError) as err:
             self.failures += 1
             self.s.metrics.reservation_writes.labels("error").inc()
             log.warning("gang reservation %s/%s not written: %s", self.namespace, name, err)
@@ -154,8 +154,8 @@ class ReservationStore:
     async def _delete(self, name: str) -> None:
         try:
             await self.kube.request("DELETE", rsv.object_path(self.namespace, name))
-        except ApiError as err:
-            if err.status != 404:
+        except (ApiError, NoAnswerError) as err:
+            if not isinstance(err, ApiError) or err.status != 404:
                 self.failures += 1
                 log.warning("gang reservation %s/%s not deleted: %s", self.namespace, name, err)
                 return

@@ -40,7 +40,7 @@ from extender.kube import dra_mode, pending
 from extender.kube import pods as kpods
 from extender.kube.admission_gate import GATE, GateKeeper, HeldPod
 from extender.kube.binder import KubeBinder
-from extender.kube.client import ApiError, AsyncKube, KubeApi, load_api_client, pod_path
+from extender.kube.client import ApiError, AsyncKube, KubeApi, NoAnswerError, load_api_client, pod_path
 from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quoted
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
@@ -117,9 +117,9 @@ def kube_service(
             return hit[1]
         try:
             fw = await kube.request("GET", framework_path(namespace, name))
-        except ApiError as err:
+        except (ApiError, NoAnswerError) as err:  # not kept: readable, maybe, at the next filter
             log.warning("cannot read Framework %s/%s: %s", namespace, name, err)
-            fw = None
+            return None
         frameworks[(namespace, name)] = (now, fw)
         return fw
 
@@ -246,7 +246,11 @@ def kube_service(
     # the Lease is judged against other processes: real time, whatever clock the scheduler runs on
     elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None
 
+    failed = [""]  # why this replica gave up (its lead's work, a background task), for good
+
     def hold_reason() -> str:
+        if failed[0]:
+            return failed[0]
         if start_config.reason:
             return start_config.reason
         if elector is not None and not elector.leading:
@@ -258,12 +262,9 @@ def kube_service(
     store_ready = [False]
     sync.hold_reason = hold_reason
 
-    async def lead() -> None:
-        """Take the lead (at once without a Lease), read the reservations back, run the leader's
-        tasks; give up everything when the Lease is lost."""
-        if elector is not None:
-            await elector.acquire(on_wait=sync.refresh_ready)
-            metrics.leader.set(1)
+    async def serve_as_leader() -> None:
+        """Read the reservations back and run the leader's tasks, which never end: one that fails
+        ends the lead (`lead`), as a leader running without it would act on a half-kept state."""
         await sync.synced_event.wait()
         if start_config.refusal:  # never lead on a config the start refused
             await asyncio.Event().wait()
@@ -275,17 +276,45 @@ def kube_service(
         sync.refresh_ready()
         tasks = [asyncio.create_task(fn()) for fn in leader_tasks]
         try:
-            if elector is None:
-                await asyncio.Event().wait()  # lead for good
-            else:
-                await elector.hold()
+            await asyncio.gather(*tasks)
         finally:
             for t in tasks:
                 t.cancel()
+
+    async def lead() -> None:
+        """Take the lead (at once without a Lease), then serve as leader while the Lease is renewed
+        from the moment it is taken (the start, reading every reservation back, may outlast a
+        Lease); give up everything when the Lease is lost or the leader's work fails."""
+        if elector is not None:
+            await elector.acquire(on_wait=sync.refresh_ready)
+            metrics.leader.set(1)
+        holding = asyncio.create_task(elector.hold() if elector is not None else asyncio.Event().wait())
+        serving = asyncio.create_task(serve_as_leader())
+        try:
+            await asyncio.wait((holding, serving), return_when=asyncio.FIRST_COMPLETED)
+            if serving.done() and not serving.cancelled() and serving.exception() is not None:
+                log.error("the leader's work failed: giving the lead up", exc_info=serving.exception())
+        finally:
+            for t in (holding, serving):
+                t.cancel()
             metrics.leader.set(0)
             scheduler.after_change = None
+        if elector is not None and elector.leading:  # the work failed: let a standby take over now
+            failed[0] = "the leader's work failed (logged)"
+            await elector.release()
+        elif elector is None:
+            failed[0] = "the leader's work failed (logged)"
         scheduler.ready = False
-        scheduler.not_ready_reason = "lost the Lease"
+        scheduler.not_ready_reason = failed[0] or "lost the Lease"
+        if on_lost is not None:
+            on_lost()
+
+    def on_failed() -> None:
+        """A background task ended on an exception (logged by the app): go as a lost lead goes."""
+        failed[0] = "a background task failed (logged)"
+        if elector is not None:
+            elector.leading = False  # no eviction from here on; the Lease lapses for a standby
+        sync.refresh_ready()
         if on_lost is not None:
             on_lost()
 
@@ -331,6 +360,7 @@ def kube_service(
             ),
         ],
         pod_source=sync.known_pod,
+        on_failed=on_failed,
         description=f"topogang extender on {loaded.file} ({nodes} nodes) against the Kubernetes API"
         + (f", leader election on Lease {namespace}/{lease.name}" if lease is not None else ""),
         authority=authority,
@@ -343,6 +373,8 @@ async def _restore_until_done(store: ReservationStore, pods: Iterable[Mapping[st
     while True:
         try:
             return await store.restore(list(pods))
+        except NoAnswerError as err:
+            log.warning("reading gang reservations failed (%s); retrying in %.0fs", err, backoff)
         except ApiError as err:
             if err.status == 404:  # the GangReservation CRD is not installed: nothing to restore
                 log.warning("no GangReservation API (%s): reservations are kept in memory only", err)

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.kube.client import ApiError, AsyncKube, KubeApi
+from extender.kube.client import ApiError, AsyncKube, KubeApi, NoAnswerError
 from loadtest.kubefake.objects import parse_path
 from loadtest.kubefake.server import FakeApiServer, WatchStream
 
@@ -19,9 +19,9 @@ from loadtest.kubefake.server import FakeApiServer, WatchStream
 class Fault:
     """What the next `count` requests matching `method` and `path` (a regex, searched) suffer.
 
-    kind: "error" (answer `status` without applying), "timeout" (raise TimeoutError without
-    applying), "lost-reply" (apply, then raise TimeoutError: the client never hears it worked),
-    "delay" (wait `seconds`, then apply)."""
+    kind: "error" (answer `status` without applying), "timeout" (raise `NoAnswerError`, as the real
+    client does, without applying), "lost-reply" (apply, then raise `NoAnswerError`: the client never
+    hears it worked), "delay" (wait `seconds`, then apply)."""
 
     method: str
     path: str
@@ -96,7 +96,7 @@ class FakeKube(AsyncKube):
             if fault.kind == "error":
                 raise ApiError(fault.status, "injected fault", "InternalError")
             if fault.kind == "timeout":
-                raise TimeoutError(f"{method} {path}: timed out (injected)")
+                raise NoAnswerError(f"{method} {path}: timed out (injected)")
             if fault.kind == "delay":
                 await asyncio.sleep(fault.seconds)
                 self._alive()
@@ -107,7 +107,7 @@ class FakeKube(AsyncKube):
                 return None
             raise
         if fault is not None and fault.kind == "lost-reply":
-            raise TimeoutError(f"{method} {path}: no reply (injected; the server applied it)")
+            raise NoAnswerError(f"{method} {path}: no reply (injected; the server applied it)")
         return out
 
     async def list(
@@ -121,7 +121,7 @@ class FakeKube(AsyncKube):
             elif fault.kind == "error":
                 raise ApiError(fault.status, "injected fault", "InternalError")
             else:
-                raise TimeoutError(f"list {path}: timed out (injected)")
+                raise NoAnswerError(f"list {path}: timed out (injected)")
         return self.server.list(path, query)
 
     async def watch(

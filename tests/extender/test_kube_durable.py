@@ -415,8 +415,12 @@ def test_lease_one_leader_takeover_after_expiry_and_at_once_after_release() -> N
         t.t += 16  # a went silent for longer than the lease: b takes it
         assert await b.try_acquire_or_renew()
         assert kube.server.at(lease_path(NS, "lead"))["spec"]["leaseTransitions"] == 1
-        # a notices at its next renewal and stops leading
+        # a, silent past its renew deadline, stops leading at its next look
         a.leading = True
+        await asyncio.wait_for(a.hold(), 1)
+        assert not a.leading
+        # a replica that renewed moments ago notices another holder at its next renewal
+        a.leading, a.renewed_at = True, t.t
         await asyncio.wait_for(a.hold(), 1)
         assert not a.leading and a.holder == "b"
         b.leading = True

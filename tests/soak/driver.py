@@ -372,7 +372,7 @@ class Soak:
     def store(self) -> ReservationStore:
         assert self.service is not None
         lead = next(fn for fn in self.service.background if getattr(fn, "__name__", "") == "lead")
-        store = closure(lead, "store")
+        store = closure(closure(lead, "serve_as_leader"), "store")
         assert isinstance(store, ReservationStore)
         return store
 
