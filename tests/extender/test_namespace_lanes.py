@@ -139,13 +139,16 @@ async def play(steps: list[tuple[str, Any]], train_name: str) -> None:
     victims = victim_pods(train_name)
     namespace_of = {p["metadata"]["uid"]: VICTIM for p in victims}
     intruders: dict[int, dict[str, Any]] = {}
+    serial_of: dict[str, int] = {}  # a live intruder's UID: the serial it was made with
     bound: set[str] = set()
     for kind, arg in steps:
         if kind == "intrude":
             p = intruder_pod(arg)
             uid = p["metadata"]["uid"]
-            if uid in intruders:  # one pod per UID: the old one is deleted first
+            if uid in serial_of:  # one pod per UID: the old one is deleted first
                 await s.pod_gone(uid)
+                intruders.pop(serial_of[uid], None)
+            serial_of[uid] = arg["serial"]
             intruders[arg["serial"]] = p
             namespace_of[uid] = EVIL
             got = await s.filter(args(p))
@@ -154,7 +157,9 @@ async def play(steps: list[tuple[str, Any]], train_name: str) -> None:
         elif kind == "bind-intruder" and arg in intruders:
             await place(s, intruders[arg])
         elif kind == "delete-intruder" and arg in intruders:
-            await s.pod_gone(intruders.pop(arg)["metadata"]["uid"])
+            uid = intruders.pop(arg)["metadata"]["uid"]
+            serial_of.pop(uid, None)
+            await s.pod_gone(uid)
         elif kind == "squat-inside":  # even vision's own pods cannot take its one-pod gang's name
             p = pod("v-squat", "squat", VICTIM, group_spec("vision", 4, 1, arg))
             namespace_of["v-squat"] = VICTIM
