@@ -26,26 +26,30 @@ log = logging.getLogger("topogang.kube")
 
 
 MARKED, UNMARKED, NOT_DELETED = "marked", "unmarked", "not deleted"  # `topogang_evictions` outcomes
+# not deleted, for a reason that may pass (429, 5xx, no answer): counted as NOT_DELETED, tried again
+FAILED = "failed"
 
 
 async def evict_pod(
     kube: AsyncKube, uid: str, namespace: str, name: str, why: Disruption, watched: Mapping[str, Any] | None
 ) -> str:
     """Mark and delete pod `namespace/name` if it still is `uid`; `watched`: the copy the watch
-    brought, if any. The outcome: deleted with the mark, deleted without it, or not deleted (gone or
-    replaced already, refused, or no answer)."""
+    brought, if any. The outcome: deleted with the mark, deleted without it, not deleted (gone or
+    replaced already: 404, 409), or failed (refused otherwise, or no answer: worth another try,
+    `extender.kube.eviction_retry`)."""
     log.info("evicting pod %s/%s (%s): %s [%s]", namespace, name, uid, why.detail, why.reason)
     marked = await _mark(kube, uid, namespace, name, why, watched)
     body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
     try:
         await kube.request("DELETE", pod_path(namespace, name), body=body)
     except ApiError as err:
-        if err.status != 409:
-            log.warning("evicting pod %s/%s failed: %s", namespace, name, err)
-        return NOT_DELETED
+        if err.status in (404, 409):  # gone, or a new pod under the name (the UID precondition)
+            return NOT_DELETED
+        log.warning("evicting pod %s/%s failed: %s", namespace, name, err)
+        return FAILED
     except Exception as exc:  # no answer (a timeout, a cut connection): the next pod is still evicted
         log.warning("evicting pod %s/%s: no answer (%s); it may be going", namespace, name, exc)
-        return NOT_DELETED
+        return FAILED
     return MARKED if marked else UNMARKED
 
 

@@ -74,7 +74,9 @@ class OffConfig:
 
     async def going(self, uid: str, *, succeeded: bool) -> None:
         """Pod `uid` goes (called before its slot is released): unless it succeeded, its gang is not
-        whole any more, and the gang's pods outside the config are evicted."""
+        whole any more, and the gang's pods outside the config are evicted. They leave the index
+        now: one whose deletion fails is kept, and tried again, by the sync's retry book
+        (`extender.kube.eviction_retry`), not by a next member's going."""
         gang = self.gang_of.get(uid)
         if gang is None and (held := self.sync.s.core.gang_of_pod(uid)) is not None:
             gang = held.name

@@ -242,6 +242,7 @@ def kube_service(
         store.run,
         requeuer.run,
         keeper.run,
+        sync.retries.run,  # evictions that failed, tried again
     ]
     # the Lease is judged against other processes: real time, whatever clock the scheduler runs on
     elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None

@@ -38,7 +38,7 @@ from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.admission_gate import GatedPods
 from extender.kube.client import ApiError, AsyncKube, GoneError, pod_path
-from extender.kube.evictions import NOT_DELETED, evict_pod
+from extender.kube.eviction_retry import EvictionRetries
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.off_config import OffConfig
@@ -81,6 +81,7 @@ class ClusterSync:
         self.evictor: Evictor = self.evict  # (`serve`: the leader's)
         self.on_evicted: Callable[[str, str, str, Disruption], None] = lambda ns, name, uid, why: None
         self.off_config = OffConfig(self)  # pods bound on nodes the config lacks, by gang
+        self.retries = EvictionRetries(self)  # pods whose deletion failed, tried again (the leader's)
         # DRA mode: a finished or deleted pod's claims go back
         self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
         # DRA mode: how the start's recovery reads a pod's GPUs from its claims
@@ -313,6 +314,7 @@ class ClusterSync:
 
     async def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
         self.gated.saw(kind, pod)
+        self.retries.saw(kind, pod)
         if not is_enabled(pod):
             if kind == "DELETED":  # turned away while it opted in, maybe (`pod_gone` does the others)
                 self.s.requeue.passed(kpods.uid(pod))
@@ -434,6 +436,7 @@ class ClusterSync:
     async def relist_pods(self, pods: list[dict[str, Any]]) -> None:
         present = {kpods.uid(p) for p in pods}
         self.s.requeue.keep_only(present)
+        self.retries.keep_only(present)
         self.gated.listed(pods)
         for uid in [u for u in self.outside.held if u not in present]:
             gone = self.outside.forget(uid)
@@ -485,15 +488,12 @@ class ClusterSync:
         return got if got is not None and kpods.uid(got) == uid else None
 
     async def evict(self, uids: Sequence[str], why: Disruption) -> None:
-        """Mark each pod disrupted, delete it, tell its namespace (`extender.kube.evictions`)."""
+        """Mark each pod disrupted, delete it, tell its namespace (`extender.kube.evictions`); one
+        whose deletion fails is tried again later (`extender.kube.eviction_retry`)."""
         for uid in uids:
             pr = self.s.cached(uid) if uid not in self.live else None
             where = self.live.get(uid) or ((pr.namespace, pr.name) if pr is not None else None)
             if where is None:
                 log.warning("cannot evict pod %s (%s): not known", uid, why.detail)
                 continue
-            ns, name = where
-            outcome = await evict_pod(self.kube, uid, ns, name, why, self.pods.get(uid))
-            self.s.metrics.evictions.labels(why.reason, outcome).inc()
-            if outcome != NOT_DELETED:
-                self.on_evicted(ns, name, uid, why)
+            await self.retries.evict(uid, *where, why)
