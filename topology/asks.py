@@ -95,7 +95,8 @@ class Waits:
 @dataclass(frozen=True, slots=True)
 class FilterAnswer:
     """The filter's one answer (None: nothing was asked to be placed), or the request's error, and
-    what letting go of a superseded or abandoned gang released (whichever the answer is)."""
+    what letting go of a superseded or abandoned gang, or a reservation outbid by its preemption,
+    released (whichever the answer is)."""
 
     outcome: Slots | Waits | None
     released: tuple[Released, ...] = ()
@@ -113,6 +114,7 @@ class PreemptAnswer:
     got: GangPlacement | Preemption | Wait
     gang: Gang | None
     vc_quota: int
+    released: tuple[Released, ...] = ()  # reservations that ran nothing, let go for it (outbid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +210,7 @@ def filter_member(cluster: Cluster, ask: FilterAsk, now: float) -> FilterAnswer:
         preempted = None
         if ask.preempt and isinstance(placed, Wait) and placed.reason.code is WaitCode.PREEMPTIBLE:
             closer = first if isinstance(first, Plan) else None
-            plan = compact.preempt(cluster, req, now, closer)
+            plan = compact.preempt(cluster, req, now, closer, released)
             preempted = plan if isinstance(plan, Preemption) else None
             placed = _closer_waits(cluster, req, _reserve(cluster, req, now, True))
     except UserError as err:
@@ -245,9 +247,12 @@ def preempt_member(cluster: Cluster, m: MemberAsk, now: float, behind: str | Non
     placed = cluster.reservations.by_name.get(req.name) is not None
     if placed or behind is not None:
         requests.fits(cluster, req)
-    got = compact.preempt(cluster, req, now) if placed or behind is None else queued(req, behind)
+    outbid: list[Released] = []
+    got = (
+        compact.preempt(cluster, req, now, outbid=outbid) if placed or behind is None else queued(req, behind)
+    )
     gang = cluster.reservations.by_name.get(req.name)
-    return PreemptAnswer(got, gang, cluster.vc_quota_leaves.get(req.vc, 0))
+    return PreemptAnswer(got, gang, cluster.vc_quota_leaves.get(req.vc, 0), tuple(outbid))
 
 
 def bind_member(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from topology import preemption
 from topology.cluster import Cluster
-from topology.decisions import GangPlacement, GangRequest, Preemption, Wait, WaitCode, WaitReason
+from topology.decisions import GangPlacement, GangRequest, Preemption, Released, Wait, WaitCode, WaitReason
 from topology.gangs import live_victims, place_gang
 from topology.preemption import Plan
 from topology.reservations import Gang
@@ -78,9 +78,14 @@ def closer_wait(cluster: Cluster, req: GangRequest, plan: Plan) -> Wait:
 
 
 def preempt(
-    cluster: Cluster, req: GangRequest, now: float, known: Plan | None = None
+    cluster: Cluster,
+    req: GangRequest,
+    now: float,
+    known: Plan | None = None,
+    outbid: list[Released] | None = None,
 ) -> GangPlacement | Preemption | Wait:
     """`preemption.preempt`, with a new gang kept close over plain guests when `closer_plan` says so;
-    `known`: the plan `closer_plan` gave a moment ago on this same state (not asked again)."""
+    `known`: the plan `closer_plan` gave a moment ago on this same state (not asked again);
+    `outbid`: the reservations let go for it."""
     first = closer_plan if known is None else (lambda *_: known)
-    return preemption.preempt(cluster, req, now, first=first)
+    return preemption.preempt(cluster, req, now, first=first, outbid=outbid)

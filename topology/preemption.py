@@ -20,6 +20,7 @@ from topology.decisions import (
     GangPlacement,
     GangRequest,
     Preemption,
+    Released,
     Wait,
     WaitCode,
     WaitReason,
@@ -44,6 +45,8 @@ DRY_RUN_GANG = -2  # gang id used for what-if placements; never stored
 # how many cells `_cheapest_cell` searches beyond the first plan (bounds a preemption's worst-case
 # latency on a large cluster, as `placement.MAX_DOMAIN_TRIALS` bounds a placement's)
 MAX_CELL_TRIALS = 32
+# a reservation that ran nothing, let go for a preemptor: the preemptor unnamed (`apply_plan`)
+OUTBID = "cancelled: outbid by a gang of higher priority"
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,12 +256,17 @@ def revert_downgrade(g: Gang, owner: int, priority: int) -> None:
 
 
 def preempt(
-    cluster: Cluster, req: GangRequest, now: float, first: FirstPlan | None = None
+    cluster: Cluster,
+    req: GangRequest,
+    now: float,
+    first: FirstPlan | None = None,
+    outbid: list[Released] | None = None,
 ) -> GangPlacement | Preemption | Wait:
     """Preempting phase: place the gang if it fits now; otherwise reserve its cells over the
     cheapest victims (lazily downgrading opted-in same-VC victims first) and name the pods that
     must go. Repeated calls return the same reservation and its remaining victims. `first`, asked
-    once the request is checked and before the free room, may name a plan to take instead."""
+    once the request is checked and before the free room, may name a plan to take instead.
+    `outbid` gets the reservations that ran nothing and were let go for it (`apply_plan`)."""
     held = existing(cluster, req)
     if held is not None:
         return _answer(cluster, held)
@@ -271,7 +279,7 @@ def preempt(
     chosen = first(cluster, req, now, suggested) if first is not None else None
     if chosen is not None:
         st.begin()
-        gang = apply_plan(cluster, req, cluster.owner_of(req), chosen, now)
+        gang = apply_plan(cluster, req, cluster.owner_of(req), chosen, now, outbid)
         st.commit()
         return _answer(cluster, gang)
     got = place_new(cluster, req, now, suggested)
@@ -297,9 +305,9 @@ def preempt(
             revert_downgrade(g, o, p)
         return got
     gang = (
-        apply_plan(cluster, req, owner, plan, now)
+        apply_plan(cluster, req, owner, plan, now, outbid)
         if way is None
-        else _apply_guest_plan(cluster, req, way, now)
+        else _apply_guest_plan(cluster, req, way, now, outbid)
     )
     st.commit()
     return _answer(cluster, gang)
@@ -367,9 +375,18 @@ def _lazy_downgrade(
     return out
 
 
-def apply_plan(cluster: Cluster, req: GangRequest, owner: int, plan: Plan, now: float) -> Gang:
-    """Make the preemption real: cancel victims that run nothing, bind the plan's cells, take the
-    free leaves and mark the victims' leaves as reserved for this gang."""
+def apply_plan(
+    cluster: Cluster,
+    req: GangRequest,
+    owner: int,
+    plan: Plan,
+    now: float,
+    outbid: list[Released] | None = None,
+) -> Gang:
+    """Make the preemption real: cancel victims that run nothing (each told in `outbid`: the edge's
+    ledger, requeue and promises hear of it as of any release), bind the plan's cells, take the
+    free leaves and mark the victims' leaves as reserved for this gang. The release's reason does
+    not name the preemptor, which may be of another namespace (its history, for admins, does)."""
     st = cluster.state
     live: set[int] = set()
     freed: list[int] = []
@@ -381,7 +398,9 @@ def apply_plan(cluster: Cluster, req: GangRequest, owner: int, plan: Plan, now: 
             # cancel without giving cells back yet: the plan may sit in them
             freed.extend(leaf for s in g.slots for leaf in s.leaves)
             g.history.append(f"cancelled: outbid by {req.name}")
-            release(cluster, g, f"cancelled: outbid by {req.name}", now, unbind=False)
+            gone = release(cluster, g, OUTBID, now, unbind=False)
+            if outbid is not None:
+                outbid.append(gone)
     for c in plan.binds:
         if st.bound_owner[c] != owner:
             st.bind(owner, c)
@@ -455,10 +474,12 @@ def guest_plan(
     return None if best is None or over_quota(cluster, req, best.victims) else best
 
 
-def _apply_guest_plan(cluster: Cluster, req: GangRequest, plan: Plan, now: float) -> Gang:
+def _apply_guest_plan(
+    cluster: Cluster, req: GangRequest, plan: Plan, now: float, outbid: list[Released] | None = None
+) -> Gang:
     """`apply_plan` for a gang starting as a guest (`guest_plan`): opportunistic, binding no cell,
     its request kept as asked, so a release promotes it to the priority it asked for."""
-    gang = apply_plan(cluster, replace(req, priority=OPPORTUNISTIC_PRIORITY), NO_OWNER, plan, now)
+    gang = apply_plan(cluster, replace(req, priority=OPPORTUNISTIC_PRIORITY), NO_OWNER, plan, now, outbid)
     gang.request, gang.guest = req, True
     gang.history.append(f"started as a guest over {len(plan.victims)} younger guests elsewhere")
     return gang

@@ -191,8 +191,7 @@ class Scheduler:
                 self.gang_ledger.user_error(args.pod.raw, args.pod.namespace, None, msg)
                 return replies.filter_error(msg)
             self._keep(pr.uid)
-            for r in answer.released:
-                self._released(r)
+            self._released(*answer.released)
             if left is not None:
                 self._stop_waiting(left)
             self.gang_ledger.seen(pr, args.pod.raw)
@@ -353,6 +352,7 @@ class Scheduler:
                 self._count("preempt", "error")
                 raise VerbError(400, user_error(pr.key, pr.spec_annotation, err)) from None
             self._keep(pr.uid)
+            self._released(*answer.released)
             got = answer.got
             if isinstance(got, Wait):
                 self._note_wait(pr, got, now, Known(answer.gang, answer.vc_quota))
@@ -469,20 +469,20 @@ class Scheduler:
             self.holders.drop(gang, w.vc)
             self.requeue.freed_vc(w.vc)
 
-    def _released(self, released: Released | None) -> None:
-        if released is not None:
-            self.requeue.freed()
-            self.metrics.releases.labels(released.reason).inc()
-            self.gang_ledger.released(self.core, released, self.waiting_of)
-            self.promises.drop_gang(released.gang)
+    def _released(self, *released: Released | None) -> None:
+        for r in released:
+            if r is not None:
+                self.requeue.freed()
+                self.metrics.releases.labels(r.reason).inc()
+                self.gang_ledger.released(self.core, r, self.waiting_of)
+                self.promises.drop_gang(r.gang)
 
     async def expire(self) -> list[Released]:
         """Release reservations past their TTL; evict members already bound to freed cells."""
         async with self.lock:
             now = self.clock()
             released = self.core.expire(now)
-            for r in released:
-                self._released(r)
+            self._released(*released)
             for g in self.gang_ledger.stale_waits(self.waiting, now - self.ttl_seconds):
                 self._stop_waiting(g)
             self.promises.expire(now)
