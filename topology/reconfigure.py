@@ -130,7 +130,7 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
             for s in g.slots
             if not s.released_early
         ]
-        new.adopt(g.request, pods, now)
+        new.adopt(g.request, pods, now, evicting=g.evicting)  # an unverified hold stays no one's victim
         adopted = new.gang(g.name)
         if g.phase is not GangPhase.BOUND and any(p.node not in new.topo.node_index for p in pods):
             _let_go(new, report, g, pods, adopted, now)

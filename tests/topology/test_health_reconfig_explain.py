@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from tests.topology.fixtures import gang, rack_cluster, run
 from topology.core import Core
-from topology.decisions import AdoptedPod, Bind, GangPlacement, Wait, WaitCode
+from topology.decisions import AdoptedPod, Bind, GangPlacement, Preemption, Wait, WaitCode
 from topology.explain import explain, fits_in_order
 from topology.invariants import snapshot, violations
 from topology.reconfigure import reconfigure
@@ -265,3 +265,28 @@ def test_fits_in_order_answers_as_placing_them_would_and_changes_nothing(
     for req, fits in zip(reqs, got, strict=True):
         placed = core.reserve(req, 1.0)
         assert isinstance(placed, GangPlacement) == fits, (req, placed)
+
+
+def test_a_reload_keeps_an_evicting_gang_out_of_every_preemption() -> None:
+    """A hold of GPUs topogang did not place (an unverified pod: the admin decides) and the pods of
+    an evicted gang kept until gone are `evicting`: nothing preempts them. A reload, even of an
+    unchanged config, must not turn them into plain opportunistic gangs a guaranteed gang may
+    preempt (delete)."""
+    spec = rack_cluster(racks=1, vcs={"a": [("NODE", 1)], "b": [("NODE", 3)]})
+    old = Core(spec)
+    held = gang("unverified:t/mystery", "", (1, 8), priority=-1)
+    placed = old.adopt(
+        held, [AdoptedPod("uid-u", "r0-n0", tuple(range(8)), "mystery", None, ())], 0.0, evicting=True
+    )
+    assert isinstance(placed, GangPlacement)
+    for n in ("r0-n1", "r0-n2", "r0-n3"):  # the rest of the rack: VC b's
+        b = gang(f"b/{n}", "b", (1, 8), suggested_nodes=frozenset({n}))
+        run(old, b, n)
+    ask = gang("a/train", "a", (1, 8), priority=10)
+    assert not isinstance(old.preempt(ask, 0.0), Preemption)
+    new, _report = reconfigure(old, spec, now=1.0)
+    kept = new.gang("unverified:t/mystery")
+    assert kept is not None and kept.evicting
+    got = new.preempt(ask, 1.0)
+    assert not isinstance(got, Preemption) or all(v.pod_uid != "uid-u" for v in got.victims), got
+    assert violations(new) == []
