@@ -188,7 +188,7 @@ def build_standalone(
 
     nodes = len(scheduler.core.node_names())
     gpus = scheduler.core.gpu_count
-    watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
+    watcher = ConfigWatcher(scheduler, loaded.file, clock=clock, follow_ttl=ttl_seconds is None)
     return Service(
         scheduler=scheduler,
         background=[

@@ -97,8 +97,11 @@ class ConfigWatcher:
         *,
         clock: Callable[[], float],
         interval: float | None = None,
+        follow_ttl: bool = True,
     ) -> None:
         self.scheduler = scheduler
+        # the reservations' TTL follows `topogang.reservationTtlSeconds` (not when the caller set its own)
+        self.follow_ttl = follow_ttl
         self.path = Path(path)
         self.clock = clock
         self.interval = interval if interval is not None else float(os.environ.get(POLL_ENV, POLL_SECONDS))
@@ -149,6 +152,10 @@ class ConfigWatcher:
             self.rejected_hash = current  # reported once, not on every poll
             self._record("rejected", err.lines())
             return "rejected"
+        except (MemoryError, RecursionError) as err:  # a config too large to load: never retried
+            self.rejected_hash = current
+            self._record("rejected", [f"{self.path}: too large to load ({type(err).__name__})"])
+            return "rejected"
         digest = config_digest(loaded)
         async with self._no_binding():
             new_core, report = reconfigure(self.scheduler.core, loaded.spec, self.clock())
@@ -163,6 +170,10 @@ class ConfigWatcher:
             if self.scheduler.vc_queueing != loaded.extras.vc_queueing:
                 self.scheduler.vc_queueing = loaded.extras.vc_queueing
                 self.scheduler.requeue.freed()  # gangs queued behind an older one may go now
+            ttl = float(loaded.extras.reservation_ttl_seconds)
+            ttl_was = self.scheduler.ttl_seconds
+            if self.follow_ttl:
+                self.scheduler.ttl_seconds = ttl
             withdrawn = withdraw_promotions(new_core, self.scheduler.entitlement.rules)
             self.scheduler.gang_ledger.rebased(new_core)
             if self.on_applied is not None:
@@ -177,6 +188,11 @@ class ConfigWatcher:
             "VC's quota"
             for g in withdrawn
         ]
+        if self.follow_ttl and ttl != ttl_was:
+            self.status.last_report.append(
+                f"reservationTtlSeconds {ttl_was:g} -> {ttl:g}: for gangs reserved from now on (a gang "
+                "reserved already keeps its deadline)"
+            )
         self._record("applied", [])
         if report.evict and self.scheduler.evictor is not None:
             await self.scheduler.evictor(
