@@ -19,6 +19,10 @@ from topology.spec import CellTypeSpec, ClusterSpec, PhysicalCellSpec
 
 TYPES = "physicalCluster.cellTypes"
 CELLS = "physicalCluster.physicalCells"
+# the most cells a config may expand to: 5x the 100,000-GPU cluster of `make bench-scale` (188,750
+# cells). A typo's extra digit in a childCellNumber would otherwise expand until memory runs out,
+# as a MemoryError (or the pod's OOM kill) rather than an error naming the field
+MAX_CELLS = 1_000_000
 
 
 @dataclass
@@ -323,6 +327,41 @@ def expand_cells(spec: ClusterSpec, tc: TypeCheck, chains: list[str]) -> Layout:
     skipped = {f"{CELLS}[{i}].cellType" for i, c in enumerate(spec.physical_cells) if c.cell_type not in keep}
     skipped -= {f"{CELLS}[{i}].cellType" for i, c in enumerate(spec.physical_cells) if c.cell_type is None}
     return Layout(layout.cells, tuple(p for p in layout.problems if p.path not in skipped))
+
+
+def check_size(spec: ClusterSpec, tc: TypeCheck, chains: list[str]) -> Problem | None:
+    """The cells the physical cells of `chains` would expand to, counted from the types before any
+    is made: at most `MAX_CELLS`, else the problem names the type whose childCellNumber is largest."""
+    types, keep = tc.types, set(chains)
+    tops = [c for c in spec.physical_cells if c.cell_type in keep]
+    below: dict[str, int] = {}
+
+    def cells(name: str) -> int:  # a cell of type `name` and every cell under it
+        if name not in below:
+            ti = types.get(name)
+            below[name] = (
+                1 if ti is None or ti.child_type is None else 1 + ti.child_number * cells(ti.child_type)
+            )
+        return below[name]
+
+    total = sum(cells(c.cell_type) for c in tops if c.cell_type is not None)
+    if total <= MAX_CELLS:
+        return None
+    used = {n for c in tops if c.cell_type is not None for n in _chain_names(c.cell_type, types)}
+    worst = max(sorted(used), key=lambda n: types[n].child_number if n in types else 0)
+    ti = types[worst]
+    return Problem(
+        f"{TYPES}.{worst}.childCellNumber",
+        f"the physical cells would expand to {total:,} cells ({ti.child_number:,} {ti.child_type} in each "
+        f"{worst}); at most {MAX_CELLS:,}: is {ti.child_number} a typo?",
+    )
+
+
+def _chain_names(top: str, types: dict[str, TypeInfo]) -> Iterator[str]:
+    name: str | None = top
+    while name is not None and name in types:
+        yield name
+        name = types[name].child_type
 
 
 def spec_by_path(spec: ClusterSpec) -> dict[str, PhysicalCellSpec]:

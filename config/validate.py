@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.check_cluster import check_cell_types, check_cells, check_chains, expand_cells, pinned_cells
+from config.check_cluster import (
+    check_cell_types,
+    check_cells,
+    check_chains,
+    check_size,
+    expand_cells,
+    pinned_cells,
+)
 from config.check_vcs import VCS, check_vcs
 from config.quota import ChainFit, Demand, fit_chain, shortage_message
 from topology.layout import Layout, Problem, TypeInfo
@@ -37,6 +44,10 @@ class Analysis:
 def analyze(spec: ClusterSpec) -> Analysis:
     tc = check_cell_types(spec)
     chain_problems, chains, sound = check_chains(spec, tc)
+    too_big = check_size(spec, tc, chains)
+    if too_big is not None:  # nothing is expanded, and nothing that needs the cells is checked
+        found = [*tc.problems, *chain_problems, too_big]
+        return Analysis(spec, tc.types, tuple(chains), Layout((), ()), (), {}, tuple(_unique(found)))
     layout = expand_cells(spec, tc, chains)
     pins = pinned_cells(layout)
     vcs = check_vcs(spec, tc, chains, pins)
