@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from topology import compact, expiry, gangs, preemption, promotion, requests
+from topology import compact, expiry, gangs, preemption, promotion, requests, room
 from topology.cluster import Cluster
 from topology.decisions import (
     Bind,
@@ -153,7 +153,7 @@ def _reserve(
     held = gangs.existing(cluster, req)
     if held is not None:  # a member of a placed gang: no node-list work at all
         if held.pending:  # waiting for its victims to go (`GangPhase.PREEMPTING`)
-            return preemption.wait_preempting(cluster, held)
+            return _wait_preempting(cluster, held)
         return held
     suggested = requests.suggested_ids(cluster, req)
     if checked:
@@ -172,7 +172,39 @@ def _reserve(
     lazily = preemption.lazy_place(cluster, req, now, suggested)  # HiveD does this in filter too
     if lazily is not None:
         return lazily
-    return preemption.preemptible(cluster, req, got, suggested, now)
+    return _preemptible(cluster, req, got, suggested, now)
+
+
+def _wait_preempting(cluster: Cluster, g: Gang) -> Wait:
+    """What a member of a gang that waits for its victims to go is told (filter answers Wait)."""
+    victims = gangs.live_victims(cluster, g.victims)
+    msg = f"gang {g.name} holds a reservation and waits for {len(victims)} preempted pods to go"
+    return Wait(WaitReason(WaitCode.PREEMPTING, g.request.vc, msg, needed=len(g.pending)), victims)
+
+
+def _preemptible(
+    cluster: Cluster, req: GangRequest, wait: Wait, suggested: frozenset[int] | None, now: float
+) -> Gang | Wait:
+    """The filtering phase's answer for a gang that does not fit: the gang started as a guest in
+    free room when the preemption would end running work (`room.py`), else Wait(PREEMPTIBLE) naming
+    the victims when it would fit by preempting them (nothing is reserved yet), else `wait`."""
+    plan = preemption.find_plan(cluster, req, cluster.owner_of(req), suggested)
+    if plan is None or room.over_quota(cluster, req, plan.victims):
+        return wait
+    way = preemption.as_guest(cluster, req, plan, now, suggested)
+    if isinstance(way, Gang):
+        return way
+    victims = gangs.live_victims(cluster, (way or plan).victims)
+    r = wait.reason
+    msg = (
+        f"gang {req.name} fits by preempting {len(victims)} pods of {len(plan.victims)} lower-priority gangs"
+        if way is None
+        else f"gang {req.name} fits as a guest by preempting {len(victims)} pods of {len(way.victims)} "
+        "younger guests elsewhere, which ends less work than reclaiming its VC's cells"
+    )
+    return Wait(
+        WaitReason(WaitCode.PREEMPTIBLE, req.vc, msg, r.chain, r.level, r.cell_type, r.needed), victims
+    )
 
 
 def promoting(cluster: Cluster, released: Released | None) -> Released | None:

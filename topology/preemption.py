@@ -22,8 +22,6 @@ from topology.decisions import (
     Preemption,
     Released,
     Wait,
-    WaitCode,
-    WaitReason,
 )
 from topology.expiry import cooling
 from topology.gangs import existing, live_victims, place_new, placement_of, record_gang, release
@@ -295,7 +293,7 @@ def preempt(
     if plan is not None and over_quota(cluster, req, plan.victims):
         plan = None
     # free room first (`room.py`); not after a lazy downgrade, which made room in the VC's cells
-    way = _as_guest(cluster, req, plan, now, suggested) if plan and not lazy else None
+    way = as_guest(cluster, req, plan, now, suggested) if plan and not lazy else None
     if isinstance(way, Gang):
         st.commit()
         return placement_of(cluster, way)
@@ -420,7 +418,7 @@ def apply_plan(
     return gang
 
 
-def _as_guest(
+def as_guest(
     cluster: Cluster, req: GangRequest, plan: Plan, now: float, suggested: frozenset[int] | None
 ) -> Gang | Plan | None:
     """The gang's way in as a guest instead of `plan` (a reclaim in its VC's cells, `room.py`): started
@@ -483,35 +481,3 @@ def _apply_guest_plan(
     gang.request, gang.guest = req, True
     gang.history.append(f"started as a guest over {len(plan.victims)} younger guests elsewhere")
     return gang
-
-
-def wait_preempting(cluster: Cluster, g: Gang) -> Wait:
-    """What a member of a gang that waits for its victims to go is told (filter answers Wait)."""
-    victims = live_victims(cluster, g.victims)
-    msg = f"gang {g.name} holds a reservation and waits for {len(victims)} preempted pods to go"
-    return Wait(WaitReason(WaitCode.PREEMPTING, g.request.vc, msg, needed=len(g.pending)), victims)
-
-
-def preemptible(
-    cluster: Cluster, req: GangRequest, wait: Wait, suggested: frozenset[int] | None, now: float
-) -> Gang | Wait:
-    """The filtering phase's answer for a gang that does not fit: the gang started as a guest in
-    free room when the preemption would end running work (`room.py`), else Wait(PREEMPTIBLE) naming
-    the victims when it would fit by preempting them (nothing is reserved yet), else `wait`."""
-    plan = find_plan(cluster, req, cluster.owner_of(req), suggested)
-    if plan is None or over_quota(cluster, req, plan.victims):
-        return wait
-    way = _as_guest(cluster, req, plan, now, suggested)
-    if isinstance(way, Gang):
-        return way
-    victims = live_victims(cluster, (way or plan).victims)
-    r = wait.reason
-    msg = (
-        f"gang {req.name} fits by preempting {len(victims)} pods of {len(plan.victims)} lower-priority gangs"
-        if way is None
-        else f"gang {req.name} fits as a guest by preempting {len(victims)} pods of {len(way.victims)} "
-        "younger guests elsewhere, which ends less work than reclaiming its VC's cells"
-    )
-    return Wait(
-        WaitReason(WaitCode.PREEMPTIBLE, req.vc, msg, r.chain, r.level, r.cell_type, r.needed), victims
-    )

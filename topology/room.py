@@ -157,7 +157,7 @@ def start_as_guest(
     cluster: Cluster, req: GangRequest, now: float, suggested: frozenset[int] | None, instead_of: int
 ) -> Gang | None:
     """Start the guaranteed gang `req` as a guest in free room, promoted when its VC has room,
-    instead of preempting `instead_of` gangs (the caller, `preemption._as_guest`, has found that
+    instead of preempting `instead_of` gangs (the caller, `preemption.as_guest`, has found that
     worth it: `may_start_as_guest`, and `worth_a_guest` or `ends_a_guest_in_lieu`); None (nothing
     changed) when the gang does not fit in free room."""
     gang = place_on_chains(cluster, req, now, suggested, as_guest=True)
