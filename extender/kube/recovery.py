@@ -74,6 +74,7 @@ class _Found:
     gpus: tuple[int, ...]
     info: BindInfo | None
     deleting: bool = False
+    by_claims: bool = False  # no verified record of what was decided: adopted after the gangs with one
 
 
 def _gpus(pod: Mapping[str, Any], info: BindInfo | None) -> tuple[int, ...]:
@@ -206,7 +207,7 @@ def _from_claims(
     bind_info = why or "it has no bind info"
     report.notes.append(f"pod {key}: GPUs {list(gpus)} of {node} taken from its ResourceClaims ({bind_info})")
     deleting = kpods.deleting(pod)
-    return _Found(pr, node, gpus, None, deleting)
+    return _Found(pr, node, gpus, None, deleting, by_claims=True)
 
 
 def _unverified(pod: Mapping[str, Any], node: str, key: str, why: str, report: RecoveryReport) -> None:
@@ -369,7 +370,9 @@ def recover(
 ) -> RecoveryReport:
     """Adopt every bound gang into `core`; unbound members' slots stay reserved (open). With
     `verify`, only bind info it vouches for is adopted; other bound pods' GPUs are held. With
-    `claimed` (DRA mode), a pod without such bind info is adopted from its claims' allocations."""
+    `claimed` (DRA mode), a pod without such bind info is adopted from its claims' allocations,
+    after every gang whose bind info is verified: the claims prove its GPUs, but its VC and priority
+    come from a spec its tenant may have edited, which must not take a verified gang's quota."""
     report = RecoveryReport()
     groups = collect(
         pods,
@@ -384,7 +387,7 @@ def recover(
     for u in report.unverified:  # no open slot is reserved on what an unverified pod claims...
         for gpu in u.gpus:
             held.setdefault((u.node, gpu), u.gang)
-    for gang, everyone in groups.items():
+    for gang, everyone in sorted(groups.items(), key=lambda kv: any(f.by_claims for f in kv[1])):
         found, *earlier = _by_placement(everyone, core.has_node)
         if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
             found, earlier = [], [found, *earlier]

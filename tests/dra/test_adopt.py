@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 from config.load import load_config
@@ -191,3 +192,52 @@ def test_the_start_of_a_dra_mode_service_reads_the_claims_for_recovery() -> None
         assert [q.gpu_indices for q in s.core.placement_of(gang).pods] == [(4, 5, 6, 7)]
 
     asyncio.run(go())
+
+
+def test_a_pod_adopted_from_its_claims_takes_no_quota_a_verified_gang_holds() -> None:
+    """The claims prove a pod's GPUs, not its priority: a tenant who raised its opportunistic pod's
+    spec to priority 10 and broke its bind info (so it is adopted from its claims, its spec read
+    as it is now) must not take the quota of a gang whose signed bind info says it holds it. It
+    is adopted after every verified gang, and runs on as opportunistic where the VC has no room."""
+    from extender.gangs.bindinfo import decode_isolation
+    from extender.standalone import MemoryBinder
+    from tests.extender.helpers import place, run
+    from tests.extender.test_kube_edge import bound_pods
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        tenant = pod("a0", "a", "research", spec("research", 4, priority=-1))  # research/pod:a sorts first
+        assert (await place(s, tenant))[1]
+        z = spec("research", 4, 4, "research/z", priority=10)  # the rest of research's quota
+        zs = [pod(f"z{i}", f"z-{i}", "research", z) for i in range(4)]
+        for p in zs:
+            assert (await place(s, p))[1]
+        signer = BindSigner(b"k" * 32)
+        api = bound_pods(s, binder, [tenant, *zs])
+        for p in api:
+            ann = p["metadata"]["annotations"]
+            ann.update(signer.signed(ann, p["metadata"]["uid"]))
+        edited = api[0]["metadata"]["annotations"]
+        edited["topogang.io/pod-scheduling-spec"] = spec("research", 4, priority=10)
+        edited["topogang.io/pod-bind-info"] += "# edited\n"
+
+        def claimed(p: Mapping[str, Any]) -> tuple[int, ...]:  # the GPUs the DRA bind allocated it
+            iso = binder.bound[p["metadata"]["uid"]].annotations[ISOLATION_ANNOTATIONS[0]]
+            return tuple(decode_isolation(iso))
+
+        core = Core(example().spec)
+        report = recover(
+            core,
+            api,
+            now=0.0,
+            namespace_vcs={"research": "research"},
+            verify=verifier(signer),
+            claimed=claimed,
+        )
+        a, zg = core.gang("research/pod:a"), core.gang("research/z")
+        assert zg is not None and zg.priority == 10 and zg.owner >= 0  # its guarantee kept
+        assert a is not None and a.priority < 0  # its GPUs kept, as opportunistic
+        assert any("taken from its ResourceClaims" in n for n in report.notes)
+
+    run(go())
