@@ -121,9 +121,18 @@ def resolve(
 ) -> Resolved | None:
     """The pod's gang from the conventions it follows; None when none applies and it asks for no GPUs
     (then `extender.gangs.podspec` answers). Raises `UserError` naming the label, annotation or field.
-    `claim_gpus`: what the pod's ResourceClaims ask for (DRA mode), on top of its `nvidia.com/gpu`."""
+    `claim_gpus`: what the pod's ResourceClaims ask for (DRA mode). A pod asking GPUs both ways is
+    refused: a device plugin serving `nvidia.com/gpu` picks any GPUs of the node, the claim's among
+    them, and a DeviceClass serving it (KEP-5004) would need a second claim for the same slot."""
     if not applies(pod):
         return None
+    if claim_gpus and pod_gpus(pod):
+        raise UserError(
+            f"spec.resourceClaims, {GPU_RESOURCE}",
+            f"the pod asks {claim_gpus} GPUs through its ResourceClaims and {pod_gpus(pod)} through "
+            f"{GPU_RESOURCE}; ask them one way only (claims: drop the {GPU_RESOURCE} request and opt in "
+            "with topogang.io/pod-scheduling-enable)",
+        )
     gpus = pod_gpus(pod) + claim_gpus
     found = claims(pod, namespace, gpus, objects or {})
     if not found:

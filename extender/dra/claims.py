@@ -18,6 +18,9 @@ from topology.decisions import UserError
 
 API = "/apis/resource.k8s.io/v1"
 EXTENDED_RESOURCE_CLAIM = "resource.kubernetes.io/extended-resource-claim"
+# kube-scheduler's mark on a claim it allocated: the resourceclaim controller deallocates only claims
+# carrying it once no pod reserves them, and removes it then, so the claim can be deleted
+FINALIZER = "resource.kubernetes.io/delete-protection"
 MAX_COUNT = 4096
 
 
@@ -169,6 +172,29 @@ def allocated(claim: Mapping[str, Any]) -> list[Result]:
     return out
 
 
+def is_allocated(claim: Mapping[str, Any]) -> bool:
+    status = claim.get("status")
+    return isinstance(status, dict) and status.get("allocation") is not None
+
+
+def allocation_node(claim: Mapping[str, Any]) -> str | None:
+    """The one node the allocation's node selector names, in kube-scheduler's form (`node_selector`);
+    None for any other selector (or none)."""
+    status = claim.get("status") if isinstance(claim.get("status"), dict) else {}
+    alloc = status.get("allocation") if isinstance(status, dict) else None
+    sel = alloc.get("nodeSelector") if isinstance(alloc, dict) else None
+    terms = sel.get("nodeSelectorTerms") if isinstance(sel, dict) else None
+    if not isinstance(terms, list) or len(terms) != 1 or not isinstance(terms[0], dict):
+        return None
+    fields = terms[0].get("matchFields")
+    if terms[0].get("matchExpressions") or not isinstance(fields, list) or len(fields) != 1:
+        return None
+    f = fields[0]
+    ok = isinstance(f, dict) and f.get("key") == "metadata.name" and f.get("operator") == "In"
+    values = f.get("values") if ok else None
+    return values[0] if isinstance(values, list) and len(values) == 1 and isinstance(values[0], str) else None
+
+
 def reserved_uids(claim: Mapping[str, Any]) -> list[str]:
     status = claim.get("status") if isinstance(claim.get("status"), dict) else {}
     assert isinstance(status, dict)
@@ -177,3 +203,68 @@ def reserved_uids(claim: Mapping[str, Any]) -> list[str]:
         for r in status.get("reservedFor") or []
         if isinstance(r, dict) and r.get("resource") == "pods" and isinstance(r.get("uid"), str)
     ]
+
+
+def _finalizers(claim: Mapping[str, Any]) -> list[str]:
+    meta = claim.get("metadata")
+    got = meta.get("finalizers") if isinstance(meta, dict) else None
+    return [f for f in got if isinstance(f, str)] if isinstance(got, list) else []
+
+
+def _with_finalizers(claim: Mapping[str, Any], finalizers: list[str]) -> dict[str, Any]:
+    body = dict(claim)
+    meta = dict(claim.get("metadata") or {})
+    meta["finalizers"] = finalizers
+    body["metadata"] = meta
+    return body
+
+
+def protected(claim: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The claim with kube-scheduler's finalizer added, for a metadata update before its allocation
+    is written (as kube-scheduler's own bind does); None when it carries it already."""
+    have = _finalizers(claim)
+    return None if FINALIZER in have else _with_finalizers(claim, [*have, FINALIZER])
+
+
+def unprotected(claim: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The claim without that finalizer once it is not allocated (what the resourceclaim controller
+    does after deallocating, so a deleted claim goes); None when there is nothing to remove."""
+    have = _finalizers(claim)
+    if FINALIZER not in have or is_allocated(claim):
+        return None
+    return _with_finalizers(claim, [f for f in have if f != FINALIZER])
+
+
+def reserved(
+    claim: Mapping[str, Any], results: Sequence[Result], node: str, pod: str, uid: str
+) -> dict[str, Any]:
+    """The claim allocated to `results` on `node` and reserved for the pod (other pods' reservations
+    kept), for a status update at the version read."""
+    body = dict(claim)
+    status = dict(claim.get("status") or {})
+    status["allocation"] = allocation(results, node)
+    others = [r for r in status.get("reservedFor") or [] if isinstance(r, dict) and r.get("uid") != uid]
+    status["reservedFor"] = [*others, reserved_for(pod, uid)]
+    body["status"] = status
+    return body
+
+
+def unreserved(claim: Mapping[str, Any], uid: str) -> dict[str, Any] | None:
+    """The claim without the pod's reservation and, once no pod reserves it, without its allocation;
+    None when there is nothing to change. The allocation goes also when the pod's reservation is
+    gone already, if the claim carries `FINALIZER`: the resourceclaim controller drops the
+    reservation of a deleted pod first and deallocates only claims carrying it (a claim allocated
+    without it, and reserved by no one, is someone else's to keep)."""
+    status = dict(claim.get("status") or {})
+    before = status.get("reservedFor") or []
+    rest = [r for r in before if not (isinstance(r, dict) and r.get("uid") == uid)]
+    mine = len(rest) < len(before)
+    drop = not rest and is_allocated(claim) and (mine or FINALIZER in _finalizers(claim))
+    if not mine and not drop:
+        return None
+    status["reservedFor"] = rest
+    if drop:
+        status.pop("allocation", None)
+    body = dict(claim)
+    body["status"] = status
+    return body

@@ -10,10 +10,12 @@ claims of topogang's pods; the GPUs the container gets are the ones topogang cho
 - `claim_gpus` reads a pod's GPU count from its claims (or their templates), for the conventions.
 - `DraBinder` wraps the Binding: it writes each GPU claim's `status.allocation` (exactly the slot's
   devices, request by request, and the node) and `status.reservedFor` (the pod) before the Binding,
-  and takes them back if the Binding fails. A pod asking `nvidia.com/gpu` with no claim (KEP-5004's
-  extended-resource mapping) gets the claim kube-scheduler would have made, created here, and its
+  after kube-scheduler's finalizer, and takes them back if the Binding fails. A pod asking
+  `nvidia.com/gpu` with no claim (KEP-5004's extended-resource mapping) gets the claim
+  kube-scheduler would have made (`extender.dra.extended`), created here, and its
   `status.extendedResourceClaimStatus`.
-- `release` gives a finished or deleted pod's claims back (reservation, then allocation).
+- `release` gives a finished or deleted pod's claims back (reservation, then allocation, then the
+  finalizer), as the resourceclaim controller does for the claims kube-scheduler allocates.
 """
 
 from __future__ import annotations
@@ -37,8 +39,9 @@ from extender.dra.devices import (
     parse_taint_rule,
     tainted_gpus,
 )
+from extender.dra.extended import claim_body, claim_name, container_requests, reusable
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
-from extender.gangs.optin import GPU_RESOURCE, gpu_count
+from extender.gangs.optin import GPU_RESOURCE
 from extender.http.ports import BindError, BindTarget
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
@@ -77,6 +80,7 @@ class DraCatalog:
         self.maps: dict[str, DeviceMap | Mismatch] = {}
         self.reported: dict[str, str] = {}  # node -> the mismatch last reported
         self.on_change: Callable[[str], Awaitable[None]] | None = None  # node health again
+        self.on_remap: list[Callable[[str], Awaitable[None]]] = []  # a node's devices mapped anew
         self.on_mismatch: Callable[[Mismatch], None] = lambda m: None
         self._specs: dict[tuple[str, str, str], tuple[float, Mapping[str, Any] | None]] = {}
         self.listed = asyncio.Event()  # the slices were listed once: devices can be told from GPUs
@@ -111,8 +115,12 @@ class DraCatalog:
 
     async def _changed(self, nodes: set[str]) -> None:
         for node in sorted(nodes):
-            if self.remap(node) and self.on_change is not None:
+            if not self.remap(node):
+                continue
+            if self.on_change is not None:
                 await self.on_change(node)
+            for hook in self.on_remap:
+                await hook(node)
 
     async def on_slice(self, kind: str, obj: dict[str, Any]) -> None:
         name = kpods.meta(obj).get("name")
@@ -215,33 +223,6 @@ def _slot_gpus(annotations: Mapping[str, str]) -> tuple[int, ...]:
     return ()
 
 
-def _container_requests(pod: Mapping[str, Any]) -> list[tuple[str, str, int]]:
-    """(container name, request name, GPUs) of each container asking `nvidia.com/gpu`, named as
-    kube-scheduler names a KEP-5004 claim's requests: container-<i>-request-<j>, i over init
-    containers then containers, j the resource's place among the container's sorted extended ones."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    assert isinstance(spec, dict)
-    out = []
-    every = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    for i, c in enumerate(every):
-        res = c.get("resources") if isinstance(c, dict) else None
-        if not isinstance(res, dict):
-            continue
-        names: set[str] = set()
-        n = 0
-        for part in ("requests", "limits"):
-            vals = res.get(part)
-            if isinstance(vals, dict):
-                names |= {
-                    k for k in vals if isinstance(k, str) and "/" in k and not k.startswith("kubernetes.io/")
-                }
-                n = max(n, gpu_count(vals.get(GPU_RESOURCE)) or 0)
-        if n:
-            j = sorted(names).index(GPU_RESOURCE)
-            out.append((str(c.get("name", "")), f"container-{i}-request-{j}", n))
-    return out
-
-
 class DraBinder(KubeBinder):
     """The Binding, preceded by the claims' allocation (all of the pod's, or none)."""
 
@@ -253,6 +234,11 @@ class DraBinder(KubeBinder):
         pod = await self.kube.request("GET", pod_path(target.namespace, target.name))
         if pod is None or kpods.uid(pod) != target.uid:
             raise BindError(f"pod {target.namespace}/{target.name} ({target.uid}) does not exist")
+        if kpods.node_name(pod) is not None:
+            # bound already: the Binding tells a retried bind of this decision (success) from another
+            # (refused); the claims of a pod that may run are never written again, nor taken back
+            await super().bind(target, node, annotations)
+            return
         written = await self.allocate(pod, target, node, _slot_gpus(annotations))
         try:
             await super().bind(target, node, annotations)
@@ -304,144 +290,143 @@ class DraBinder(KubeBinder):
                 n = sum(c for _, c in reqs)
                 results = dc.split_devices(reqs, devices[at : at + n], settings.driver)
                 at += n
-                if await self._write(obj, results, target, node):
-                    written.append(str(kpods.meta(obj).get("name")))
+                await self._write(obj, results, target, node, written)
         except BaseException:
             await self.undo(target, written)
             raise
         return written
 
     async def _write(
-        self, claim: Mapping[str, Any], results: list[dc.Result], target: BindTarget, node: str
-    ) -> bool:
-        """Allocate and reserve one claim (a PUT of its status at the version read: a concurrent
-        change fails it). False: it already was, by this very decision (a retried bind)."""
+        self,
+        claim: Mapping[str, Any],
+        results: list[dc.Result],
+        target: BindTarget,
+        node: str,
+        written: list[str],
+    ) -> None:
+        """Allocate and reserve one claim, as kube-scheduler's bind does: its finalizer first (a
+        metadata update; without it the resourceclaim controller never deallocates the claim once
+        its pod is gone), then the status at the version read (a concurrent change fails it). The
+        claim is named in `written` before the first write: a write whose reply was lost may have
+        been applied, and must be undone all the same. Left as is when already allocated so and
+        reserved for the pod (a retried bind). Allocated to other devices but reserved for this pod
+        alone, it is this pod's own leftover (an undo that got no answer): written again."""
         name = str(kpods.meta(claim).get("name"))
-        have = dc.allocated(claim)
-        if have:
-            if sorted(have, key=str) != sorted(results, key=str):
-                raise BindError(
-                    f"ResourceClaim {target.namespace}/{name} is allocated to other devices already"
-                )
-            if target.uid in dc.reserved_uids(claim):
-                return False
-        body = dict(claim)
-        status = dict(claim.get("status") or {})
-        status["allocation"] = dc.allocation(results, node)
-        others = [
-            r for r in status.get("reservedFor") or [] if isinstance(r, dict) and r.get("uid") != target.uid
-        ]
-        status["reservedFor"] = [*others, dc.reserved_for(target.name, target.uid)]
-        body["status"] = status
+        where = f"ResourceClaim {target.namespace}/{name}"
+        have, holders = dc.allocated(claim), dc.reserved_uids(claim)
+        if have and sorted(have, key=str) != sorted(results, key=str):
+            if holders != [target.uid]:
+                raise BindError(f"{where} is allocated to other devices already")
+        elif have and target.uid in holders:
+            return
+        path = dc.claim_path(target.namespace, name)
+        written.append(name)
         try:
-            await self.kube.request("PUT", dc.claim_path(target.namespace, name) + "/status", body=body)
-        except ApiError as err:
-            raise BindError(f"allocating ResourceClaim {target.namespace}/{name}: {err}") from None
-        return True
+            body = dc.protected(claim)
+            if body is not None:
+                claim = await self.kube.request("PUT", path, body=body) or {}
+                if not claim:
+                    raise BindError(f"{where} does not exist")
+            body = dc.reserved(claim, results, node, target.name, target.uid)
+            await self.kube.request("PUT", path + "/status", body=body)
+        except (ApiError, NoAnswerError) as err:
+            raise BindError(f"allocating {where}: {err}") from None
 
     async def _extended(
         self, pod: Mapping[str, Any], target: BindTarget, node: str, devices: list[tuple[str, str]]
     ) -> list[str]:
-        """KEP-5004: the claim kube-scheduler would make for `nvidia.com/gpu`, made and allocated here."""
-        wants = _container_requests(pod)
-        if not wants or not await self.catalog.extended_class():
+        """KEP-5004: the claim kube-scheduler would make for `nvidia.com/gpu`, made and allocated
+        here; the one a bind tried before made (named in the pod's status) written again instead,
+        so a retried bind leaves one claim, not two on the same devices."""
+        ext = container_requests(pod)
+        if not ext.requests or not await self.catalog.extended_class():
             return []  # GPUs by bind info (the env path) or a device plugin: no claim to write
-        reqs = [(r, n) for _, r, n in wants]
-        if sum(n for _, n in reqs) != len(devices):
-            raise BindError(
-                f"the pod asks {sum(n for _, n in reqs)} {GPU_RESOURCE}, its slot has {len(devices)}"
-            )
-        cls = self.catalog.settings.device_class
-        body = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {
-                "generateName": f"{target.name}-extended-resources-",
-                "namespace": target.namespace,
-                "annotations": {dc.EXTENDED_RESOURCE_CLAIM: "true"},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Pod",
-                        "name": target.name,
-                        "uid": target.uid,
-                        "controller": True,
-                    }
-                ],
-            },
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": r,
-                            "exactly": {"deviceClassName": cls, "allocationMode": "ExactCount", "count": n},
-                        }
-                        for r, n in reqs
-                    ]
-                }
-            },
-        }
+        if ext.gpus != len(devices):
+            raise BindError(f"the pod asks {ext.gpus} {GPU_RESOURCE}, its slot has {len(devices)}")
+        cls, driver = self.catalog.settings.device_class, self.catalog.settings.driver
+        results = dc.split_devices(ext.requests, devices, driver)
+        name = claim_name(pod)
+        made = await self.kube.request("GET", dc.claim_path(target.namespace, name)) if name else None
+        if made is not None and reusable(made, target.uid, ext.requests, cls):
+            try:
+                await self._write(made, results, target, node, [])
+            except BaseException:
+                await delete_claim(self.kube, target.namespace, str(name), target.uid)
+                raise
+            return [f"extended:{name}"]
+        body = claim_body(target.namespace, target.name, target.uid, ext.requests, cls)
         try:
             made = await self.kube.request(
                 "POST", f"{dc.API}/namespaces/{target.namespace}/resourceclaims", body=body
             )
-        except ApiError as err:
+        except (ApiError, NoAnswerError) as err:
             raise BindError(f"creating the pod's {GPU_RESOURCE} ResourceClaim: {err}") from None
         if made is None:
             raise BindError(f"creating the pod's {GPU_RESOURCE} ResourceClaim: no answer")
         name = str(kpods.meta(made).get("name"))
         try:
-            await self._write(
-                made, dc.split_devices(reqs, devices, self.catalog.settings.driver), target, node
-            )
-            mappings = [
-                {"containerName": c, "resourceName": GPU_RESOURCE, "requestName": r} for c, r, _ in wants
-            ]
+            await self._write(made, results, target, node, [])
             patch = {
                 "status": {
-                    "extendedResourceClaimStatus": {"requestMappings": mappings, "resourceClaimName": name}
+                    "extendedResourceClaimStatus": {
+                        "requestMappings": ext.mappings,
+                        "resourceClaimName": name,
+                    }
                 }
             }
             await self.kube.request("PATCH", pod_path(target.namespace, target.name) + "/status", body=patch)
         except BaseException:
-            await self._delete_claim(target.namespace, name)
+            await delete_claim(self.kube, target.namespace, name, target.uid)
             raise
         return [f"extended:{name}"]
 
-    async def _delete_claim(self, namespace: str, name: str) -> None:
-        try:
-            await self.kube.request("DELETE", dc.claim_path(namespace, name))
-        except (ApiError, NoAnswerError) as err:  # a cleanup: never hides what failed
-            log.warning("DRA: deleting ResourceClaim %s/%s failed: %s", namespace, name, err)
-
     async def undo(self, target: BindTarget, written: list[str]) -> None:
-        """Take back what `allocate` wrote for a pod whose Binding failed."""
+        """Take back what `allocate` wrote for a pod whose Binding failed: every claim, whatever
+        another's answer (a claim left allocated would keep its devices from every later bind)."""
         for name in written:
             if name.startswith("extended:"):
-                await self._delete_claim(target.namespace, name.removeprefix("extended:"))
+                await delete_claim(self.kube, target.namespace, name.removeprefix("extended:"), target.uid)
             else:
                 await unreserve(self.kube, target.namespace, name, target.uid)
 
 
+UNRESERVE_TRIES = 5
+
+
 async def unreserve(kube: AsyncKube, namespace: str, name: str, uid: str) -> None:
-    """Drop the pod from the claim's `reservedFor`; with no one left, drop the allocation too."""
-    try:
-        claim = await kube.request("GET", dc.claim_path(namespace, name))
-        if claim is None or uid not in dc.reserved_uids(claim):
+    """Drop the pod from the claim's `reservedFor`; with no one left, the allocation too
+    (`extender.dra.claims.unreserved`), then the finalizer, as kube-scheduler's Unreserve and the
+    resourceclaim controller do between them. The controller writes the same claims: a conflict is
+    read again and retried a few times. Never raises for the API server (a cleanup: logged)."""
+    path = dc.claim_path(namespace, name)
+    for attempt in range(1, UNRESERVE_TRIES + 1):
+        try:
+            claim = await kube.request("GET", path)
+            body = dc.unreserved(claim, uid) if claim is not None else None
+            if body is not None:
+                claim = await kube.request("PUT", path + "/status", body=body)
+                log.info("DRA: ResourceClaim %s/%s released by pod %s", namespace, name, uid)
+            bare = dc.unprotected(claim) if claim is not None else None
+            if bare is not None:
+                await kube.request("PUT", path, body=bare)
             return
-        status = dict(claim.get("status") or {})
-        rest = [
-            r for r in status.get("reservedFor") or [] if not (isinstance(r, dict) and r.get("uid") == uid)
-        ]
-        status["reservedFor"] = rest
-        if not rest:
-            status.pop("allocation", None)
-        body = dict(claim)
-        body["status"] = status
-        await kube.request("PUT", dc.claim_path(namespace, name) + "/status", body=body)
-        log.info("DRA: ResourceClaim %s/%s released by pod %s", namespace, name, uid)
-    except ApiError as err:
-        log.warning("DRA: releasing ResourceClaim %s/%s failed: %s", namespace, name, err)
+        except ApiError as err:
+            if err.status == 409 and attempt < UNRESERVE_TRIES:
+                continue
+            log.warning("DRA: releasing ResourceClaim %s/%s failed: %s", namespace, name, err)
+        except NoAnswerError as err:
+            log.warning("DRA: releasing ResourceClaim %s/%s got no answer: %s", namespace, name, err)
+        return
+
+
+async def delete_claim(kube: AsyncKube, namespace: str, name: str, uid: str) -> None:
+    """A claim made for the pod (KEP-5004) released, then deleted: released first, as kube-scheduler
+    removes its finalizer first, or the deletion would wait on it. Never raises for the API server."""
+    await unreserve(kube, namespace, name, uid)
+    try:
+        await kube.request("DELETE", dc.claim_path(namespace, name))
+    except (ApiError, NoAnswerError) as err:  # a cleanup: never hides what failed
+        log.warning("DRA: deleting ResourceClaim %s/%s failed: %s", namespace, name, err)
 
 
 async def release(kube: AsyncKube, pod: Mapping[str, Any]) -> None:
@@ -451,12 +436,6 @@ async def release(kube: AsyncKube, pod: Mapping[str, Any]) -> None:
     for pc in dc.pod_claims(pod):
         if pc.claim is not None:
             await unreserve(kube, ns, pc.claim, uid)
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-    ext = status.get("extendedResourceClaimStatus") if isinstance(status, dict) else None
-    name = ext.get("resourceClaimName") if isinstance(ext, dict) else None
-    if isinstance(name, str) and name:
-        await unreserve(kube, ns, name, uid)
-        try:
-            await kube.request("DELETE", dc.claim_path(ns, name))
-        except ApiError as err:
-            log.warning("DRA: deleting ResourceClaim %s/%s failed: %s", ns, name, err)
+    name = claim_name(pod)
+    if name is not None:
+        await delete_claim(kube, ns, name, uid)

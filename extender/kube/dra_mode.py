@@ -114,27 +114,42 @@ def attach(
 
 class ForeignClaims:
     """Claims allocated on topogang's nodes for pods topogang did not bind (another profile's
-    DynamicResources plugin, a claim allocated before topogang ran): their devices are held."""
+    DynamicResources plugin, a claim allocated before topogang ran): their devices are held.
+
+    A hold follows its claim: allocated anew (seen by the watch, or only by a relist after a gap), the
+    old GPUs are let go and the new ones held. While the claim's devices cannot be told as GPUs (its
+    node's slices gone a while, a driver restarting) the hold stays, since the devices are still
+    allocated, and the claim is judged again each time a node's devices are mapped anew."""
 
     def __init__(self, scheduler: Scheduler, catalog: DraCatalog) -> None:
         self.s = scheduler
         self.catalog = catalog
         self.held: dict[str, Unverified] = {}  # claim uid -> what is held for it
+        # claim uid -> (the claim, its node or None), for those held or whose devices are not mapped
+        self.watched: dict[str, tuple[dict[str, Any], str | None]] = {}
+        self.lock = asyncio.Lock()  # the watch, a relist and a remap judge one claim at a time
+        catalog.on_remap.append(self.remapped)
 
-    def _gpus(self, claim: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | None:
+    def _gpus(self, claim: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | str | None:
+        """(node, GPUs) the claim's devices of the driver are; None: it holds none of topogang's
+        nodes; "": some device is not in any node's map now (the hold, if any, stays)."""
         results = [r for r in dc.allocated(claim) if r.driver == self.catalog.settings.driver]
-        if not results:
+        named = dc.allocation_node(claim)
+        if not results or (named is not None and named not in self.catalog.nodes):
             return None
         node = None
         gpus = []
         for r in results:
-            for name, dm in self.catalog.maps.items():
-                if isinstance(dm, DeviceMap):
-                    g = dm.gpu_of(r.pool, r.device)
-                    if g is not None:
-                        node = name
-                        gpus.append(g)
-        return (node, tuple(sorted(gpus))) if node is not None and gpus else None
+            found = [
+                (name, g)
+                for name, dm in self.catalog.maps.items()
+                if isinstance(dm, DeviceMap) and (g := dm.gpu_of(r.pool, r.device)) is not None
+            ]
+            if len(found) != 1 or node not in (None, found[0][0]):
+                return ""
+            node = found[0][0]
+            gpus.append(found[0][1])
+        return (node, tuple(sorted(gpus))) if node is not None else ""
 
     def _ours(self, claim: Mapping[str, Any], node: str, gpus: tuple[int, ...]) -> bool:
         """Reserved for a pod whose slot in the core holds exactly these GPUs (a pod topogang
@@ -161,19 +176,32 @@ class ForeignClaims:
             )
         return False
 
+    async def _let_go(self, uid: str) -> None:
+        if self.held.pop(uid, None) is not None:
+            await self.s.pod_gone(uid)
+
     async def on_claim(self, kind: str, claim: dict[str, Any]) -> None:
+        async with self.lock:
+            await self._on_claim(kind, claim)
+
+    async def _on_claim(self, kind: str, claim: dict[str, Any]) -> None:
         uid = kpods.uid(claim)
         if not uid:
             return
         got = None if kind == "DELETED" else self._gpus(claim)
-        if got is None or self._ours(claim, *got):
-            if uid in self.held:
-                del self.held[uid]
-                await self.s.pod_gone(uid)
+        if isinstance(got, str):  # not mapped now: judged again when a node's devices are
+            self.watched[uid] = (claim, dc.allocation_node(claim))
             return
-        if uid in self.held:
+        if got is None or self._ours(claim, *got):
+            self.watched.pop(uid, None)
+            await self._let_go(uid)
             return
         node, gpus = got
+        self.watched[uid] = (claim, node)
+        old = self.held.get(uid)
+        if old is not None and (old.node, old.gpus) == (node, gpus):
+            return
+        await self._let_go(uid)  # allocated anew: the old devices are free
         u = Unverified(uid, kpods.namespace(claim), f"claim-{kpods.name(claim)}", node, gpus, "ResourceClaim")
         async with self.s.lock:
             hold_unverified(self.s.core, u, self.s.clock())
@@ -186,11 +214,34 @@ class ForeignClaims:
             kpods.name(claim),
         )
 
+    async def remapped(self, node: str) -> None:
+        """A node's devices were mapped anew: its claims' GPUs judged again."""
+        await self._judge(
+            [
+                claim
+                for uid, (claim, where) in list(self.watched.items())
+                if where in (node, None) or (uid in self.held and self.held[uid].node == node)
+            ]
+        )
+
     async def relist(self, items: list[dict[str, Any]]) -> None:
         present = {kpods.uid(c) for c in items}
-        for uid in [u for u in self.held if u not in present]:
-            del self.held[uid]
-            await self.s.pod_gone(uid)
-        for c in items:
-            await self.on_claim("MODIFIED", c)
+        for uid in [u for u in self.watched if u not in present]:
+            del self.watched[uid]
+        async with self.lock:
+            for uid in [u for u in self.held if u not in present]:
+                await self._let_go(uid)
+        await self._judge(items)
         await asyncio.sleep(0)
+
+    async def _judge(self, claims: list[dict[str, Any]]) -> None:
+        """Judge claims again, every hold that moves let go first: claims that traded devices (a
+        node's devices renumbered, claims reallocated during a watch gap) each find theirs free."""
+        async with self.lock:
+            for c in claims:
+                old = self.held.get(kpods.uid(c))
+                got = self._gpus(c)
+                if old is not None and got != "" and got != (old.node, old.gpus):
+                    await self._let_go(old.uid)
+        for c in claims:
+            await self.on_claim("MODIFIED", c)

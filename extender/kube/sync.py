@@ -83,7 +83,7 @@ class ClusterSync:
         self.off_config = OffConfig(self)  # pods bound on nodes the config lacks, by gang
         self.retries = EvictionRetries(self)  # pods whose deletion failed, tried again (the leader's)
         # DRA mode: a finished or deleted pod's claims go back
-        self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] | None = None
+        self.on_gone: Callable[[Mapping[str, Any]], Awaitable[None]] = lambda pod: asyncio.sleep(0)
         # DRA mode: how the start's recovery reads a pod's GPUs from its claims
         self.recovery_claims: Callable[[], Awaitable[Claimed]] | None = None
         self.outside = OutsidePods()  # pods that are not topogang's holding GPUs of the config's nodes
@@ -367,8 +367,7 @@ class ClusterSync:
         await self.off_config.going(uid, succeeded=kpods.succeeded(pod))
         await self.s.pod_gone(uid, finished=kpods.succeeded(pod))
         await self._freed()
-        if self.on_gone is not None:
-            await self.on_gone(pod)
+        await self.on_gone(pod)
 
     async def _freed(self) -> None:
         """GPUs may be free: for pods outside topogang's, and unverified pods' claims (`unverified`)."""
@@ -444,13 +443,15 @@ class ClusterSync:
                 await self.refresh_node(gone.node)
         for uid in [u for u in self.live if u not in present]:
             del self.live[uid]
-            self.pods.pop(uid, None)
+            kept = self.pods.pop(uid, None)
             self.foreign.discard(uid)
             self.done.discard(uid)
             self.checked.pop(uid, None)
             self.claims.gone(uid)
             await self.off_config.going(uid, succeeded=False)
             await self.s.pod_gone(uid)
+            if kept is not None:  # deleted while the watch was down: no DELETED comes for it
+                await self.on_gone(kept)
         await self._freed()
         # kube-scheduler went on while the watch was down: pods filtered (and maybe bound) then,
         # and deleted before this list, never reached the watch, so no DELETED will come for them
