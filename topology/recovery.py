@@ -35,13 +35,16 @@ def adopt(
     for p in pods:
         if not p.pod_uid or gang.slot_of(p.pod_uid) is not None:
             continue
+        # its GPUs the cluster still has: a reload may take some of a node's GPUs out from under a
+        # running pod, whose slot holds the rest; an open slot there would expire onto a busy GPU
+        kept = tuple(g for g, leaf, _ in _gpus(topo, p) if leaf is not None)
         slot = next(
             (
                 s
                 for s in gang.slots
                 if s.pod_uid is None
                 and topo.node_names[s.node] == p.node
-                and tuple(topo.gpu_index[x] for x in s.leaves) == tuple(sorted(p.gpu_indices))
+                and tuple(topo.gpu_index[x] for x in s.leaves) == kept
             ),
             None,
         )
@@ -169,9 +172,7 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
         if not leaves:
             lost += 1
             continue
-        slots.append(
-            Slot(len(slots), len(p.gpu_indices), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves))
-        )
+        slots.append(Slot(len(slots), len(leaves), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves)))
     if owner != NO_OWNER and not bind_for(cluster.state, owner, claimed, hints):
         history.append(f"cells no longer fit VC {req.vc}: kept running as opportunistic")
         owner, priority = NO_OWNER, OPPORTUNISTIC_PRIORITY

@@ -370,9 +370,8 @@ def recover(
 ) -> RecoveryReport:
     """Adopt every bound gang into `core`; unbound members' slots stay reserved (open). With
     `verify`, only bind info it vouches for is adopted; other bound pods' GPUs are held. With
-    `claimed` (DRA mode), a pod without such bind info is adopted from its claims' allocations,
-    after every gang whose bind info is verified: the claims prove its GPUs, but its VC and priority
-    come from a spec its tenant may have edited, which must not take a verified gang's quota."""
+    `claimed` (DRA mode), a pod without such bind info is adopted from its claims' allocations, after
+    every verified gang: its claims prove its GPUs, not the VC and priority its editable spec says."""
     report = RecoveryReport()
     groups = collect(
         pods,
@@ -481,6 +480,8 @@ def _judge(
     elif off:
         pods = ", ".join(f"{f.request.name} on {f.node}" for f in off)
         report.off_config.append((gang, f"{len(off)} pods run on nodes the config does not have ({pods})"))
+    if cut := [f.request.name for f in found if max(f.gpus, default=-1) >= core.node_fill(f.node)[1] > 0]:
+        report.off_config.append((gang, f"pods run on GPUs their node lacks in the config: {', '.join(cut)}"))
 
 
 def _spec_request(

@@ -389,3 +389,33 @@ def test_a_pod_outside_the_config_counts_only_for_a_gang_of_its_own_namespace() 
         assert evicted == ["b"]
 
     run(go())
+
+
+HALF_SWITCHES = (
+    "    A100-SWITCH:                  # 2 GPUs behind one PCIe switch\n      childCellType: A100\n"
+    "      childCellNumber: 2"
+)
+
+
+def test_a_start_under_a_config_that_took_gpus_out_from_under_a_pod_asks_as_a_reload_does() -> None:
+    """The edit halves every node (one GPU a switch) under a whole 8-GPU gang: a reload refuses it
+    until confirmed, so a start under it must too (its judgement saw only pods on missing nodes),
+    and the pod keeps the GPUs that remain instead of being taken for an earlier placement."""
+
+    async def go() -> None:
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        assert HALF_SWITCHES in base
+        halved = load_config_text(base.replace(HALF_SWITCHES, HALF_SWITCHES[:-1] + "1"), "c.yaml").spec
+        binder = MemoryBinder()
+        s = scheduler(binder)
+        p = pod("u1", "trainer", "nlp", spec("nlp", 8, priority=10))
+        assert (await place(s, p))[1]
+        core = Core(halved)
+        report = recover(core, bound_pods(s, binder, [p]), now=0.0, namespace_vcs={"nlp": "nlp"})
+        assert report.costs() == [
+            "gang nlp/pod:trainer: pods run on GPUs their node lacks in the config: trainer"
+        ]
+        assert core.holds_slot("u1") and not report.evict
+        assert violations(core) == []
+
+    run(go())

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.topology.fixtures import gang, rack_cluster, run
+from tests.topology.fixtures import CELL_TYPES, gang, rack_cluster, run
 from topology.core import Core
 from topology.decisions import AdoptedPod, Bind, GangPlacement, Preemption, Wait, WaitCode
 from topology.explain import explain, fits_in_order
@@ -289,4 +291,24 @@ def test_a_reload_keeps_an_evicting_gang_out_of_every_preemption() -> None:
     assert kept is not None and kept.evicting
     got = new.preempt(ask, 1.0)
     assert not isinstance(got, Preemption) or all(v.pod_uid != "uid-u" for v in got.victims), got
+    assert violations(new) == []
+
+
+def test_a_reload_that_takes_gpus_out_from_under_a_running_pod_keeps_it_in_its_slot() -> None:
+    """A config edit that halves every node (the switch holds 1 GPU, not 2) under a whole one-pod
+    gang on GPUs 0-7: the pod keeps the slot of the GPUs that remain. Matched on all eight, it
+    matched no slot; the slot of GPUs 0-3 stood open with a TTL, and once it expired the next
+    gang was placed on GPUs the pod still ran on."""
+    old = Core(rack_cluster(racks=1, vcs={"a": [("NODE", 4)]}))
+    (d,) = run(old, gang("g", "a", (1, 8), priority=10, suggested_nodes=frozenset({"r0-n0"})), "g")
+    halved = replace(
+        rack_cluster(racks=1, vcs={"a": [("NODE", 4)]}),
+        cell_types=tuple(replace(t, child_number=1) if t.name == "SWITCH" else t for t in CELL_TYPES),
+    )
+    new, report = reconfigure(old, halved, now=0.0)
+    assert any("4 of its 8 GPUs" in i.text() for i in report.impacts)
+    kept = new.gang("g")
+    assert kept is not None and new.holds_slot(d.pod_uid) and kept.deadline is None
+    assert new.expire(10_000.0) == []
+    assert new.node_fill("r0-n0") == (0, 4)  # GPUs 0-3 stay the running pod's
     assert violations(new) == []
