@@ -44,14 +44,14 @@ from extender.gangs.bindinfo import (
 )
 from extender.gangs.entitlement import EntitlementError
 from extender.gangs.identity import gang_key
-from extender.gangs.podspec import PodRequest, is_enabled, pod_request
+from extender.gangs.podspec import PodRequest, is_enabled
 from extender.kube import pods as kpods
+from extender.kube.decided import Entitle, as_decided, from_bind_info, spec_request
 from extender.kube.recovery_report import RecoveryReport
 from extender.kube.unverified import Unverified, hold_unverified
 from topology.core import Core
 from topology.decisions import (
     AdoptedPod,
-    GangRequest,
     Member,
     UserError,
     held_no_quota,
@@ -62,9 +62,6 @@ PLACEHOLDER = "topogang-recovery"
 Verify = Callable[[Mapping[str, Any]], "str | None"]
 # DRA mode: a bound pod -> its claims' GPUs, why they are not taken, or None (no claims)
 Claimed = Callable[[Mapping[str, Any]], "tuple[int, ...] | str | None"]
-# a pod's request as its namespace may make it, keeping the priority its gang was given (bind info's
-# record, if any): `extender.gangs.entitlement.grant` with `held`; else UserError
-Entitle = Callable[[PodRequest, Mapping[str, Any], "int | None"], PodRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,37 +83,6 @@ def _gpus(pod: Mapping[str, Any], info: BindInfo | None) -> tuple[int, ...]:
         if isinstance(text, str) and text.strip():
             return decode_isolation(text)
     raise ValueError("no pod-bind-info or pod-leaf-cell-isolation annotation")
-
-
-def _from_bind_info(pod: Mapping[str, Any], info: BindInfo, ttl_seconds: float) -> PodRequest | None:
-    """A request rebuilt from topogang's bind info alone, for a pod whose spec no longer parses or
-    does not name its gang. The recorded priority is the one the gang asked for even when it ran
-    downgraded (the gang comes back opportunistic by its empty cell types, `Core.adopt`), so the
-    request is the one its still-pending members are filtered with. Annotations written before the
-    bind info recorded it that way say -1 for a downgraded gang and are taken as they say."""
-    if info.gang is None or info.vc is None:
-        return None
-    sizes: dict[int, int] = {}
-    for p in info.placements:
-        sizes[len(p.gpus)] = sizes.get(len(p.gpus), 0) + 1
-    req = GangRequest(
-        name=gang_key(kpods.namespace(pod), info.gang),  # HiveD's global names: the pod's namespace's
-        vc=info.vc,
-        members=tuple(Member(n, leaves) for leaves, n in sizes.items()),
-        priority=info.priority if info.priority is not None else 0,
-        ttl_seconds=ttl_seconds,
-    )
-    return PodRequest(
-        kpods.uid(pod),
-        kpods.namespace(pod),
-        kpods.name(pod),
-        req,
-        len(info.gpus),
-        info.slot_key,
-        None,
-        False,
-        "",
-    )
 
 
 def collect(
@@ -196,7 +162,7 @@ def _from_claims(
         report.notes.append(f"pod {key}: its ResourceClaims are not taken: {gpus}")
         return None
     try:
-        pr = _spec_request(pod, namespace_vcs, ttl_seconds)
+        pr = spec_request(pod, namespace_vcs, ttl_seconds)
         pr = entitle(pr, pod, None) if entitle is not None else pr
     except UserError as err:
         what = (
@@ -208,6 +174,12 @@ def _from_claims(
     report.notes.append(f"pod {key}: GPUs {list(gpus)} of {node} taken from its ResourceClaims ({bind_info})")
     deleting = kpods.deleting(pod)
     return _Found(pr, node, gpus, None, deleting, by_claims=True)
+
+
+def _adoption_order(found: list[_Found]) -> tuple[bool, int]:
+    """Verified gangs first, the highest priority first: a gang lazily downgraded before the restart
+    still records the quota cells it held then, and must not take them back from its preemptor."""
+    return any(f.by_claims for f in found), -max(f.request.request.priority for f in found)
 
 
 def _unverified(pod: Mapping[str, Any], node: str, key: str, why: str, report: RecoveryReport) -> None:
@@ -249,9 +221,9 @@ def _found(
         report.skipped.append((key, str(err)))
         return None
     try:
-        pr: PodRequest | None = _spec_request(pod, namespace_vcs, ttl_seconds)
+        pr: PodRequest | None = spec_request(pod, namespace_vcs, ttl_seconds)
     except UserError as err:
-        pr = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
+        pr = from_bind_info(pod, info, ttl_seconds) if info is not None else None
         if pr is None:
             report.skipped.append((key, f"bad scheduling spec ({err}) and no topogang bind info"))
             return None
@@ -260,8 +232,8 @@ def _found(
         # the spec alone does not name the gang (a FrameworkController task shaped by its
         # Framework object, which recovery does not read): the bind info recorded the gang
         # the pod was placed in, and its whole placement
-        pr = _from_bind_info(pod, info, ttl_seconds) or pr
-    got = _as_decided(pod, pr, info, ttl_seconds, entitle)
+        pr = from_bind_info(pod, info, ttl_seconds) or pr
+    got = as_decided(pod, pr, info, ttl_seconds, entitle)
     if isinstance(got, str):
         _unverified(pod, node, key, got, report)
         return None
@@ -272,35 +244,6 @@ def _found(
         )
     deleting = kpods.deleting(pod)
     return _Found(got, node, tuple(sorted(gpus)), info, deleting)
-
-
-def _as_decided(
-    pod: Mapping[str, Any], pr: PodRequest, info: BindInfo | None, ttl_seconds: float, entitle: Entitle | None
-) -> PodRequest | str:
-    """The bound pod's request as topogang decided it. A pod's annotations stay editable after its
-    bind, so the spec read now may name another VC, a higher priority or `promoteWhenQuota`: the
-    VC and priority its (verified) bind info records win, and a request its namespace may not make
-    (`entitle`) comes back as the bind info alone records it. A string: why neither can be adopted
-    (its GPUs are then held without quota or priority)."""
-    recorded = info.priority if info is not None else None
-    req = pr.request
-    if info is not None and info.vc is not None and req.vc != info.vc:
-        req = replace(req, vc=info.vc)
-    got = _capped(pr if req is pr.request else replace(pr, request=req), recorded)
-    if entitle is None:
-        return got
-    try:  # its priority settled as the filter settles it (a PriorityClass's), never above the decided one
-        return _capped(entitle(got, pod, recorded), recorded)
-    except UserError as err:
-        rebuilt = _from_bind_info(pod, info, ttl_seconds) if info is not None else None
-        return rebuilt if rebuilt is not None else f"its spec asks for more than its namespace may use: {err}"
-
-
-def _capped(pr: PodRequest, priority: int | None) -> PodRequest:
-    """The request with its priority at most `priority` (the one its bind info records), if any."""
-    if priority is None or pr.request.priority <= priority:
-        return pr
-    return replace(pr, request=replace(pr.request, priority=priority))
 
 
 def _by_placement(found: list[_Found], has_node: Callable[[str], bool]) -> list[list[_Found]]:
@@ -386,7 +329,7 @@ def recover(
     for u in report.unverified:  # no open slot is reserved on what an unverified pod claims...
         for gpu in u.gpus:
             held.setdefault((u.node, gpu), u.gang)
-    for gang, everyone in sorted(groups.items(), key=lambda kv: any(f.by_claims for f in kv[1])):
+    for gang, everyone in sorted(groups.items(), key=lambda kv: _adoption_order(kv[1])):
         found, *earlier = _by_placement(everyone, core.has_node)
         if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
             found, earlier = [], [found, *earlier]
@@ -482,17 +425,3 @@ def _judge(
         report.off_config.append((gang, f"{len(off)} pods run on nodes the config does not have ({pods})"))
     if cut := [f.request.name for f in found if max(f.gpus, default=-1) >= core.node_fill(f.node)[1] > 0]:
         report.off_config.append((gang, f"pods run on GPUs their node lacks in the config: {', '.join(cut)}"))
-
-
-def _spec_request(
-    pod: Mapping[str, Any], namespace_vcs: Mapping[str, str] | None, ttl_seconds: float
-) -> PodRequest:
-    """The pod's request as its spec annotation states it, read as at filter (a `UserError` if bad)."""
-    return pod_request(
-        pod,
-        kpods.uid(pod),
-        kpods.namespace(pod),
-        kpods.name(pod),
-        namespace_vcs=namespace_vcs,
-        ttl_seconds=ttl_seconds,
-    )

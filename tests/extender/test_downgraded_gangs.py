@@ -176,3 +176,35 @@ def test_a_pending_reservation_downgraded_is_rewritten_and_restored_opportunisti
         assert set(r["NodeNames"]) <= {p.node for p in s2.core.open_slots("research/low", 4)}
 
     run(go())
+
+
+def test_after_a_restart_a_whole_downgraded_gang_does_not_take_its_preemptors_quota_back() -> None:
+    """All four tasks bound, then lazily downgraded by a higher-priority gang: nothing durable says
+    so (its signed bind info still names the quota cells it held then), and recovery adopted gangs
+    by name, so the victim, sorting first, took research's cells back and its preemptor came back
+    opportunistic. Gangs are adopted by priority, the highest first."""
+
+    async def go() -> None:
+        binder = MemoryBinder()
+        s = extender(binder)
+        tasks = [framework_task(i) for i in range(4)]
+        for t in tasks:
+            assert (await place(s, t))[1] is not None
+        high = pod("h0", "hi", "research", spec("research", 4, priority=100))
+        assert (await place(s, high))[1] is not None
+        victim = s.core.gang(GANG)
+        assert victim is not None and victim.priority < 0 and victim.downgraded_by == HIGH
+        assert GANG < HIGH  # the victim would be adopted first by name
+        s2 = extender(MemoryBinder())
+        recover(
+            s2.core,
+            bound_pods(s, binder, [*tasks, high]),
+            now=s2.clock(),
+            namespace_vcs={"research": "research"},
+        )
+        g, h = s2.core.gang(GANG), s2.core.gang(HIGH)
+        assert h is not None and h.priority == 100 and h.owner != NO_OWNER
+        assert g is not None and g.priority < 0 and g.owner == NO_OWNER
+        assert violations(s2.core) == []
+
+    run(go())
