@@ -302,9 +302,13 @@ def run(
                     gang = None
                 if gang is not None:
                     f = gang.get("framework") or get_framework(s) or framework_from_gang(gang)
-                    write_outputs(s, f, gang)
-                    log(f"BarrierSucceeded: gang {s.namespace}/{s.name} is Ready")
-                    return EXIT_PASS
+                    # the gang may be only the task roles that opt in (a CPU parameter server's do
+                    # not): FrameworkBarrier's rule still counts every task, each with its pod IP
+                    if barrier_passed(f):
+                        write_outputs(s, f, gang)
+                        log(f"BarrierSucceeded: gang {s.namespace}/{s.name} is Ready")
+                        return EXIT_PASS
+                    log("the gang is Ready; waiting for the Framework's other tasks to have a pod IP")
             else:
                 f = get_framework(s)
                 if f is not None and barrier_passed(f):

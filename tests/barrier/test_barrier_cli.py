@@ -131,6 +131,25 @@ def test_injector_from_the_ledger_alone_matches_the_framework_rule(
     assert (tmp_path / "out" / "injector.sh").read_text() == expected
 
 
+def test_a_ready_gang_waits_for_the_tasks_outside_it_to_have_a_pod_ip(
+    tmp_path: Path, server: tuple[str, Script]
+) -> None:
+    """The gang holds only the task roles that opt in (the GPU workers, not a CPU parameter server):
+    Ready says nothing of the ps task's pod. FrameworkBarrier's rule counts every task with its IP,
+    so the barrier passes only once the ps has one too, and `injector.sh` names it."""
+    url, script = server
+    workers = [m for m in READY["members"] if m["taskRole"] == "worker"]  # type: ignore[index, union-attr]
+    waiting = framework({"ps": [None], "worker": ["10.0.0.2", "10.0.0.3"]})
+    running = framework({"ps": ["10.0.0.1"], "worker": ["10.0.0.2", "10.0.0.3"]})
+    gang = {**READY, "members": workers}
+    script.ledger = [(200, {**gang, "framework": waiting})] * 3 + [(200, {**gang, "framework": running})]
+    r = barrier(tmp_path, TOPOGANG_LEDGER_URL=url, KUBE_APISERVER_ADDRESS=url)
+    assert r.returncode == 0, r.stderr
+    assert "waiting for the Framework's other tasks to have a pod IP" in r.stderr
+    assert sum("/v1/gangs/ml/tf" in c for c in script.calls) == 4
+    assert (tmp_path / "out" / "injector.sh").read_text() == injector(running)
+
+
 def test_times_out_with_201(tmp_path: Path, server: tuple[str, Script]) -> None:
     url, script = server
     script.ledger = [(200, {"phase": "Reserved"})]
