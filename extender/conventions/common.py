@@ -52,6 +52,8 @@ class Claim:
     soft: bool | None = None
     priority: int | None = None  # the gang's priority when the convention gives one (else 0)
     topology_key: str | None = None  # a node label: the whole gang within one of its domains
+    # a group whose pods are scheduled one by one (a `basic` PodGroup): each pod its own one-pod gang
+    independent: bool = False
 
     @property
     def size(self) -> int | None:

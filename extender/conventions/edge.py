@@ -156,7 +156,7 @@ class Conventions:
             return None
         if r.topology_key is not None:
             _check_level(s.core, r)
-        if r.source != "pod":
+        if r.elastic:  # a group's timeout; a pod scheduled on its own has the scheduler's TTL only
             _track(self.soft if r.soft else self.hard, r.request.gang, r.timeout)
             self._recent.add(r.request.gang)
         return self.place(s.core, r)

@@ -46,11 +46,14 @@ class Resolved:
     soft: bool  # after the timeout, the remaining members run as ordinary pods (YuniKorn's Soft)
     size: int  # pods in the gang's core
     topology_key: str | None = None  # the PodGroup's topology key that `request.within_level` came from
+    independent: bool = False  # a `basic` group's pod: its own one-pod gang, as a plain GPU pod's
 
     @property
     def elastic(self) -> bool:
-        """Whether pods beyond the core join as extras (every group convention is elastic)."""
-        return self.source != "pod"
+        """Whether pods beyond the core join as extras, narrowed to its domain, and the group's
+        timeout is kept at the edge: every group convention's gang. Not a pod scheduled on its own
+        (a plain GPU pod, a `basic` group's pod), which no other pod's placement may narrow."""
+        return self.source != "pod" and not self.independent
 
 
 def applies(pod: Mapping[str, Any]) -> bool:
@@ -153,7 +156,10 @@ def resolve(
             f"the pod requests no GPUs; a member of {c.where()} needs a positive {GPU_RESOURCE} "
             "request (or a topogang.io/pod-scheduling-spec with leafCellNumber)",
         )
-    gang = c.gang if c.source == "pod" else explicit_key(namespace, c.gang, c.key)
+    if c.independent:  # upstream schedules it as any pod: the one-pod gang no other pod can name
+        gang = one_pod_key(namespace, name)
+    else:
+        gang = c.gang if c.source == "pod" else explicit_key(namespace, c.gang, c.key)
     known = existing(gang) if existing is not None else None
     members: tuple[Member, ...]
     if c.source == "spark" and known is not None:
@@ -185,4 +191,4 @@ def resolve(
     )
     check_ranges(request, leaf, members_of=c.where(), members_field=GPU_RESOURCE)
     pr = PodRequest(uid, namespace, name, request, leaf, spec_annotation=c.key, created=creation_text(pod))
-    return Resolved(pr, c.source, timeout, is_soft, request.pod_count, c.topology_key)
+    return Resolved(pr, c.source, timeout, is_soft, request.pod_count, c.topology_key, c.independent)

@@ -11,7 +11,15 @@ A PodGroup also gives the gang's priority (`spec.priority`, which admission fill
 `priorityClassName`; else the pod's own) and, behind `TopologyAwareWorkloadScheduling` (KEP-5732),
 `spec.schedulingConstraints.topology[].key`: a node label whose every value is one domain, all pods
 in one domain. topogang reads that key as a required level of its cell hierarchy (`level_of_key`),
-and the core rejects a level the cluster does not have."""
+and the core rejects a level the cluster does not have.
+
+A `basic` policy (no `gang`) is upstream's pod-by-pod scheduling: the group only names its pods. So
+each pod is its own one-pod gang (`Claim.independent`), placed wherever it fits, never held to where
+another pod of the group went; a shared gang would make every later pod an elastic extra narrowed to
+the first pod's domain, waiting there while the rest of the cluster is free. With a topology
+constraint upstream keeps the pods of even a basic group in one domain of the key (later pods go
+where the first went, or stay pending), so such a group stays one gang of one pod whose later pods
+are extras in its domain."""
 
 from __future__ import annotations
 
@@ -116,6 +124,7 @@ def claim(pod: Mapping[str, Any], namespace: str, objects: Objects) -> Claim | N
     obj = objects.get(ref)
     n: int | None = None
     key: str | None = None
+    basic = False  # the object read has no gang policy: its pods are scheduled one by one
     if obj is not None and name:
         groups = spec(obj).get("podGroups")
         entry = (
@@ -128,15 +137,15 @@ def claim(pod: Mapping[str, Any], namespace: str, objects: Objects) -> Claim | N
         )
         if entry is None:
             raise UserError(field, f"Workload {namespace}/{name} has no pod group {group}")
-        n = _min_count(entry.get("policy"), "policy") or 1  # a basic (non-gang) pod group: pods one by one
+        n = _min_count(entry.get("policy"), "policy")
+        basic = n is None
     elif obj is not None:
         s = spec(obj)
         where = f"PodGroup {namespace}/{group}"
-        n = (
-            _min_count(s.get("schedulingPolicy"), f"{where} spec.schedulingPolicy")
-            or _min_count(s.get("policy"), f"{where} spec.policy")
-            or 1
+        n = _min_count(s.get("schedulingPolicy"), f"{where} spec.schedulingPolicy") or _min_count(
+            s.get("policy"), f"{where} spec.policy"
         )
+        basic = n is None
         key = topology_key(obj, where)
     else:
         n = pod_min_member(pod)
@@ -147,4 +156,15 @@ def claim(pod: Mapping[str, Any], namespace: str, objects: Objects) -> Claim | N
                 f"{what} {namespace}/{name or group} cannot be read, and the pod has no {MIN_MEMBER} "
                 "annotation giving the group's size",
             )
-    return Claim("workload", field, label, gang, n, priority=_priority(pod, obj), topology_key=key)
+    if basic:
+        n = 1
+    return Claim(
+        "workload",
+        field,
+        label,
+        gang,
+        n,
+        priority=_priority(pod, obj),
+        topology_key=key,
+        independent=basic and key is None,
+    )

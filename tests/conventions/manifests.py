@@ -63,12 +63,14 @@ def volcano_podgroup(name: str, ns: str, min_member: int, **spec: Any) -> dict[s
     }
 
 
-def workload(name: str, ns: str, group: str, min_count: int) -> dict[str, Any]:
+def workload(name: str, ns: str, group: str, min_count: int | None) -> dict[str, Any]:
+    """A 1.35 Workload with one pod group: a gang policy with minCount (None: the basic policy)."""
+    policy: dict[str, Any] = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
     return {
         "apiVersion": "scheduling.k8s.io/v1alpha1",
         "kind": "Workload",
         "metadata": {"name": name, "namespace": ns},
-        "spec": {"podGroups": [{"name": group, "policy": {"gang": {"minCount": min_count}}}]},
+        "spec": {"podGroups": [{"name": group, "policy": policy}]},
     }
 
 
