@@ -185,8 +185,11 @@ class Reviews:
         status = await self._post(
             TOKEN_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
         )
-        if self.audience and self.audience not in (status.get("audiences") or [self.audience]):
-            return None  # valid, but not for us: a token meant for somebody else is not replayed here
+        # valid, but not for us: a token meant for somebody else is not replayed here. A reviewer that
+        # names no audience (an authenticating proxy, a webhook unaware of them) vouches only for the
+        # API server's own: upstream's TokenReviewStatus asks the client to check the audience it set
+        if self.audience and self.audience not in (status.get("audiences") or []):
+            return None
         return caller_of(status)
 
     async def _review_access(self, caller: Caller, verb: str, resource: str) -> bool:

@@ -100,6 +100,7 @@ class FakeApiServer:
         self.tokens: dict[str, tuple[Obj, tuple[str, ...]]] = {}  # token -> (user, audiences)
         self.grants: set[tuple[str, str, str, str]] = set()  # (user or group, group, resource, verb)
         self.reviews = 0
+        self.audience_unaware = False  # a TokenReview authenticator that ignores (and names no) audiences
 
     # -------------------------------------------------------------------- bookkeeping
     def _now_text(self) -> str:
@@ -392,6 +393,8 @@ class FakeApiServer:
         wanted = [a for a in spec.get("audiences") or [] if isinstance(a, str)] or [""]
         got = self.tokens.get(str(spec.get("token") or ""))
         status: Obj = {"authenticated": False, "error": "invalid bearer token"}
+        if got is not None and self.audience_unaware:
+            return {**dict(body), "status": {"authenticated": True, "user": copy.deepcopy(got[0])}}
         if got is not None:
             user, audiences = got
             common = [a for a in wanted if a in audiences]

@@ -145,6 +145,22 @@ def test_reviews_are_cached_shared_and_bounded() -> None:
     asyncio.run(go())
 
 
+def test_a_review_that_names_no_audience_vouches_for_none_of_ours() -> None:
+    """An authenticator unaware of audiences (an authenticating proxy, a webhook) answers without
+    any: the token is then good for the API server's own audience only, as TokenReviewStatus says,
+    and a client that asked for its own must see it named."""
+
+    async def go() -> None:
+        kube = FakeKube()
+        kube.server.add_token("t-api", "bob")  # for the API server's own audience only
+        kube.server.audience_unaware = True
+        assert await Reviews(kube, audience="topogang").authenticate("t-api") is None
+        bob = await Reviews(kube, audience="").authenticate("t-api")  # no audience asked: the server's
+        assert bob is not None and bob.user == "bob"
+
+    asyncio.run(go())
+
+
 def test_an_unreachable_api_server_is_an_error_never_a_yes() -> None:
     from extender.http.doors import AuthorityUnavailableError
     from loadtest.kubefake import Fault
