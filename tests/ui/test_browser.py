@@ -74,7 +74,9 @@ class Opened:
 
 @pytest.fixture
 def opened(browser: Browser, server: Server) -> Iterator[Opened]:
-    ctx = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    # the tests read the page's state with evaluated expressions, which its policy forbids it
+    # (`test_the_page_runs_under_its_content_security_policy` opens it without this)
+    ctx = browser.new_context(viewport=VIEWPORT, bypass_csp=True)  # type: ignore[arg-type]
     page = ctx.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     o = Opened(page)
@@ -121,6 +123,34 @@ def test_page_loads_without_console_errors(opened: Opened, client: httpx.Client,
     page.wait_for_function("window.topogangUI.polls >= 2")  # polling works and stays quiet
     page.screenshot(path=str(shots / "empty.png"))
     assert opened.errors == []
+
+
+def test_the_page_runs_under_its_content_security_policy(
+    browser: Browser, server: Server, client: httpx.Client, pods: Pods
+) -> None:
+    """The page and its assets carry a policy that allows no script but the page's own file and no
+    frame around it (a slip in escaping a name is contained), and the page works under it: it
+    builds, polls and shows a gang with no violation in the console."""
+    for path in ("/ui", "/ui/static/ui.js", "/ui/static/ui.css"):
+        headers = client.get(path).headers
+        policy = headers["content-security-policy"]
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy, path
+        assert "unsafe-eval" not in policy and "script-src" not in policy, path  # scripts: 'self' only
+        assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+    ctx = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+    try:
+        page = ctx.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        o = Opened(page)
+        page.goto(f"{server.url}/ui")
+        page.locator("#topology .g").first.wait_for()
+        names = drive.node_names(client)
+        drive.schedule_gang(client, pods, names, "vision/csp", "vision", 1, 8)
+        page.locator('#gangs tr.gang[data-gang="vision/csp"]').wait_for()
+        assert page.locator("#quotas .vc").count() == 3
+        assert o.errors == []
+    finally:
+        ctx.close()
 
 
 def test_bound_gang_changes_colour_without_reload(
@@ -226,7 +256,7 @@ def test_the_gang_table_fits_its_panel_at_1400_px(
         f"urgent-{pods.run}", "nlp", drive.gang_spec(f"nlp/urgent-{pods.run}", "nlp", 1, 8, 1000)
     )
     assert drive.schedule(client, urgent, names) is not None
-    ctx = browser.new_context(viewport={"width": 1400, "height": 900})
+    ctx = browser.new_context(viewport={"width": 1400, "height": 900}, bypass_csp=True)
     try:
         page = ctx.new_page()
         page.set_default_timeout(TIMEOUT_MS)
@@ -263,7 +293,7 @@ def test_thousand_nodes_render_and_update(browser: Browser, tmp_path: Path, shot
             drive.schedule_gang(client, pods, names, f"{vcs[i % 4]}/job{i}", vcs[i % 4], 4, 8, bind=0)
         for i in range(100):  # 100 bound 1..8-GPU jobs
             drive.schedule_gang(client, pods, names, f"{vcs[i % 4]}/small{i}", vcs[i % 4], 1, 1 << (i % 4))
-        ctx = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+        ctx = browser.new_context(viewport=VIEWPORT, bypass_csp=True)  # type: ignore[arg-type]
         page = ctx.new_page()
         page.set_default_timeout(60_000)
         o = Opened(page)

@@ -286,7 +286,7 @@
     const nodes = new Set();
     for (const p of gangGpus(g)) nodes.add(ui.gpuNode[p]);
     const names = Array.from(nodes).map((n) => ui.nodes[n]);
-    const list = names.length <= 2 ? names.join(", ") : names.length + " nodes";
+    const list = names.length <= 2 ? names.map(esc).join(", ") : names.length + " nodes";
     return list + " <span class='sub'>(in one " + esc(g[8]) + ")</span>";
   }
 
