@@ -54,7 +54,7 @@ from extender.http.answers import VerbError
 from extender.http.doors import Authority, Doors
 from extender.http.explain_api import explain_route
 from extender.http.httpproto import BodyTooLargeError, read_body
-from extender.http.limits import RequestLimits, ServerLimits
+from extender.http.limits import ClientStalledError, RequestLimits, ServerLimits
 from extender.http.ports import PodSource
 from extender.http.snapshot import Snapshots
 from extender.http.trusted import UnknownPodError, trusted_args, trusted_preemption
@@ -396,6 +396,8 @@ class Guard:
 
         try:
             await self.app(scope, receive, tracked)
+        except ClientStalledError as exc:  # the client's doing, not an error of ours: the server closes it
+            log.info("%s %s: %s", scope.get("method", ""), scope.get("path", ""), exc)
         except Exception as exc:
             path = scope.get("path", "")
             log.exception("%s %s failed", scope.get("method", ""), path)

@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from extender.http.httpproto import JSONErrorsHttpTools
 from extender.ops.metrics import Metrics
@@ -72,6 +72,10 @@ class ServerLimits:
     polls_per_client: int = 64
     allowed_hosts: tuple[str, ...] = ()
     retry_after: int = 1
+    # a response part the client does not take within this (it stopped reading, its window shut):
+    # the request ends and frees its slot. Otherwise a few connections that pipeline requests and
+    # never read would hold every read slot (the open assets need no token) for as long as they like
+    send_timeout: float = 30.0
 
     def host_allowed(self, host: str) -> bool:
         if "*" in self.allowed_hosts:
@@ -125,6 +129,10 @@ class _Counts:
     total: int = 0
     by_class: Counter[str] = field(default_factory=Counter)
     by_caller: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
+class ClientStalledError(Exception):
+    """The client stopped taking the answer (`ServerLimits.send_timeout`): the server closes it."""
 
 
 class RequestLimits:
@@ -223,8 +231,16 @@ class RequestLimits:
             c.by_class[kind] += 1
             c.by_caller[(kind, caller)] += 1
         c.total += 1
+        timeout = self.limits.send_timeout
+
+        async def bounded(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), timeout)
+            except TimeoutError:
+                raise ClientStalledError(f"{caller} took no part of the answer for {timeout:g}s") from None
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, bounded)
         finally:
             c.total -= 1
             if counted:
