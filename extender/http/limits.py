@@ -239,8 +239,8 @@ class RequestLimits:
             except TimeoutError:
                 raise ClientStalledError(f"{caller} took no part of the answer for {timeout:g}s") from None
 
-        try:
-            await self.app(scope, receive, bounded)
+        try:  # the verbs and probes, kube-scheduler's and the kubelet's, pay no task per message
+            await self.app(scope, receive, bounded if counted else send)
         finally:
             c.total -= 1
             if counted:
