@@ -235,7 +235,8 @@ class RequestLimits:
 
         async def bounded(message: Message) -> None:
             try:
-                await asyncio.wait_for(send(message), timeout)
+                async with asyncio.timeout(timeout):  # no task of its own: the answer is not delayed
+                    await send(message)
             except TimeoutError:
                 raise ClientStalledError(f"{caller} took no part of the answer for {timeout:g}s") from None
 
