@@ -16,7 +16,10 @@ being deleted. `GangLedger` joins the two into the phases FrameworkBarrier waits
 
 FrameworkController identity: one gang per framework attempt (`podspec.FrameworkTask.gang`); a pod of
 a newer attempt supersedes the older attempt's gang, and the ledger remembers the current attempt of
-each framework so a pod of an older one is told it is stale (HTTP 409).
+each framework so a pod of an older one is told it is stale (HTTP 409). A pod of another Framework
+object of the same name (deleted and re-created: `FC_FRAMEWORK_UID` differs, attempt IDs start again)
+supersedes it whatever its attempt number (`ledger_records.FrameworkAttempt`). The pods of a released
+attempt are kept aside until they are gone (`parked`), so their barriers can still be told 409.
 
 Nothing here does I/O. Every method is synchronous and takes the core as an argument (a reload
 replaces the scheduler's core); callers hold the scheduler lock or are between awaits. Each change
@@ -34,15 +37,16 @@ from typing import Any
 from extender.gangs.identity import gang_key, split_key
 from extender.gangs.ledger_records import (
     Counts,
+    Frameworks,
     Identity,
     Known,
+    Parked,
     Phase,
     PodFacts,
     Record,
     Seen,
     TransitionHook,
     WaitingOf,
-    newer,
     rfc3339,
 )
 from extender.gangs.ledger_status import document, evaluate
@@ -69,8 +73,9 @@ class GangLedger:
         self.wall = wall
         self.version = 0
         self.records: dict[str, Record] = {}
-        self.frameworks: dict[tuple[str, str], tuple[str, str]] = {}  # (ns, fw) -> (attempt, gang)
+        self.frameworks = Frameworks()  # (namespace, framework) -> its current attempt
         self.pods: dict[str, PodFacts] = {}
+        self.parked = Parked()  # pods of released framework attempts, until they are gone
         self.inflight: set[str] = set()
         self.waiters = 0
         self._pruned = clock()
@@ -86,18 +91,14 @@ class GangLedger:
             self.on_transition(rec, members, why)
 
     # ------------------------------------------------------------------------------ edge facts
-    def attempt(self, pr: PodRequest) -> Seen:
+    def attempt(self, pr: PodRequest, pod: Mapping[str, Any]) -> Seen:
         """The member's framework attempt against the current one, changing nothing: a stale one
-        (refuse the pod), or a newer one whose older attempt's gang goes first."""
+        (refuse the pod), or a newer one (or another Framework object's) whose older attempt's gang
+        goes first."""
         task = pr.task
         if task is None or pr.gang != task.gang:
             return Seen()
-        current = self.frameworks.get((task.namespace, task.framework))
-        if current is None or current[0] == task.attempt:
-            return Seen()
-        if not newer(task.attempt, current[0]):
-            return Seen(stale=f"attempt {task.attempt} is superseded by attempt {current[0]}")
-        return Seen(superseded=current[1])
+        return self.frameworks.judge(task, _framework_uid(pod))
 
     def seen(self, pr: PodRequest, pod: Mapping[str, Any]) -> Seen:
         """A member pod was filtered: remember it and its gang; settle framework attempts."""
@@ -105,19 +106,19 @@ class GangLedger:
         fc = task is not None and pr.gang == task.gang
         rec = self.records.get(pr.gang)
         superseded = None
+        fw_uid = _framework_uid(pod) if fc else None
         if task is not None and fc:
-            key = (task.namespace, task.framework)
-            current = self.frameworks.get(key)
-            if current is not None and current[0] != task.attempt:
-                if not newer(task.attempt, current[0]):
-                    return Seen(stale=f"attempt {task.attempt} is superseded by attempt {current[0]}")
-                superseded = current[1]
-            self.frameworks[key] = (task.attempt, pr.gang)
+            got = self.frameworks.judge(task, fw_uid)
+            if got.stale is not None:
+                return got
+            superseded = got.superseded
+            self.frameworks.take(task, pr.gang, fw_uid)
+        self.parked.drop(pr.uid)  # a member again: counted in its gang
         if rec is None or rec.tombstone is not None:
             if rec is not None:
                 self._wake(rec, phase=True)
             if fc and task is not None:
-                ident = Identity(task.namespace, task.framework, _framework_uid(pod), task.attempt)
+                ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
             else:
                 ident = Identity(pr.namespace, _short(pr.gang, pr.namespace))
             rec = self.records[pr.gang] = Record(
@@ -158,12 +159,11 @@ class GangLedger:
         rec = self.records.get(gang)
         if rec is None:
             if task is not None and gang == task.gang:
-                key = (task.namespace, task.framework)
-                current = self.frameworks.get(key)
-                if current is not None and current[0] != task.attempt and not newer(task.attempt, current[0]):
+                fw_uid = _framework_uid(pod)
+                if self.frameworks.judge(task, fw_uid).stale is not None:
                     return
-                self.frameworks[key] = (task.attempt, gang)
-                ident = Identity(task.namespace, task.framework, None, task.attempt)
+                self.frameworks.take(task, gang, fw_uid)
+                ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
             else:
                 ident = Identity(namespace, _short(gang, namespace))
             rec = self.records[gang] = Record(gang, ident, "", 0)
@@ -185,6 +185,7 @@ class GangLedger:
         uid = meta.get("uid")
         if not isinstance(uid, str) or not uid:
             return
+        deleting = meta.get("deletionTimestamp") is not None
         facts = self.pods.get(uid)
         if facts is None:
             gang = core.gang_of_pod(uid)
@@ -203,17 +204,15 @@ class GangLedger:
             if gang.name not in self.records:
                 rec = self._record_for(core, gang)
                 if task is not None and gang.name == task.gang:
-                    rec.ident = Identity(task.namespace, task.framework, _framework_uid(pod), task.attempt)
-                    key = (task.namespace, task.framework)
-                    current = self.frameworks.get(key)
-                    if current is None or newer(task.attempt, current[0]):
-                        self.frameworks[key] = (task.attempt, gang.name)
+                    fw_uid = _framework_uid(pod)
+                    rec.ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
+                    if self.frameworks.judge(task, fw_uid, deleting).stale is None:
+                        self.frameworks.take(task, gang.name, fw_uid)
             self.records[gang.name].pods.add(uid)
         status = pod.get("status")
         status = status if isinstance(status, dict) else {}
         ip = status.get("podIP") or None
         host_ip = status.get("hostIP") or None
-        deleting = meta.get("deletionTimestamp") is not None
         if (ip, host_ip, deleting) != (facts.ip, facts.host_ip, facts.deleting):
             facts.ip = ip if isinstance(ip, str) else None
             facts.host_ip = host_ip if isinstance(host_ip, str) else None
@@ -241,6 +240,7 @@ class GangLedger:
 
     def pod_gone(self, core: Core, uid: str, waiting: WaitingOf) -> None:
         self.inflight.discard(uid)
+        self.parked.drop(uid)
         facts = self.pods.pop(uid, None)
         if facts is None:
             return
@@ -299,6 +299,8 @@ class GangLedger:
             facts = self.pods.get(uid)
             if facts is not None and facts.gang == r.gang:
                 del self.pods[uid]
+                if rec.ident.attempt is not None:  # its barrier may ask yet: `superseded_pod`
+                    self.parked.park(uid, facts.namespace, facts.name, rec.ident.name, r.gang)
         self._wake(rec, phase=True)
         self.maybe_prune(core)
 
@@ -336,9 +338,10 @@ class GangLedger:
             for _at, name in sorted(tombs)[: len(tombs) - MAX_TOMBSTONES]:
                 del self.records[name]
         live = {(r.ident.namespace, r.ident.name, r.gang) for r in self.records.values()}
-        for key, (_attempt, gang) in list(self.frameworks.items()):
-            if (*key, gang) not in live:
+        for key, fw in list(self.frameworks.items()):
+            if (*key, fw.gang) not in live:
                 del self.frameworks[key]
+        self.parked.keep(self.frameworks.keys())
 
     @staticmethod
     def _forgotten(rec: Record, now: float, core: Core | None) -> bool:
@@ -436,12 +439,11 @@ class GangLedger:
         string is a stale-attempt message (409); None is unknown (404)."""
         fw = self.frameworks.get((namespace, name))
         if fw is not None:
-            current, gang = fw
-            if attempt and attempt != current:
-                if newer(attempt, current):
+            if attempt and attempt != fw.attempt:
+                if not fw.stale(attempt):
                     return None  # an attempt the ledger has not seen yet
-                return f"attempt {attempt} of framework {namespace}/{name} is superseded by attempt {current}"
-            return self.records.get(gang)
+                return fw.why_stale(attempt, of=f" of framework {namespace}/{name}")
+            return self.records.get(fw.gang)
         if attempt:  # only FrameworkController gangs have attempts
             return None
         if not namespace or "/" in namespace:  # no namespace: no gang of it
@@ -452,6 +454,14 @@ class GangLedger:
             return rec
         g = core.gang(key)
         return self._record_for(core, g) if g is not None else None
+
+    def superseded_pod(self, uid: str, namespace: str, name: str) -> str | None:
+        """The framework (of `namespace`) of a live pod whose attempt the ledger let go and a newer
+        attempt (or a re-created Framework) has replaced since: no gang counts it any more, but its
+        barrier is to be told its attempt is stale (409), not refused. None for any other pod."""
+        got = self.parked.of(uid, namespace, name)
+        current = self.frameworks.get((namespace, got[0])) if got is not None else None
+        return got[0] if got is not None and current is not None and current.gang != got[1] else None
 
     def all(self, core: Core) -> list[Record]:
         """Every gang: the records, plus core gangs the ledger has not seen (recovered)."""

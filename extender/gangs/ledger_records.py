@@ -1,24 +1,29 @@
 """What the gang ledger keeps of a gang: its phases as FrameworkBarrier reads them, its identity
 (a FrameworkController attempt or an affinity group), its members' facts and its counts.
 
-Plain data and the order of the phases; the ledger's changes live in `extender.gangs.ledger`, the
-derivation of a phase and the `GangStatus` document in `extender.gangs.ledger_status`.
+Plain data, the order of the phases and of a framework's attempts; the ledger's changes live in
+`extender.gangs.ledger`, the derivation of a phase and the `GangStatus` document in
+`extender.gangs.ledger_status`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from enum import StrEnum
+from enum import Enum, StrEnum
 from typing import Any, overload
 
 from config.untrusted import whole_number
+from extender.gangs.podspec import FrameworkTask
 from extender.gangs.waiting import Waiting
 from topology.reservations import Gang
 
 API_VERSION = "topogang.io/v1alpha1"
+MAX_REPLACED = 4  # Framework objects of one name remembered as deleted and re-created
+MAX_PARKED = 4096  # pods of released framework attempts remembered until they are gone
 
 
 class Phase(StrEnum):
@@ -75,6 +80,124 @@ def newer(a: str, b: str) -> bool:
     if ia is None or ib is None or ia == ib:
         return a != b
     return ia > ib
+
+
+class Versus(Enum):
+    """A pod's framework attempt against the framework's current one."""
+
+    SAME = "same"  # the current attempt, or none is known yet
+    NEWER = "newer"  # it supersedes the current attempt
+    STALE = "stale"  # the current attempt supersedes it
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkAttempt:
+    """A framework's current attempt: its attempt instance UID and gang, the Framework object's UID
+    (`FC_FRAMEWORK_UID`; None when its pods do not carry one), and the (object UID, last attempt) of
+    the objects of the same name it replaced. A Framework deleted and re-created under its name
+    starts its attempt IDs again at 0, so attempt numbers order the attempts of one object only: a
+    pod of another object is told apart by its UID. The replaced objects are remembered so that a
+    late pod or barrier of a deleted one is stale rather than superseding its successor in turn."""
+
+    attempt: str
+    gang: str
+    uid: str | None = None
+    replaced: tuple[tuple[str, str], ...] = ()
+
+    def versus(self, attempt: str, uid: str | None, deleting: bool = False) -> Versus:
+        """Whether a pod of `attempt` of Framework object `uid` is this attempt, a newer or a stale
+        one. When either side has no object UID (an older FrameworkController), numbers decide. A
+        pod of another object that is being deleted (`deleting`: what a restart lists while the
+        garbage collector removes a deleted Framework's pods) is of the deleted object."""
+        if attempt == self.attempt:
+            return Versus.SAME
+        if self._replaced(attempt, uid):
+            return Versus.STALE
+        if uid is not None and self.uid is not None and uid != self.uid:
+            return Versus.STALE if deleting else Versus.NEWER  # another object: a re-created Framework
+        return Versus.NEWER if newer(attempt, self.attempt) else Versus.STALE
+
+    def stale(self, attempt: str) -> bool:
+        """Whether a barrier's `attempt` (which names no object) is superseded: the last attempt of
+        a replaced object, or an older attempt by number (a newer one is merely not seen yet)."""
+        if attempt == self.attempt:
+            return False
+        return self._replaced(attempt, None) or not newer(attempt, self.attempt)
+
+    def why_stale(self, attempt: str, uid: str | None = None, of: str = "") -> str:
+        """The words of a 409 or a refused pod (`of`: which framework, when the path does not say)."""
+        again = " of the Framework re-created under that name" if self._replaced(attempt, uid) else ""
+        return f"attempt {attempt}{of} is superseded by attempt {self.attempt}{again}"
+
+    def _replaced(self, attempt: str, uid: str | None) -> bool:
+        """Whether `attempt`, or object `uid`, is of an object this one replaced."""
+        return any(attempt == a or uid == u for u, a in self.replaced)
+
+    def then(self, attempt: str, gang: str, uid: str | None) -> FrameworkAttempt:
+        """The current attempt once a pod of `attempt` (object `uid`) is taken as it: the same
+        attempt learns its object's UID if it had none; another object's is remembered as replaced."""
+        if attempt == self.attempt:
+            return self if uid is None or self.uid is not None else replace(self, uid=uid)
+        replaced = self.replaced
+        if uid is not None and self.uid is not None and uid != self.uid:
+            replaced = (*replaced, (self.uid, self.attempt))[-MAX_REPLACED:]
+        return FrameworkAttempt(attempt, gang, uid, replaced)
+
+
+class Frameworks(dict[tuple[str, str], FrameworkAttempt]):
+    """Each framework's current attempt, by (namespace, framework name)."""
+
+    def judge(self, task: FrameworkTask, uid: str | None, deleting: bool = False) -> Seen:
+        """A pod of `task`'s attempt (of Framework object `uid`) against its framework's current
+        attempt, changing nothing: stale, or superseding it (`Seen.superseded`: the gang to let go)."""
+        current = self.get((task.namespace, task.framework))
+        got = current.versus(task.attempt, uid, deleting) if current is not None else Versus.SAME
+        if current is None or got is Versus.SAME:
+            return Seen()
+        if got is Versus.STALE:
+            return Seen(stale=current.why_stale(task.attempt, uid))
+        return Seen(superseded=current.gang)
+
+    def take(self, task: FrameworkTask, gang: str, uid: str | None) -> None:
+        """`task`'s attempt is its framework's current one (judged not stale)."""
+        key = (task.namespace, task.framework)
+        current = self.get(key)
+        fresh = FrameworkAttempt(task.attempt, gang, uid)
+        self[key] = current.then(task.attempt, gang, uid) if current is not None else fresh
+
+
+class Parked:
+    """Pods of a framework attempt the ledger let go, by pod UID, until each pod is gone: no gang
+    counts them any more, but their barriers may still poll and are to be told the attempt is stale.
+    Kept whatever the release's reason: whether a newer attempt superseded theirs is read when asked
+    (`GangLedger.superseded_pod`), since the filter lets the old gang go before it records the new
+    attempt, and a newer attempt may come after an expiry. At most `limit`, the oldest go first."""
+
+    def __init__(self, limit: int = MAX_PARKED) -> None:
+        self.limit = limit
+        self.pods: dict[str, tuple[str, str, str, str]] = {}  # uid -> (namespace, pod, framework, gang)
+
+    def park(self, uid: str, namespace: str, pod: str, framework: str, gang: str) -> None:
+        self.pods.pop(uid, None)
+        self.pods[uid] = (namespace, pod, framework, gang)
+        while len(self.pods) > self.limit:
+            del self.pods[next(iter(self.pods))]
+
+    def drop(self, uid: str) -> None:
+        self.pods.pop(uid, None)
+
+    def of(self, uid: str, namespace: str, pod: str) -> tuple[str, str] | None:
+        """(framework, gang) of the parked pod with that UID, namespace and name."""
+        got = self.pods.get(uid)
+        if got is None or (got[0], got[1]) != (namespace, pod):
+            return None
+        return got[2], got[3]
+
+    def keep(self, frameworks: AbstractSet[tuple[str, str]]) -> None:
+        """Forget the pods of frameworks the ledger no longer follows (nothing is stale against them)."""
+        for uid, (ns, _pod, fw, _gang) in list(self.pods.items()):
+            if (ns, fw) not in frameworks:
+                del self.pods[uid]
 
 
 @dataclass(slots=True)

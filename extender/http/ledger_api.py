@@ -12,9 +12,10 @@ Long-poll: with `waitFor` the answer comes as soon as the gang's phase reaches i
 < Binding < Bound < Ready), or is Broken or Expired, or can never fit; with `resourceVersion` as soon
 as the gang changes after that version; else after `timeoutSeconds` (at most 60) with the current
 status. 400: a query value that is no phase, number or attempt instance UID; 404: unknown (yet); 409:
-`attempt` is superseded by a newer attempt of the framework; 503: not synced yet (Kubernetes mode:
-until recovery is done). A Ready FrameworkController gang's answer carries `framework`: the
-Framework with the ledger's pod IPs, which `topogang barrier` writes out.
+`attempt` is superseded by a newer attempt of the framework (or of a Framework re-created under its
+name); 503: not synced yet (Kubernetes mode: until recovery is done). A Ready FrameworkController
+gang's answer carries `framework`: the Framework with the ledger's pod IPs, which `topogang barrier`
+writes out.
 
 The Framework proxy (point the stock barrier's `KUBE_APISERVER_ADDRESS` here): in Kubernetes mode the
 real Framework from the API server, cut down to what the barrier reads (`framework.barrier_view`: never
@@ -24,7 +25,8 @@ to catch up); in standalone mode, where there are no Framework objects, one synt
 ledger. Absent: 404 in the API server's `Status` shape.
 
 Who may read what is the doors' to say (`extender.http.doors`): in Kubernetes mode a pod reads only
-its own gang and Framework (`gang_of_pod`), and the list of every gang is an admin's.
+its own gang and Framework (`gang_of_pod`; a pod of a superseded attempt, until it is gone, its own
+framework's, which answers its barrier 409), and the list of every gang is an admin's.
 """
 
 from __future__ import annotations
@@ -304,7 +306,16 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
 
 def gang_of_pod(ledger: GangLedger, pod: PodRef) -> GangRef | None:
     """The gang the ledger has the pod as a member of, named as the ledger's paths name it (what
-    the tenant door compares the path with). None for a pod in no gang the ledger knows."""
+    the tenant door compares the path with). None for a pod in no gang the ledger knows.
+
+    A pod of a framework attempt a newer attempt superseded is in no gang any more, yet its barrier
+    may still be polling: its own framework (in its own namespace) is named, so the door lets it
+    through to the route, which tells it the attempt is stale (409, which the barrier takes as
+    final) rather than a 403 (which it takes as the ledger unreachable, falling back to the
+    Framework). The ledger keeps such pods only until they are gone (`GangLedger.superseded_pod`)."""
+    framework = ledger.superseded_pod(pod.uid, pod.namespace, pod.name)
+    if framework is not None:
+        return GangRef(pod.namespace, framework, True)
     facts = ledger.pods.get(pod.uid)
     if facts is None or facts.namespace != pod.namespace or facts.name != pod.name:
         return None

@@ -158,7 +158,7 @@ class Scheduler:
             msg = user_error(args.pod.key, annotation_of(args.pod.raw), err)
             self.gang_ledger.user_error(args.pod.raw, args.pod.namespace, None, msg)
             return replies.filter_error(msg)
-        attempt = self.gang_ledger.attempt(pr)
+        attempt = self.gang_ledger.attempt(pr, args.pod.raw)
         if attempt.stale is not None:
             if podrequests.moved_away(self, pr) is None:  # a stale attempt's read moves no pod either
                 self._keep(pr.uid)
