@@ -14,12 +14,10 @@ being deleted. `GangLedger` joins the two into the phases FrameworkBarrier waits
     Broken    a member was lost after the gang was Bound; its slot waits for the retried pod
     Expired   the reservation's TTL passed; kept as a tombstone for a while so barriers see it
 
-FrameworkController identity: one gang per framework attempt (`podspec.FrameworkTask.gang`); a pod of
-a newer attempt supersedes the older attempt's gang, and the ledger remembers the current attempt of
-each framework so a pod of an older one is told it is stale (HTTP 409). A pod of another Framework
-object of the same name (deleted and re-created: `FC_FRAMEWORK_UID` differs, attempt IDs start again)
-supersedes it whatever its attempt number (`ledger_records.FrameworkAttempt`). The pods of a released
-attempt are kept aside until they are gone (`parked`), so their barriers can still be told 409.
+FrameworkController identity: one gang per framework attempt (`podspec.FrameworkTask.gang`); a newer
+attempt's pod supersedes the older attempt's gang, whose pods are told they are stale (HTTP 409), as
+is a re-created Framework's (another `FC_FRAMEWORK_UID`) whatever its attempt number
+(`ledger_records.FrameworkAttempt`). A released attempt's pods are kept aside until gone (`parked`).
 
 Nothing here does I/O. Every method is synchronous and takes the core as an argument (a reload
 replaces the scheduler's core); callers hold the scheduler lock or are between awaits. Each change
@@ -444,16 +442,21 @@ class GangLedger:
                     return None  # an attempt the ledger has not seen yet
                 return fw.why_stale(attempt, of=f" of framework {namespace}/{name}")
             return self.records.get(fw.gang)
-        if attempt:  # only FrameworkController gangs have attempts
+        key = self.key_at(namespace, name)
+        if attempt or key is None:  # only FrameworkController gangs have attempts
             return None
-        if not namespace or "/" in namespace:  # no namespace: no gang of it
-            return None
-        key = gang_key(namespace, name)  # names are per namespace: never another namespace's gang
         rec = self.records.get(key)
         if rec is not None:
             return rec
         g = core.gang(key)
         return self._record_for(core, g) if g is not None else None
+
+    def key_at(self, namespace: str, name: str) -> str | None:
+        """The gang a path names as `resolve` reads it (a framework's current attempt, else that
+        namespace's gang): the tenant door's test that a path names the pod's own (`gang_of_pod`)."""
+        if (fw := self.frameworks.get((namespace, name))) is not None:
+            return fw.gang
+        return gang_key(namespace, name) if namespace and "/" not in namespace else None
 
     def superseded_pod(self, uid: str, namespace: str, name: str) -> str | None:
         """The framework (of `namespace`) of a live pod whose attempt the ledger let go and a newer

@@ -322,4 +322,8 @@ def gang_of_pod(ledger: GangLedger, pod: PodRef) -> GangRef | None:
     rec = ledger.records.get(facts.gang)
     if rec is None:
         return None
+    # the path that names it must lead back to it: a plain gang named like a framework of its
+    # namespace, or named `<ns>/<ns>/x` (its path then reads gang `x`), reaches another gang
+    if ledger.key_at(rec.ident.namespace, rec.ident.name) != rec.gang:
+        return None
     return GangRef(rec.ident.namespace, rec.ident.name, rec.ident.attempt is not None)

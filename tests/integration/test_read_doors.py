@@ -388,3 +388,45 @@ def test_topogang_barrier_passes_with_its_pods_token_and_not_without(tmp_path: P
             assert not (tmp_path / "b").exists()
 
     asyncio.run(go())
+
+
+def test_a_pod_reads_no_other_gang_of_its_namespace_through_a_name_that_leads_elsewhere() -> None:
+    """The door compares the path with the caller's gang; the route reads what the path names
+    (`GangLedger.key_at`). Two names made them differ: a plain gang named like a framework of its
+    namespace (the path reads the framework's gang), and one named `<ns>/<ns>/x` (the path reads
+    gang `x`). Such a pod now reads neither path: its own gang has no path of its own."""
+
+    async def go() -> None:
+        async with serving() as scene:
+            await place(scene)
+            ledger = scene.service.scheduler.gang_ledger
+            posers = {
+                "tf": pod("uid-tf", "poser-tf", "vision", spec("vision", 1, pods=1, group="tf")),
+                "alias": pod(
+                    "uid-al", "poser-al", "vision", spec("vision", 1, pods=1, group="vision/vision/x")
+                ),
+                "x": pod("uid-x", "holder-x", "vision", spec("vision", 1, pods=1, group="x")),
+            }
+            for p in posers.values():
+                scene.kube.server.put(pod_path("vision", p["metadata"]["name"]), p)
+            await asyncio.sleep(0.3)  # the watch brings them
+            for p in posers.values():
+                got = await scene.http.post(
+                    "/v1/extender/filter", json={"Pod": p, "Nodes": None, "NodeNames": nodes()}
+                )
+                assert got.json().get("NodeNames"), got.json()
+            for _ in range(200):
+                if {"uid-tf", "uid-al", "uid-x"} <= set(ledger.pods):
+                    break
+                await asyncio.sleep(0.02)
+            for key, p in posers.items():
+                scene.kube.server.pod_token(f"t-{key}", p)
+            tf = {"Authorization": "Bearer t-tf"}
+            alias = {"Authorization": "Bearer t-alias"}
+            assert (await scene.http.get("/v1/gangs/vision/tf", headers=tf)).status_code == 403
+            assert (await scene.http.get("/v1/gangs/vision/vision/x", headers=alias)).status_code == 403
+            assert (await scene.http.get("/v1/gangs/vision/x", headers=alias)).status_code == 403
+            own = await scene.http.get("/v1/gangs/vision/x", headers={"Authorization": "Bearer t-x"})
+            assert own.status_code == 200 and own.json()["gang"]["name"] == "x", own.json()
+
+    asyncio.run(go())
