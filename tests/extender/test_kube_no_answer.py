@@ -86,6 +86,16 @@ def _holder(kube: FakeKube) -> str | None:
 FAST = LeaseSettings(NS, "lead", lease_seconds=0.3, renew_deadline=0.2, retry_seconds=0.05)
 
 
+def replica(
+    kube: FakeKube, clock: Clock, name: str, *, lease: LeaseSettings = FAST, lost: list[str] | None = None
+) -> Running:
+    """Replica `name` of the service over `kube`, electing on `lease`; `lost` hears it give the lead up."""
+    on_lost = (lambda: lost.append(name)) if lost is not None else None
+    return Running(
+        kube_service(example(), kube, clock=clock, namespace=NS, lease=lease, identity=name, on_lost=on_lost)
+    )
+
+
 async def _stop(*replicas: Running) -> None:
     for r in replicas:
         for t in r.tasks:
@@ -98,17 +108,7 @@ def test_a_lease_read_without_an_answer_is_one_failed_renewal_not_the_end_of_the
         shared, clock = cluster(), Clock()
         ka = FakeKube(shared.server)
         lost: list[str] = []
-        a = Running(
-            kube_service(
-                example(),
-                ka,
-                clock=clock,
-                namespace=NS,
-                lease=FAST,
-                identity="a",
-                on_lost=lambda: lost.append("a"),
-            )
-        )
+        a = replica(ka, clock, "a", lost=lost)
         await until("a leads", lambda: a.s.ready)
         ka.inject(Fault("GET", "leases", "timeout", count=1))
         await asyncio.sleep(0.5)  # more than the Lease: a kept renewing after the failure
@@ -128,23 +128,9 @@ def test_a_leader_whose_renewals_get_no_answer_stops_serving_before_a_standby_st
         shared, clock = cluster(), Clock()
         ka = FakeKube(shared.server)
         lost: list[str] = []
-        a = Running(
-            kube_service(
-                example(),
-                ka,
-                clock=clock,
-                namespace=NS,
-                lease=FAST,
-                identity="a",
-                on_lost=lambda: lost.append("a"),
-            )
-        )
+        a = replica(ka, clock, "a", lost=lost)
         await until("a leads", lambda: a.s.ready)
-        b = Running(
-            kube_service(
-                example(), FakeKube(shared.server), clock=clock, namespace=NS, lease=FAST, identity="b"
-            )
-        )
+        b = replica(FakeKube(shared.server), clock, "b")
         await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
         ka.inject(Fault("GET", "leases", "timeout", count=1000))
         both: list[bool] = []
@@ -164,15 +150,11 @@ def test_a_leader_whose_renewals_get_no_answer_stops_serving_before_a_standby_st
 def test_a_standby_whose_lease_read_gets_no_answer_still_takes_over() -> None:
     async def go() -> None:
         shared, clock = cluster(), Clock()
-        a = Running(
-            kube_service(
-                example(), FakeKube(shared.server), clock=clock, namespace=NS, lease=FAST, identity="a"
-            )
-        )
+        a = replica(FakeKube(shared.server), clock, "a")
         await until("a leads", lambda: a.s.ready)
         kb = FakeKube(shared.server)
         kb.inject(Fault("GET", "leases", "timeout", count=2))
-        b = Running(kube_service(example(), kb, clock=clock, namespace=NS, lease=FAST, identity="b"))
+        b = replica(kb, clock, "b")
         await asyncio.sleep(0.2)
         await _stop(a)  # the leader dies without a word
         await until("b leads", lambda: b.s.ready)
@@ -189,13 +171,9 @@ def test_a_slow_renewal_is_cut_at_the_renew_deadline_so_two_replicas_never_both_
         shared, clock = cluster(), Clock()
         lease = LeaseSettings(NS, "lead", lease_seconds=1.5, renew_deadline=1.0, retry_seconds=0.2)
         ka = FakeKube(shared.server)
-        a = Running(kube_service(example(), ka, clock=clock, namespace=NS, lease=lease, identity="a"))
+        a = replica(ka, clock, "a", lease=lease)
         await until("a leads", lambda: a.s.ready)
-        b = Running(
-            kube_service(
-                example(), FakeKube(shared.server), clock=clock, namespace=NS, lease=lease, identity="b"
-            )
-        )
+        b = replica(FakeKube(shared.server), clock, "b", lease=lease)
         await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
         ka.inject(Fault("GET", "leases", "delay", seconds=3.0, count=1000))
         both: list[bool] = []
@@ -219,13 +197,9 @@ def test_the_lease_is_renewed_while_the_new_leader_starts() -> None:
         lease = LeaseSettings(NS, "lead", lease_seconds=1.5, renew_deadline=1.0, retry_seconds=0.2)
         ka = FakeKube(shared.server)
         ka.inject(Fault("LIST", "/api/v1/pods", "delay", seconds=2.5))
-        a = Running(kube_service(example(), ka, clock=clock, namespace=NS, lease=lease, identity="a"))
+        a = replica(ka, clock, "a", lease=lease)
         await until("a holds the Lease", lambda: _holder(shared) == "a")
-        b = Running(
-            kube_service(
-                example(), FakeKube(shared.server), clock=clock, namespace=NS, lease=lease, identity="b"
-            )
-        )
+        b = replica(FakeKube(shared.server), clock, "b", lease=lease)
         both: list[bool] = []
         for _ in range(400):
             both.append(a.s.ready and b.s.ready)
@@ -263,17 +237,7 @@ def test_a_leader_task_that_fails_ends_the_lead_and_hands_the_lease_over(
     async def go() -> None:
         shared, clock = cluster(), Clock()
         lost: list[str] = []
-        a = Running(
-            kube_service(
-                example(),
-                FakeKube(shared.server),
-                clock=clock,
-                namespace=NS,
-                lease=FAST,
-                identity="a",
-                on_lost=lambda: lost.append("a"),
-            )
-        )
+        a = replica(FakeKube(shared.server), clock, "a", lost=lost)
         await until("a gave up", lambda: bool(lost))
         assert not a.s.ready and a.s.not_ready_reason == "the leader's work failed (logged)"
         assert shared.server.at(lease_path(NS, "lead"))["spec"]["holderIdentity"] == ""  # released
