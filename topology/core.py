@@ -244,18 +244,11 @@ class Core(Cluster):
         return topo.node_names[slot.node], tuple(topo.gpu_index[x] for x in slot.leaves)
 
     def gang_domain(self, gang: Gang) -> frozenset[str]:
-        """The nodes of the gang's topology domain: under the lowest cell holding all its leaves, and
-        at least one level above a node (a one-node core's extras may use the rest of its rack)."""
-        topo = self.topo
-        c = topo.lca([leaf for s in gang.slots for leaf in s.leaves])
+        """The nodes of the gang's topology domain (`requests.domain_cell`)."""
+        c = requests.domain_cell(self, gang)
         if c is None:
-            return frozenset(topo.node_names[s.node] for s in gang.slots)
-        chain = topo.chain_of(c)
-        if topo.level[c] <= chain.node_level:
-            up = topo.ancestor_at(c, chain.node_level + 1)
-            if up >= 0:
-                c = up
-        return frozenset(topo.node_names[i] for i in topo.nodes_within(c))
+            return frozenset(self.topo.node_names[s.node] for s in gang.slots)
+        return frozenset(self.topo.node_names[i] for i in self.topo.nodes_within(c))
 
     # ------------------------------------------------------------------ the cluster, read-only
     def node_names(self) -> Sequence[str]:

@@ -19,6 +19,7 @@ from typing import cast
 from topology.cluster import Cluster
 from topology.decisions import MAX_PRIORITY, OPPORTUNISTIC_PRIORITY, GangRequest, Member, UserError
 from topology.model import Chain
+from topology.reservations import Gang
 
 _MAX_SHAPES = 4096
 _MAX_SHAPE_MEMBERS = 16  # bounds the shape cache in bytes: a key holds the members (merged, ≤ 1 per size)
@@ -285,3 +286,20 @@ def _shape_key(req: GangRequest) -> tuple[object, ...]:
         req.within_level,
         req.promote_when_quota,
     )
+
+
+def domain_cell(cluster: Cluster, gang: Gang) -> int | None:
+    """The cell whose nodes an elastic gang's extras may use: the cell of the gang's `within_level`
+    holding it (a topology key's domain: `kubernetes.io/hostname` is the gang's one node), else the
+    lowest cell holding all its leaves, at least one level above a node (a one-node core's extras may
+    use the rest of its rack). None: its leaves span chains."""
+    topo = cluster.topo
+    c = topo.lca([leaf for s in gang.slots for leaf in s.leaves])
+    if c is None:
+        return None
+    chain = topo.chain_of(c)
+    want = level_named(chain, gang.request.within_level)
+    if want is None:
+        want = max(topo.level[c], chain.node_level + 1)
+    up = topo.ancestor_at(c, want)
+    return up if up >= 0 else c

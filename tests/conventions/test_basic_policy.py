@@ -118,3 +118,32 @@ def test_a_basic_podgroup_with_a_topology_key_stays_in_its_first_pods_domain() -
     assert waiting and all(gang.startswith("vision/racked/extra/") for gang, _ in waiting), got
     assert all("[NoSuggestedNode]" in why for _, why in waiting), got
     assert list(conv.hard) == ["vision/racked"]
+
+
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def test_a_group_keyed_by_hostname_keeps_its_extras_on_its_first_pods_node() -> None:
+    """The key's domain is the extras' domain: with `kubernetes.io/hostname` every pod of the group
+    must share the first pod's node (upstream: one value of the key). The domain was never smaller
+    than a rack, so a later 4-GPU pod went to another node of the rack; now a third pod, which the
+    node has no room for, waits."""
+
+    async def go() -> list[tuple[str, str | None, str]]:
+        out = []
+        for i in range(3):
+            p = pod(f"h-{i}", gpus=4, spec={"schedulingGroup": {"podGroupName": "h"}}, uid=f"u-h-{i}")
+            pr = await s.request_of(wire.parse_pod(p))
+            reply, node = await place(s, p)
+            why = " ".join(
+                (reply.get("FailedAndUnresolvableNodes") or reply.get("FailedNodes") or {}).values()
+            )
+            out.append((pr.gang, node, why))
+        return out
+
+    s, _ = _scheduler(podgroup("h", "vision", None, topology=[HOSTNAME]))
+    got = asyncio.run(go())
+    (first, n0, _), (second, n1, _), (_, n2, why) = got
+    assert first == "vision/h" and n0 is not None and second.startswith("vision/h/extra/")
+    assert n1 == n0, got  # the same node: 8 GPUs, two 4-GPU pods
+    assert n2 is None and "[NoSuggestedNode]" in why, got  # a third has no room on that node
