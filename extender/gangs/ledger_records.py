@@ -19,11 +19,14 @@ from typing import Any, overload
 from config.untrusted import whole_number
 from extender.gangs.podspec import FrameworkTask
 from extender.gangs.waiting import Waiting
+from extender.ops.bounded import ByteLRU
 from topology.reservations import Gang
 
 API_VERSION = "topogang.io/v1alpha1"
 MAX_REPLACED = 4  # Framework objects of one name remembered as deleted and re-created
 MAX_PARKED = 4096  # pods of released framework attempts remembered until they are gone
+MAX_PARKED_BYTES = 4 << 20  # and the names they hold, a kilobyte each on average
+PARKED_BYTES = 64  # what one parked pod costs beside its names
 
 
 class Phase(StrEnum):
@@ -171,20 +174,18 @@ class Parked:
     counts them any more, but their barriers may still poll and are to be told the attempt is stale.
     Kept whatever the release's reason: whether a newer attempt superseded theirs is read when asked
     (`GangLedger.superseded_pod`), since the filter lets the old gang go before it records the new
-    attempt, and a newer attempt may come after an expiry. At most `limit`, the oldest go first."""
+    attempt, and a newer attempt may come after an expiry. Bounded as every cache of names a tenant
+    writes (`extender.ops.bounded`): at most `limit` pods and `max_bytes` of names, the oldest first."""
 
-    def __init__(self, limit: int = MAX_PARKED) -> None:
-        self.limit = limit
-        self.pods: dict[str, tuple[str, str, str, str]] = {}  # uid -> (namespace, pod, framework, gang)
+    def __init__(self, limit: int = MAX_PARKED, max_bytes: int = MAX_PARKED_BYTES) -> None:
+        self.pods: ByteLRU[str, tuple[str, str, str, str]] = ByteLRU(max_bytes, limit)  # (ns, pod, fw, gang)
 
     def park(self, uid: str, namespace: str, pod: str, framework: str, gang: str) -> None:
-        self.pods.pop(uid, None)
-        self.pods[uid] = (namespace, pod, framework, gang)
-        while len(self.pods) > self.limit:
-            del self.pods[next(iter(self.pods))]
+        entry = (namespace, pod, framework, gang)
+        self.pods.put(uid, entry, PARKED_BYTES + len(uid) + sum(len(x) for x in entry))
 
     def drop(self, uid: str) -> None:
-        self.pods.pop(uid, None)
+        self.pods.pop(uid)
 
     def of(self, uid: str, namespace: str, pod: str) -> tuple[str, str] | None:
         """(framework, gang) of the parked pod with that UID, namespace and name."""
@@ -195,9 +196,10 @@ class Parked:
 
     def keep(self, frameworks: AbstractSet[tuple[str, str]]) -> None:
         """Forget the pods of frameworks the ledger no longer follows (nothing is stale against them)."""
-        for uid, (ns, _pod, fw, _gang) in list(self.pods.items()):
-            if (ns, fw) not in frameworks:
-                del self.pods[uid]
+        for uid in list(self.pods):
+            got = self.pods.get(uid)
+            if got is not None and (got[0], got[2]) not in frameworks:
+                self.pods.pop(uid)
 
 
 @dataclass(slots=True)

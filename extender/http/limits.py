@@ -211,6 +211,19 @@ class RequestLimits:
             )
         return None
 
+    def _bounded(self, send: Send, caller: str) -> Send:
+        """`send`, each message of the answer taken within `send_timeout` or `ClientStalledError`."""
+        timeout = self.limits.send_timeout
+
+        async def bounded(message: Message) -> None:
+            try:
+                async with asyncio.timeout(timeout):  # no task of its own: the answer is not delayed
+                    await send(message)
+            except TimeoutError:
+                raise ClientStalledError(f"{caller} took no part of the answer for {timeout:g}s") from None
+
+        return bounded
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
@@ -231,17 +244,8 @@ class RequestLimits:
             c.by_class[kind] += 1
             c.by_caller[(kind, caller)] += 1
         c.total += 1
-        timeout = self.limits.send_timeout
-
-        async def bounded(message: Message) -> None:
-            try:
-                async with asyncio.timeout(timeout):  # no task of its own: the answer is not delayed
-                    await send(message)
-            except TimeoutError:
-                raise ClientStalledError(f"{caller} took no part of the answer for {timeout:g}s") from None
-
-        try:  # the verbs and probes, kube-scheduler's and the kubelet's, pay no task per message
-            await self.app(scope, receive, bounded if counted else send)
+        try:  # the verbs and probes (kube-scheduler's, the kubelet's) send as they are, on no clock
+            await self.app(scope, receive, self._bounded(send, caller) if counted else send)
         finally:
             c.total -= 1
             if counted:

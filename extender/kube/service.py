@@ -300,11 +300,10 @@ def kube_service(
                 t.cancel()
             metrics.leader.set(0)
             scheduler.after_change = None
-        if elector is not None and elector.leading:  # the work failed: let a standby take over now
+        if elector is None or elector.leading:  # the work failed, not the Lease
             failed[0] = "the leader's work failed (logged)"
-            await elector.release()
-        elif elector is None:
-            failed[0] = "the leader's work failed (logged)"
+        if elector is not None:
+            await elector.release()  # a standby takes over now (nothing when no longer leading)
         scheduler.ready = False
         scheduler.not_ready_reason = failed[0] or "lost the Lease"
         if on_lost is not None:

@@ -9,6 +9,7 @@ from typing import Any
 from extender.dra import claims as dc
 from extender.dra.devices import DeviceMap
 from extender.http.verbs import Scheduler
+from extender.kube.dra import DraCatalog
 from extender.kube.dra_mode import ForeignClaims
 from tests.dra.test_devices import gpu_slice
 from tests.dra.test_kube_dra import NODE, claim, make, setup
@@ -32,13 +33,18 @@ def held(s: Scheduler) -> list[tuple[int, ...]]:
     )
 
 
+async def watching() -> tuple[Any, DraCatalog, Scheduler, ForeignClaims, DeviceMap]:
+    """The DRA catalog set up on `NODE`, a scheduler, and the foreign claims it watches for it."""
+    kube, catalog, _ = await setup()
+    s = scheduler()
+    dm = catalog.device_map(NODE)
+    assert isinstance(dm, DeviceMap)
+    return kube, catalog, s, ForeignClaims(s, catalog), dm
+
+
 def test_a_claim_allocated_anew_moves_its_hold_by_the_watch_and_by_a_relist() -> None:
     async def go() -> None:
-        kube, catalog, _ = await setup()
-        s = scheduler()
-        foreign = ForeignClaims(s, catalog)
-        dm = catalog.device_map(NODE)
-        assert isinstance(dm, DeviceMap)
+        kube, _, s, foreign, dm = await watching()
         c = make(kube, claim("theirs", 2))
         await foreign.on_claim("MODIFIED", allocated(c, dm, (2, 3), "p1"))
         assert held(s) == [(2, 3)]
@@ -55,11 +61,7 @@ def test_a_claim_allocated_anew_moves_its_hold_by_the_watch_and_by_a_relist() ->
 
 def test_a_hold_stays_while_the_nodes_slices_are_missing_and_is_judged_again_when_they_return() -> None:
     async def go() -> None:
-        kube, catalog, _ = await setup()
-        s = scheduler()
-        foreign = ForeignClaims(s, catalog)
-        dm = catalog.device_map(NODE)
-        assert isinstance(dm, DeviceMap)
+        kube, catalog, s, foreign, dm = await watching()
         c = allocated(make(kube, claim("theirs", 2)), dm, (2, 3), "p1")
         await foreign.on_claim("MODIFIED", c)
         await catalog.relist_slices([])  # a driver restart: the node's slices gone a while

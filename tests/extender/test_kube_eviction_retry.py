@@ -20,14 +20,14 @@ from extender.kube.leader import LeaseSettings
 from extender.kube.pods import deleting
 from extender.kube.service import kube_service
 from extender.kube.sync import ClusterSync
-from extender.standalone import EXAMPLE_CONFIG, MemoryBinder
+from extender.standalone import EXAMPLE_CONFIG
 from loadtest.kubefake import FakeKube, Fault
-from tests.extender.helpers import Clock, example, place, pod, run, scheduler, spec
+from tests.extender.helpers import Clock, example, run, spec
 from tests.extender.test_kube_durable import NS, Running, cluster, start, submit, until
-from tests.extender.test_kube_edge import apiserver, bound_pods, node
+from tests.extender.test_kube_edge import apiserver, node
 from tests.extender.test_kube_evictions import cluster as running_pods
 from tests.extender.test_kube_evictions import evictions
-from tests.extender.test_kube_reload_cells import REPAIRED, WITHOUT_RACK3, only_healthy, owner
+from tests.extender.test_kube_reload_cells import REPAIRED, WITHOUT_RACK3, duo_on_rack3, owner
 from tests.soak.layouts import layout_text
 
 EXPIRED = "GangReservationExpired"
@@ -230,14 +230,7 @@ def test_a_failed_eviction_of_a_pod_outside_the_config_is_tried_again(tmp_path: 
     the leader's loop ends the pod."""
 
     async def go() -> None:
-        binder = MemoryBinder()
-        s = scheduler(binder)
-        only_healthy(s, {"a100-r1-n4", REPAIRED})
-        text = spec("nlp", 8, 2, "nlp/duo")
-        duo = [pod("d0", "duo-0", "nlp", text), pod("d1", "duo-1", "nlp", text)]
-        for p in duo:
-            await place(s, p)
-        api = bound_pods(s, binder, duo)
+        s, _, api = await duo_on_rack3()
         path = tmp_path / "cluster.yaml"
         path.write_text(
             layout_text(EXAMPLE_CONFIG.read_text(encoding="utf-8"), WITHOUT_RACK3), encoding="utf-8"

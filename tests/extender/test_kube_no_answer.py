@@ -96,6 +96,17 @@ def replica(
     )
 
 
+async def leading() -> tuple[FakeKube, Clock, FakeKube, list[str], Running]:
+    """A cluster, its clock, and replica "a" leading it on its own connection (faults go there),
+    with the list that hears it give the lead up."""
+    shared, clock = cluster(), Clock()
+    ka = FakeKube(shared.server)
+    lost: list[str] = []
+    a = replica(ka, clock, "a", lost=lost)
+    await until("a leads", lambda: a.s.ready)
+    return shared, clock, ka, lost, a
+
+
 async def _stop(*replicas: Running) -> None:
     for r in replicas:
         for t in r.tasks:
@@ -105,11 +116,7 @@ async def _stop(*replicas: Running) -> None:
 
 def test_a_lease_read_without_an_answer_is_one_failed_renewal_not_the_end_of_the_lead() -> None:
     async def go() -> None:
-        shared, clock = cluster(), Clock()
-        ka = FakeKube(shared.server)
-        lost: list[str] = []
-        a = replica(ka, clock, "a", lost=lost)
-        await until("a leads", lambda: a.s.ready)
+        shared, _, ka, lost, a = await leading()
         ka.inject(Fault("GET", "leases", "timeout", count=1))
         await asyncio.sleep(0.5)  # more than the Lease: a kept renewing after the failure
         assert a.s.ready and not lost
@@ -125,11 +132,7 @@ def test_a_leader_whose_renewals_get_no_answer_stops_serving_before_a_standby_st
     stayed ready: the standby took the Lease and both placed gangs on the same node."""
 
     async def go() -> None:
-        shared, clock = cluster(), Clock()
-        ka = FakeKube(shared.server)
-        lost: list[str] = []
-        a = replica(ka, clock, "a", lost=lost)
-        await until("a leads", lambda: a.s.ready)
+        shared, clock, ka, lost, a = await leading()
         b = replica(FakeKube(shared.server), clock, "b")
         await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
         ka.inject(Fault("GET", "leases", "timeout", count=1000))

@@ -19,6 +19,7 @@ from config.against import CONFIRM_FILE, config_digest
 from config.load import load_config, load_config_text
 from extender.gangs.disruption import Disruption, preempted_by
 from extender.http.reload import ConfigWatcher
+from extender.http.verbs import Scheduler
 from extender.kube.leader import LeaseSettings
 from extender.kube.node_changes import NodeChanges
 from extender.kube.off_config import OffConfig
@@ -211,20 +212,26 @@ def test_a_start_under_the_config_its_gangs_run_under_refuses_nothing(tmp_path: 
     run(go())
 
 
+async def duo_on_rack3() -> tuple[Scheduler, list[dict[str, Any]], list[dict[str, Any]]]:
+    """A whole two-pod gang nlp/duo bound with one pod on rack 3 (`REPAIRED`): the scheduler, the
+    pods, and the API server's copies of them, bound."""
+    binder = MemoryBinder()
+    s = scheduler(binder)
+    only_healthy(s, {"a100-r1-n4", REPAIRED})
+    text = spec("nlp", 8, 2, "nlp/duo")
+    duo = [pod("d0", "duo-0", "nlp", text), pod("d1", "duo-1", "nlp", text)]
+    for p in duo:
+        await place(s, p)
+    return s, duo, bound_pods(s, binder, duo)
+
+
 def test_a_whole_gang_a_confirmed_start_cut_takes_its_pod_outside_along_when_let_go(tmp_path: Path) -> None:
     """A whole two-pod gang with one pod on rack 3: confirmed, the start without rack 3 keeps the
     gang running on its other pod, and the pod on rack 3 outside the books. When the held member
     goes, the gang is not whole, and the pod outside is evicted: no TTL would ever reach it."""
 
     async def go() -> None:
-        binder = MemoryBinder()
-        s = scheduler(binder)
-        only_healthy(s, {"a100-r1-n4", REPAIRED})
-        text = spec("nlp", 8, 2, "nlp/duo")
-        duo = [pod("d0", "duo-0", "nlp", text), pod("d1", "duo-1", "nlp", text)]
-        for p in duo:
-            await place(s, p)
-        api = bound_pods(s, binder, duo)
+        _, _, api = await duo_on_rack3()
         assert sorted(p["spec"]["nodeName"] for p in api) == ["a100-r1-n4", REPAIRED]
         service, kube, _ = refusing_start(tmp_path, WITHOUT_RACK3, api)
         digest = config_digest(load_config(tmp_path / "cluster.yaml"))

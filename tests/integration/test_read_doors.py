@@ -342,6 +342,23 @@ def test_an_api_server_that_cannot_review_is_a_503_never_a_yes() -> None:
     asyncio.run(go())
 
 
+def barrier_env(scene: Scene, role: str) -> dict[str, str]:
+    """What FrameworkController gives task 0 of `role` of framework vision/tf, with the extender
+    serving both the ledger and the Framework proxy; quick: a barrier's minute is 1.2 s here."""
+    return {
+        "FC_FRAMEWORK_NAMESPACE": "vision",
+        "FC_FRAMEWORK_NAME": "tf",
+        "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": ATTEMPT,
+        "FC_TASKROLE_NAME": role,
+        "FC_TASK_INDEX": "0",
+        "BARRIER_CHECK_INTERVAL_SEC": "5",
+        "BARRIER_CHECK_TIMEOUT_SEC": "60",
+        "TOPOGANG_BARRIER_TIME_SCALE": "0.02",
+        "TOPOGANG_LEDGER_URL": str(scene.http.base_url),
+        "KUBE_APISERVER_ADDRESS": str(scene.http.base_url),
+    }
+
+
 def test_topogang_barrier_passes_with_its_pods_token_and_not_without(tmp_path: Path) -> None:
     """`topogang barrier` as a job pod's init container runs it: its pod's projected token in a file,
     the ledger at the extender. With the token it passes on the gang's Ready; without, the ledger
@@ -352,18 +369,7 @@ def test_topogang_barrier_passes_with_its_pods_token_and_not_without(tmp_path: P
             await place(scene)
             tokens(scene)
             (tmp_path / "token").write_text("t-pod-a\n")
-            env = {
-                "FC_FRAMEWORK_NAMESPACE": "vision",
-                "FC_FRAMEWORK_NAME": "tf",
-                "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": ATTEMPT,
-                "FC_TASKROLE_NAME": "ps",
-                "FC_TASK_INDEX": "0",
-                "BARRIER_CHECK_INTERVAL_SEC": "5",
-                "BARRIER_CHECK_TIMEOUT_SEC": "60",
-                "TOPOGANG_BARRIER_TIME_SCALE": "0.02",
-                "TOPOGANG_LEDGER_URL": str(scene.http.base_url),
-                "KUBE_APISERVER_ADDRESS": str(scene.http.base_url),
-            }
+            env = barrier_env(scene, "ps")
             lines: list[str] = []
             ok = barrier.settings_from_env(
                 {

@@ -19,7 +19,7 @@ from extender.gangs import barrier
 from extender.http.doors import FRAMEWORK_PATH
 from extender.kube.client import pod_path
 from tests.extender.helpers import nodes
-from tests.integration.test_read_doors import ATTEMPT, Scene, place, serving
+from tests.integration.test_read_doors import ATTEMPT, Scene, barrier_env, place, serving
 from tests.ledger.fc import fc_pod
 
 NEXT = "1_cm-b"
@@ -91,16 +91,7 @@ def test_a_superseded_attempts_barrier_is_told_409_until_its_pod_is_gone(tmp_pat
             assert other.status_code == 403  # the other tenant's pod: as before
 
             env = {
-                "FC_FRAMEWORK_NAMESPACE": "vision",
-                "FC_FRAMEWORK_NAME": "tf",
-                "FC_FRAMEWORK_ATTEMPT_INSTANCE_UID": ATTEMPT,
-                "FC_TASKROLE_NAME": "worker",
-                "FC_TASK_INDEX": "0",
-                "BARRIER_CHECK_INTERVAL_SEC": "5",
-                "BARRIER_CHECK_TIMEOUT_SEC": "60",
-                "TOPOGANG_BARRIER_TIME_SCALE": "0.02",
-                "TOPOGANG_LEDGER_URL": str(scene.http.base_url),
-                "KUBE_APISERVER_ADDRESS": str(scene.http.base_url),
+                **barrier_env(scene, "worker"),
                 "TOPOGANG_TOKEN_FILE": str(tmp_path / "token"),
                 "TOPOGANG_BARRIER_DIR": str(tmp_path / "out"),
             }
