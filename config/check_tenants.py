@@ -95,9 +95,16 @@ def entitlement_data(spec: ClusterSpec, extras: TopogangModel) -> dict[str, obje
     for ns, t in sorted(extras.tenants.items()):
         vcs = sorted({*t.virtual_clusters, *([default_vcs[ns]] if ns in default_vcs else [])})
         pins = None if t.pinned_cell_ids is None else sorted(t.pinned_cell_ids)
-        tenants[ns] = {"virtualClusters": vcs, "maxPriority": t.max_priority, "pinnedCellIds": pins}
+        reserved = extras.default_max_reserved_gpus if t.max_reserved_gpus is None else t.max_reserved_gpus
+        tenants[ns] = {
+            "virtualClusters": vcs,
+            "maxPriority": t.max_priority,
+            "pinnedCellIds": pins,
+            "maxReservedGpus": reserved,
+        }
     return {
         "defaultEntitlement": extras.default_entitlement,
+        "defaultMaxReservedGpus": extras.default_max_reserved_gpus,
         "tenants": tenants,
         "notice": entitlement_notice(extras),
     }

@@ -185,6 +185,15 @@ class TenantModel(_Model):
         default=None,
         description="Pinned cells it may use; omitted: every pinned cell of its VCs; empty (or null): none.",
     )
+    max_reserved_gpus: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "The most GPUs its gangs may hold at once in reservations no pod is bound to yet; a new "
+            "gang that would pass it waits [TenantLimit], reserving and preempting nothing. Omitted "
+            "(or null): topogang.defaultMaxReservedGpus."
+        ),
+    )
 
 
 class TopogangModel(_Model):
@@ -201,6 +210,14 @@ class TopogangModel(_Model):
     )
     listen_address: OptionalText = Field(
         default=None, description="Extender listen address (host:port); defaults to webServerAddress."
+    )
+    default_max_reserved_gpus: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "maxReservedGpus of every namespace whose tenants entry sets none (or that has no entry). "
+            "Omitted (or null): no limit, as in HiveD."
+        ),
     )
     tenants: Annotated[dict[str, TenantModel], _dict_or_null(TenantModel)] = Field(
         default_factory=dict,

@@ -173,15 +173,26 @@ def format_summary(data: dict[str, Any]) -> str:
         mode = ent["defaultEntitlement"] or "unset (serve --default-entitlement; open by default)"
         out += ["", f"Entitlement (namespaces without an entry: {mode})"]
         rows = [
-            [ns, ", ".join(t["virtualClusters"]) or "-", t["maxPriority"], _pins(t["pinnedCellIds"])]
+            [
+                ns,
+                ", ".join(t["virtualClusters"]) or "-",
+                t["maxPriority"],
+                _pins(t["pinnedCellIds"]),
+                _bound(t.get("maxReservedGpus")),
+            ]
             for ns, t in ent["tenants"].items()
         ]
-        out += (
-            table(["NAMESPACE", "VCS", "MAX PRIORITY", "PINNED CELLS"], rows) if rows else ["  (no tenants)"]
-        )
+        head = ["NAMESPACE", "VCS", "MAX PRIORITY", "PINNED CELLS", "MAX RESERVED GPUS"]
+        out += table(head, rows) if rows else ["  (no tenants)"]
+        if (default := ent.get("defaultMaxReservedGpus")) is not None:
+            out.append(f"GPUs any other namespace may hold reserved, not yet bound: {default}")
         if ent["notice"]:
             out += ["", ent["notice"]]
     return "\n".join(out) + "\n"
+
+
+def _bound(gpus: int | None) -> str:
+    return "no bound" if gpus is None else str(gpus)
 
 
 def _pins(ids: list[str] | None) -> str:

@@ -48,6 +48,20 @@ class MemberAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class ReserveLimit:
+    """The most GPUs (leaf cells) the gangs whose keys start with `prefix` may hold at once in slots
+    no pod has claimed: one tenant's reservations not yet filled. The edge makes `prefix` the
+    namespace's `<namespace>/` (every gang key of a namespace starts so) and `key` the setting that
+    sets it, for the wait's text. Without it, a tenant who creates one pod of each of many large
+    gangs holds the cluster's free GPUs (or a shared VC's quota) for a reservation TTL at a time,
+    and again under each new name: the GPUs are reserved, not used, and other teams wait."""
+
+    prefix: str
+    gpus: int
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class FilterAsk:
     """A filter's question. `preempt`: when the gang fits only by preemption, preempt now (filter-time
     preemption). `supersede`: an older framework attempt's gang, let go first (its pods are evicted).
@@ -55,7 +69,9 @@ class FilterAsk:
     holds a slot. `place`: False when none of kube-scheduler's nodes is in the config (nothing is
     placed, and nobody waits). `behind`: an older gang of the same VC, at this gang's priority or
     above, waits for room (as the pod may see it named): a gang not yet placed waits behind it, so
-    a VC's small gangs do not take, one after another, the room its big gang waits for."""
+    a VC's small gangs do not take, one after another, the room its big gang waits for. `limit`: the
+    namespace's `ReserveLimit`; a gang not yet placed that would pass it waits, placing nothing and
+    preempting nobody."""
 
     member: MemberAsk
     preempt: bool = False
@@ -63,6 +79,7 @@ class FilterAsk:
     abandon: str | None = None
     place: bool = True
     behind: str | None = None
+    limit: ReserveLimit | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,10 +250,10 @@ def filter_member(cluster: Cluster, ask: FilterAsk, now: float) -> FilterAnswer:
     try:
         if cluster.reservations.by_name.get(req.name) is not None:
             requests.fits(cluster, req)  # a member of a placed gang: the config may have changed
-        elif ask.behind is not None:  # its VC's older gang goes first: nothing is placed or preempted
-            requests.fits(cluster, req)
+        elif (held := held_back(cluster, req, ask.behind, ask.limit)) is not None:
+            requests.fits(cluster, req)  # nothing is placed or preempted
             quota = cluster.vc_quota_leaves.get(req.vc, 0)
-            return FilterAnswer(Waits(queued(req, ask.behind), None, quota), tuple(released))
+            return FilterAnswer(Waits(held, None, quota), tuple(released))
         first = _reserve(cluster, req, now, True)
         placed = _closer_waits(cluster, req, first)
         preempted = None
@@ -271,18 +288,19 @@ def prioritize_member(cluster: Cluster, m: MemberAsk) -> Slots | None:
     return Slots(got.gang, got.slots, got.own, got.rank_slot, got.holder, fill)
 
 
-def preempt_member(cluster: Cluster, m: MemberAsk, now: float, behind: str | None = None) -> PreemptAnswer:
+def preempt_member(
+    cluster: Cluster, m: MemberAsk, now: float, behind: str | None = None, limit: ReserveLimit | None = None
+) -> PreemptAnswer:
     """Preempt: place the gang if it fits, else reserve over the cheapest victims; a gang not yet
-    placed waits behind its VC's older gang (`FilterAsk.behind`) instead. Raises `UserError`."""
+    placed that is held back (`FilterAsk.behind`, `FilterAsk.limit`) waits instead. Raises `UserError`."""
     check_identity(cluster, m)
     req = m.request
     placed = cluster.reservations.by_name.get(req.name) is not None
-    if placed or behind is not None:
+    held = None if placed else held_back(cluster, req, behind, limit)
+    if placed or held is not None:
         requests.fits(cluster, req)
     outbid: list[Released] = []
-    got = (
-        compact.preempt(cluster, req, now, outbid=outbid) if placed or behind is None else queued(req, behind)
-    )
+    got = compact.preempt(cluster, req, now, outbid=outbid) if held is None else held
     gang = cluster.reservations.by_name.get(req.name)
     return PreemptAnswer(got, gang, cluster.vc_quota_leaves.get(req.vc, 0), tuple(outbid))
 
@@ -308,6 +326,32 @@ def bind_member(
 
 
 # ---------------------------------------------------------------------------------- the answers
+def held_back(
+    cluster: Cluster, req: GangRequest, behind: str | None, limit: ReserveLimit | None
+) -> Wait | None:
+    """Why a gang not yet placed may not be placed now, whatever room there is: its VC's older gang
+    goes first (`behind`), or its tenant's reservations not yet filled would pass `limit`."""
+    if behind is not None:
+        return queued(req, behind)
+    if limit is None:
+        return None
+    held, total = cluster.reservations.unclaimed_leaves(limit.prefix), req.leaf_total
+    if held + total <= limit.gpus:
+        return None
+    if total > limit.gpus:
+        why = f"its {total} GPUs are more than {limit.key} ({limit.gpus}) lets its namespace hold unbound"
+        then = "it can be placed only once that is raised"
+    else:
+        why = (
+            f"its namespace's gangs hold {held} GPUs in slots no pod is bound to yet; with this gang's "
+            f"{total} that passes {limit.key} ({limit.gpus})"
+        )
+        then = "it is placed once those gangs' pods are bound or the gangs let go"
+    msg = f"gang {req.name} waits: {why}; {then}"
+    reason = WaitReason(WaitCode.TENANT_LIMIT, req.vc, msg, needed=total, available=max(0, limit.gpus - held))
+    return Wait(reason)
+
+
 def queued(req: GangRequest, behind: str) -> Wait:
     """The wait of a gang whose VC's older gang (`behind`, as the pod may see it) waits for room."""
     msg = (

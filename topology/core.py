@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from topology import asks, compact, expiry, gangs, health, promotion, recovery, requests
-from topology.asks import Claimed, FilterAnswer, FilterAsk, MemberAsk, PreemptAnswer, Slots
+from topology.asks import Claimed, FilterAnswer, FilterAsk, MemberAsk, PreemptAnswer, ReserveLimit, Slots
 from topology.cluster import Cluster
 from topology.decisions import (
     AdoptedPod,
@@ -53,9 +53,11 @@ class Core(Cluster):
         """A member's slots with each slot node's fill (`asks.prioritize_member`)."""
         return asks.prioritize_member(self, ask)
 
-    def preempt_member(self, ask: MemberAsk, now: float, behind: str | None = None) -> PreemptAnswer:
+    def preempt_member(
+        self, ask: MemberAsk, now: float, behind: str | None = None, limit: ReserveLimit | None = None
+    ) -> PreemptAnswer:
         """A member's preempt: `preempt` for its gang, answered with the gang (`asks`)."""
-        return asks.preempt_member(self, ask, now, behind)
+        return asks.preempt_member(self, ask, now, behind, limit)
 
     def bind(self, ask: MemberAsk, node: str, now: float, *, pod_name: str | None = None) -> Claimed | None:
         """A member's bind: its slot on `node` claimed (`asks.bind_member`). Raises `UserError`."""

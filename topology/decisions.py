@@ -76,6 +76,8 @@ class WaitCode(StrEnum):
     PREEMPTING = "Preempting"  # cells are reserved for it; waiting for the victims to go
     EXPIRED = "Expired"  # its reservation expired before it was whole; placed again one TTL later
     QUEUED = "Queued"  # an older gang of its VC waits for room, and a VC's gangs start in order
+    # its namespace's gangs hold as many GPUs in slots no pod has claimed as the admin allows
+    TENANT_LIMIT = "TenantLimit"
     # never the core's answer: the edge's note of a gang pending when it took the lead, not yet
     # filtered since (`extender.kube.pending`)
     UNASKED = "Unasked"

@@ -126,6 +126,18 @@ class Reservations:
             if s.pod_uid is not None and self.pod_gang.get(s.pod_uid) == gang.id:
                 del self.pod_gang[s.pod_uid]
 
+    def unclaimed_leaves(self, prefix: str) -> int:
+        """Leaves held in slots no pod has claimed (reserved, not yet bound) by the gangs whose names
+        start with `prefix`: what one tenant's reservations keep from everyone else until its pods
+        come (`asks.ReserveLimit`). A scan of every gang, made only for a namespace with a limit."""
+        return sum(
+            s.leaf_number
+            for g in self.by_name.values()
+            if g.name.startswith(prefix)
+            for s in g.slots
+            if s.pod_uid is None and not s.finished and not s.released_early
+        )
+
     def gangs(self) -> list[Gang]:
         """Every gang, oldest first (stable order for iteration, export and expiry)."""
         return [self.by_id[i] for i in sorted(self.by_id)]

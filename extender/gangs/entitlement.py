@@ -47,6 +47,7 @@ from typing import Any
 from config.schema import ENTITLEMENT_MODES, TopogangModel
 from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest
+from topology.asks import ReserveLimit
 from topology.core import Core
 from topology.decisions import MAX_PRIORITY, MIN_GUARANTEED_PRIORITY, OPPORTUNISTIC_PRIORITY, UserError
 from topology.promotion import PROMOTED_PRIORITY
@@ -74,6 +75,7 @@ class Tenant:
     pinned: frozenset[str] | None
     key: str  # the config key that grants it, for messages
     opportunistic: bool = True  # may run priority -1 gangs in any VC
+    max_reserved: int | None = None  # GPUs its gangs may hold unbound at once (`ReserveLimit`); None: any
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +85,7 @@ class Entitlements:
     tenants: Mapping[str, Tenant]
     namespace_vcs: Mapping[str, str]
     mode: str = "open"
+    default_reserved: int | None = None  # `topogang.defaultMaxReservedGpus`
 
     @classmethod
     def open(cls, namespace_vcs: Mapping[str, str] | None = None) -> Entitlements:
@@ -100,8 +103,20 @@ class Entitlements:
         for ns, t in extras.tenants.items():
             vcs = {*t.virtual_clusters, *([nvcs[ns]] if ns in nvcs else [])}
             pins = None if t.pinned_cell_ids is None else frozenset(t.pinned_cell_ids)
-            tenants[ns] = Tenant(frozenset(vcs), t.max_priority, pins, f"{TENANTS}.{ns}")
-        return cls(tenants, nvcs, mode)
+            tenants[ns] = Tenant(
+                frozenset(vcs), t.max_priority, pins, f"{TENANTS}.{ns}", max_reserved=t.max_reserved_gpus
+            )
+        return cls(tenants, nvcs, mode, extras.default_max_reserved_gpus)
+
+    def reserve_limit(self, namespace: str) -> ReserveLimit | None:
+        """The GPUs the namespace's gangs may hold unbound at once (`asks.ReserveLimit`), with the key
+        that sets it; None: no limit. Read for every filter: a dict lookup when no limit is set."""
+        tenant = self.tenants.get(namespace)
+        if tenant is not None and tenant.max_reserved is not None:
+            return ReserveLimit(f"{namespace}/", tenant.max_reserved, f"{tenant.key}.maxReservedGpus")
+        if self.default_reserved is None:
+            return None
+        return ReserveLimit(f"{namespace}/", self.default_reserved, "topogang.defaultMaxReservedGpus")
 
     def tenant(self, namespace: str) -> Tenant | None:
         """The namespace's entitlement; None when it may use everything."""

@@ -11,7 +11,8 @@ filter holds it (`extender.gangs.entitlement`): what the filter would refuse is 
 pod with a PriorityClass is explained at the priority it would get. A gang not yet placed that
 would wait behind an older gang of its VC (`topogang.vcQueueing: StrictFIFO`) is told so in
 `queuedBehind`, named as its filter would name it: the core's what-if says where it would go once
-that gang no longer waits.
+that gang no longer waits. One its namespace's bound on reservations not yet filled would hold back
+(`maxReservedGpus`) is told so in `tenantLimit`, counted over its own namespace's gangs only.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from extender.http import podrequests, wire
 from extender.http.httpproto import BodyTooLargeError, read_body
 from extender.http.snapshot import Snapshots, private_core
 from extender.http.verbs import Scheduler
+from topology.asks import held_back
 from topology.decisions import UserError
 from topology.explain import explain
 
@@ -42,8 +44,12 @@ def explain_route(scheduler: Scheduler, snapshots: Snapshots | None = None) -> R
             pr = podrequests.explained(scheduler, pod)
             core, now = await private_core(snaps)
             answer = await asyncio.to_thread(explain, core, pr.request, now)
-            if core.gang(pr.gang) is None and (behind := scheduler.behind(pr, now)) is not None:
-                answer = {**answer, "queuedBehind": behind}
+            if core.gang(pr.gang) is None:
+                if (behind := scheduler.behind(pr, now)) is not None:
+                    answer = {**answer, "queuedBehind": behind}
+                limit = scheduler.entitlement.rules.reserve_limit(pr.namespace)
+                if (held := held_back(core, pr.request, None, limit)) is not None:
+                    answer = {**answer, "tenantLimit": held.reason.message}
         except BodyTooLargeError as err:
             return JSONResponse({"error": str(err)}, status_code=413)
         except wire.WireError as err:

@@ -40,12 +40,16 @@ ROOM_CODES = frozenset(
         WaitCode.PREEMPTIBLE,
         WaitCode.PREEMPTING,
         WaitCode.QUEUED,  # behind its VC's older gang: also due when that gang stops waiting (`freed_vc`)
+        # its namespace's reservations not yet filled: due when one of them goes (a bind that fills
+        # one is an event kube-scheduler sees itself, after the extender, which made the bind)
+        WaitCode.TENANT_LIMIT,
     }
 )
 
 
-# waits for room that hold nobody back (`holds_vc`)
-NOT_HOLDING = frozenset({WaitCode.BAD_HARDWARE, WaitCode.QUEUED})
+# waits for room that hold nobody back (`holds_vc`): a gang kept back by its own namespace's
+# reservation limit would otherwise stop the VC's other namespaces' gangs behind it
+NOT_HOLDING = frozenset({WaitCode.BAD_HARDWARE, WaitCode.QUEUED, WaitCode.TENANT_LIMIT})
 
 
 def holds_vc(code: WaitCode, request: GangRequest, vc_quota: int) -> bool:

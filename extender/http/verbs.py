@@ -103,9 +103,8 @@ class Scheduler:
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
         self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
-        self.promotions = PromotionWriter(
-            binder, known_names(self.pods, self.gang_ledger), metrics=self.metrics
-        )
+        known = known_names(self.pods, self.gang_ledger)  # whom a promotion writes to
+        self.promotions = PromotionWriter(binder, known, metrics=self.metrics)
         self.requeue = Requeue()  # pods turned away for lack of room, requeued once room frees
 
     # ------------------------------------------------------------------------------ the core
@@ -181,6 +180,7 @@ class Scheduler:
                 abandon=left,
                 place=len(unknown) < len(names),  # nothing to place on: no reservation, no wait
                 behind=self.behind(pr, now),
+                limit=self.entitlement.rules.reserve_limit(pr.namespace),
             )
             try:
                 answer = filtercall.filter_call(self.core, ask, now, self.lock)
@@ -342,7 +342,8 @@ class Scheduler:
             now = self.clock()
             try:
                 named = frozenset(args.victims) if args.victims else None
-                answer = self.core.preempt_member(member_ask(pr, named), now, self.behind(pr, now))
+                limit = self.entitlement.rules.reserve_limit(pr.namespace)
+                answer = self.core.preempt_member(member_ask(pr, named), now, self.behind(pr, now), limit)
             except IdentityError as err:
                 self.unkept.drop(pr.uid)
                 self._count("preempt", "error")

@@ -101,6 +101,38 @@ def test_validate_says_plainly_when_every_namespace_may_use_everything(
     ent = json.loads(capsys.readouterr().out)["files"][0]["summary"]["entitlement"]
     assert ent == {
         "defaultEntitlement": "none",
-        "tenants": {"ml": {"virtualClusters": ["nlp"], "maxPriority": 1000, "pinnedCellIds": None}},
+        "defaultMaxReservedGpus": None,
+        "tenants": {
+            "ml": {
+                "virtualClusters": ["nlp"],
+                "maxPriority": 1000,
+                "pinnedCellIds": None,
+                "maxReservedGpus": None,
+            }
+        },
         "notice": None,
     }
+
+
+def test_validate_shows_each_namespaces_bound_on_unbound_reservations(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bounded.yaml"
+    path.write_text(
+        BASE
+        + "  defaultMaxReservedGpus: 16\n  tenants:\n    ml: {virtualClusters: [nlp], maxReservedGpus: 64}\n"
+        "    cv: {virtualClusters: [nlp]}\n",
+        encoding="utf-8",
+    )
+    assert cli_validate([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "MAX RESERVED GPUS" in out and "GPUs any other namespace may hold reserved, not yet bound: 16" in out
+    )
+    rows = {
+        line.split()[0]: line.split()[-1] for line in out.splitlines() if line.startswith(("  ml ", "  cv "))
+    }
+    assert rows == {"ml": "64", "cv": "16"}  # an entry without its own bound takes the default
+    assert cli_validate([str(path), "--json"]) == 0
+    ent = json.loads(capsys.readouterr().out)["files"][0]["summary"]["entitlement"]
+    assert ent["defaultMaxReservedGpus"] == 16 and ent["tenants"]["ml"]["maxReservedGpus"] == 64

@@ -1,0 +1,134 @@
+"""A namespace's reservations not yet filled, bounded by the admin (`topogang.tenants.<ns>.
+maxReservedGpus`, `topogang.defaultMaxReservedGpus`), through the verbs on the example cluster.
+
+Who: any pod of the namespace, through kube-scheduler's filter and preempt. What it sees: the wait
+[TenantLimit] with its own namespace's count and the key that sets the limit, nothing of other
+namespaces. Namespace: the pod's own (`metadata.namespace`), never a name the pod writes: the
+limit counts the gangs whose keys start with it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from config.load import ConfigError
+from extender.http.verbs import Scheduler
+from tests.extender.helpers import bind_args, run
+from tests.extender.test_entitlement import config, make
+from tests.extender.test_vc_order import filtered, gang
+
+LIMITED = """\
+  defaultMaxReservedGpus: 8
+  tenants:
+    vision: {maxReservedGpus: 16}
+    vision-b: {virtualClusters: [vision]}
+"""
+
+
+def limited() -> Scheduler:
+    return make(config(LIMITED))[0]
+
+
+async def first_member_reserved(s: Scheduler, members: list[dict[str, Any]]) -> None:
+    """The gang placed by its first member's filter (its other pods not yet come)."""
+    passed, why = await filtered(s, members[0])
+    assert passed, why
+
+
+def test_a_namespace_past_its_limit_waits_tenant_limit_and_other_namespaces_go_on() -> None:
+    async def go() -> None:
+        s = limited()
+        a = gang("a", 2, ns="vision", vc="vision")
+        await first_member_reserved(s, a)  # 16 GPUs held, no pod bound
+        passed, why = await filtered(s, gang("b", 1, ns="vision", vc="vision")[0])
+        assert not passed and "[TenantLimit]" in why, why
+        assert "topogang.tenants.vision.maxReservedGpus (16)" in why and "hold 16 GPUs" in why, why
+        assert s.core.gang("vision/b") is None, "nothing is reserved for a gang past its limit"
+        assert s.waiting["vision/b"].reason.code.value == "TenantLimit"
+        # another namespace in the same VC, with its own (default) limit, is not held back by vision's
+        passed, why = await filtered(s, gang("c", 1, ns="vision-b", vc="vision")[0])
+        assert passed, why
+        # a's pods come and bind: vision holds nothing unbound, and b goes
+        for p in a:
+            passed, why = await filtered(s, p)
+            assert passed, why
+            assert await s.bind(bind_args(p, passed[0])) == {"Error": ""}
+        passed, why = await filtered(s, gang("b", 1, ns="vision", vc="vision")[0])
+        assert passed, why
+
+    run(go())
+
+
+def test_the_default_limit_holds_a_namespace_without_its_own() -> None:
+    async def go() -> None:
+        s = limited()
+        passed, why = await filtered(s, gang("n", 2, ns="nlp", vc="nlp")[0])  # 16 > the default 8
+        assert not passed and "[TenantLimit]" in why, why
+        assert "its 16 GPUs are more than topogang.defaultMaxReservedGpus (8)" in why, why
+        passed, why = await filtered(s, gang("m", 1, ns="nlp", vc="nlp")[0])
+        assert passed, why
+
+    run(go())
+
+
+def test_a_gang_held_by_its_limit_does_not_hold_its_vcs_later_gangs_back() -> None:
+    """Under StrictFIFO a gang waiting for room holds its VC's younger gangs; one kept back by its
+    own namespace's limit would let a tenant stop every other namespace in a shared VC."""
+
+    async def go() -> None:
+        s = limited()
+        await first_member_reserved(s, gang("a", 2, ns="vision", vc="vision"))
+        passed, why = await filtered(s, gang("big", 2, ns="vision", vc="vision")[0])
+        assert not passed and "[TenantLimit]" in why, why
+        assert not s.waiting["vision/big"].holds
+        passed, why = await filtered(s, gang("later", 1, ns="vision-b", vc="vision")[0])
+        assert passed and "[Queued]" not in why, why
+
+    run(go())
+
+
+def test_a_gang_held_by_its_limit_is_given_no_victims_by_the_preempt_verb() -> None:
+    async def go() -> None:
+        from extender.http import wire
+
+        # research's opportunistic gangs fill the cluster; vision's guaranteed gang would preempt them
+        loose = make(config(""))[0]
+        tight = make(config("  tenants:\n    vision: {maxReservedGpus: 8}\n"))[0]
+        victims: list[Any] = []
+        for s in (loose, tight):
+            for i in range(3):
+                for p in gang(f"fill{i}", 4, ns="research", vc="research", priority=-1):
+                    passed, why = await filtered(s, p)
+                    assert passed, why
+                    assert await s.bind(bind_args(p, passed[0])) == {"Error": ""}
+            want = gang("want", 2, ns="vision", vc="vision")[0]
+            body = {"Pod": want, "NodeNameToMetaVictims": {}}
+            got = await s.preempt(wire.parse_preemption_args(body))
+            victims.append(got.get("NodeNameToMetaVictims") or {})
+        assert victims[0], "without the limit the gang preempts the guests"
+        assert victims[1] == {}, "held back by its limit, it preempts nobody"
+        assert tight.waiting["vision/want"].reason.code.value == "TenantLimit"
+
+    run(go())
+
+
+def test_a_negative_limit_is_refused_naming_the_key() -> None:
+    with pytest.raises(ConfigError, match="maxReservedGpus"):
+        config("  tenants:\n    vision: {maxReservedGpus: -1}\n")
+    with pytest.raises(ConfigError, match="defaultMaxReservedGpus"):
+        config("  defaultMaxReservedGpus: -8\n")
+
+
+def test_a_reload_that_raises_the_limit_lets_the_waiting_gang_go() -> None:
+    async def go() -> None:
+        s = limited()
+        await first_member_reserved(s, gang("a", 2, ns="vision", vc="vision"))
+        b = gang("b", 1, ns="vision", vc="vision")[0]
+        passed, why = await filtered(s, b)
+        assert not passed and "[TenantLimit]" in why, why
+        s.entitlement.configure(config("  tenants:\n    vision: {maxReservedGpus: 24}\n").extras)
+        passed, why = await filtered(s, b)
+        assert passed, why
+
+    run(go())
