@@ -25,6 +25,9 @@ ATTEMPT_SUPERSEDED = "GangAttemptSuperseded"
 GANG_NOT_WHOLE = "GangNotWhole"
 OFF_PLACEMENT = "GangPlacementChanged"
 OFF_PLACEMENT_WHY = "not part of its gang's placement any more: the cluster's config changed"
+# the reasons only topogang gives: a new leader finishes the evictions marked with one of them
+# (`extender.kube.eviction_retry.own_mark`); its preemptions carry kube-scheduler's own reason
+OWN_REASONS = frozenset({RESERVATION_EXPIRED, ATTEMPT_SUPERSEDED, GANG_NOT_WHOLE, OFF_PLACEMENT})
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,14 @@ answered (done, or 404/409: gone or replaced), or when the watch shows it delete
 or replaced by a pod of the same name.
 
 Only the leader tries again (`run` is one of its tasks, cancelled when the lead ends; the book is
-fed only by evictions, which are the leader's). A try that raises is that pod's, logged and put
-back with its backoff; the loop itself never ends on one, and never wakes more than the due pods
-and its poll call for.
+fed by evictions, which are the leader's, and by what a lead inherits, `inherit`). A try that
+raises is that pod's, logged and put back with its backoff; the loop itself never ends on one, and
+never wakes more than the due pods and its poll call for.
+
+The book lives in memory, so a leader that dies (or loses the Lease) before a kept pod is deleted
+takes it along, and nothing else would end that pod. What outlives the leader is the mark it wrote
+first, on the pod's status: each lead begins by taking back every watched pod that still runs with
+topogang's own mark (`own_mark`), as the dead leader's book would have had it.
 """
 
 from __future__ import annotations
@@ -25,11 +30,13 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from extender.gangs.disruption import Disruption
+from extender.gangs.disruption import OWN_REASONS, PREEMPTED, Disruption, preempted_by
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import AsyncKube
+from extender.kube.events import MAX_MESSAGE
 from extender.kube.evictions import FAILED, NOT_DELETED, evict_pod
+from extender.kube.invalid import printable
 
 log = logging.getLogger("topogang.kube")
 
@@ -38,6 +45,9 @@ LIMIT = 10_000  # pods kept at most: only pods that exist and that the leader en
 RATE = 20.0  # tries a second, at most (as the requeue's patches)
 POLL = 0.25  # the longest the loop sleeps with pods in the book: a clock it is not woken for
 MIN_PAUSE = 0.05  # the shortest: a due time in the past never makes the loop spin
+
+MARK_PREFIX = Disruption("", "").message("")  # how every message topogang marks a pod with begins
+PREEMPTION_TEXT = preempted_by("").message("")  # topogang's preemption message, before its gang
 
 
 class Sync(Protocol):
@@ -65,6 +75,48 @@ class Retry:
 def _done(pod: Mapping[str, Any]) -> bool:
     """Nothing left to end: its deletion taken (ours whose answer was lost, or another's), or finished."""
     return kpods.deleting(pod) or kpods.finished(pod)
+
+
+def own_mark(pod: Mapping[str, Any]) -> Disruption | None:
+    """The cause of topogang's own mark on the pod (a true `DisruptionTarget` condition whose reason
+    and message are ones topogang writes), or None.
+
+    The condition is trusted because of who can write it: a pod's status is written through
+    `pods/status` only (the API server clears the status a pod is created with and ignores the
+    status of an update to the pod itself), which the kubelet, kube-scheduler, the controllers and
+    topogang may write, and a tenant normally may not. Nothing a tenant can patch (metadata,
+    annotations, labels) is read here. And the only pod ever deleted for a mark is the very pod
+    that carries it (the UID as precondition): whoever may write its status already holds its life.
+
+    Other writers mark pods too, and their marks are not topogang's to finish: the taint manager,
+    the Eviction API, the kubelet and the pod garbage collector each have a reason of their own,
+    and kube-scheduler's `PreemptionByScheduler` is the reason topogang gives its preemptions as
+    well. kube-scheduler writes "<schedulerName>: preempting to accommodate a higher priority pod"
+    (or "podgroup"), and topogang's profile is named `topogang` by default, so the prefix alone
+    proves nothing there: only topogang's own text, "pod group" and an optional "(<gang>)", does.
+    kube-scheduler preempts in that profile on its own for a preemptor the extender is not asked
+    about, so such a victim is no pod topogang chose. (A victim topogang chose that kube-scheduler
+    happened to mark first keeps kube-scheduler's text: it is not taken, the safe way to be wrong.)
+    The first `DisruptionTarget` condition counts, as Kubernetes' own readers take it."""
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    if not isinstance(conditions, list):
+        return None
+    mark = next(
+        (c for c in conditions if isinstance(c, dict) and c.get("type") == kpods.DISRUPTION_TARGET), None
+    )
+    if mark is None or mark.get("status") != "True":
+        return None
+    reason, message = mark.get("reason"), mark.get("message")
+    if not isinstance(reason, str) or not isinstance(message, str):
+        return None
+    if reason == PREEMPTED:
+        if message != PREEMPTION_TEXT and not message.startswith(PREEMPTION_TEXT + " ("):
+            return None
+    elif reason not in OWN_REASONS or not message.startswith(MARK_PREFIX):
+        return None
+    # the message as written, so a mark written again (reset meanwhile) reads the same
+    return Disruption(reason, printable(message[len(MARK_PREFIX) :], MAX_MESSAGE))
 
 
 def backoff(attempts: int, first: float = FIRST, cap: float = CAP) -> float:
@@ -135,6 +187,54 @@ class EvictionRetries:
         self.wake.set()
         return retry
 
+    def inherit(self) -> int:
+        """Keep every watched pod that runs with topogang's own mark (`own_mark`), due at once: a
+        lead taking over the evictions a leader before it (or this process before a restart) began
+        and may not have finished. How many were taken.
+
+        Only a pod not going and not finished: one with its deletion taken is done, as `saw` says.
+        Whether the new leader's core holds the pod as a member does not count. topogang marks a
+        pod only once it has decided to end it (the mark comes just before the deletion, never on
+        its own), and no path takes that decision back. But recovery, after a restart or on a pod
+        the watch brings, adopts every bound pod from its signed bind info without reading marks,
+        so a marked pod is often back in its gang there: adopted blindly, not kept by a decision.
+        Ending it finishes what the earlier leader decided, as its own book would have, and the new
+        core sees a member go, as for any deletion (its slot open for a replacement, within its
+        gang's TTL).
+
+        The mark does not last for ever: kube-controller-manager's disruption controller sets a
+        true `DisruptionTarget` on a pod not deleted within 2 minutes back to False, dropping its
+        reason. A try writes the mark again when it is gone (`extender.kube.evictions`), and tries
+        come at most `CAP` apart, so while a leader tries the mark is missing for a minute at most
+        at a time; a pod no leader tried for longer reads as unmarked, and is left to the new core
+        (a lead that begins in such a minute misses it too)."""
+        taken = 0
+        now = self.clock()
+        for pod in list(self.sync.pods.values()):
+            try:
+                uid, ns, name = kpods.uid(pod), kpods.namespace(pod), kpods.name(pod)
+                if not uid or not name or uid in self.pending or _done(pod):
+                    continue
+                why = own_mark(pod)
+            except Exception:  # one pod's content: logged, and the others are still read
+                log.exception("reading a watched pod for topogang's mark failed; skipped")
+                continue
+            if why is None:
+                continue
+            if len(self.pending) >= self.limit:
+                log.warning(
+                    "pods marked by topogang and still running are not all tried: %d pods wait already",
+                    len(self.pending),
+                )
+                break
+            self.pending[uid] = Retry(uid, ns, name, why, 0, now)
+            self.by_name[(ns, name)] = uid
+            taken += 1
+            log.info("pod %s/%s (%s) runs with topogang's mark (%s): deleting it", ns, name, uid, why.reason)
+        if taken:
+            self.wake.set()
+        return taken
+
     def drop(self, uid: str) -> None:
         retry = self.pending.pop(uid, None)
         if retry is not None and self.by_name.get((retry.namespace, retry.name)) == uid:
@@ -189,8 +289,10 @@ class EvictionRetries:
         return len(batch)
 
     async def run(self) -> None:
-        """The leader's task: try pods as they fall due, `rate` a second at most; asleep while the book
-        is empty, until a failure wakes it."""
+        """The leader's task: take over what an earlier leader left marked (`inherit`), then try pods
+        as they fall due, `rate` a second at most; asleep while the book is empty, until a failure
+        wakes it."""
+        self.inherit()
         while True:
             try:
                 tried = await self.retry_due()
