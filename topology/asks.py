@@ -49,14 +49,14 @@ class MemberAsk:
 
 @dataclass(frozen=True, slots=True)
 class ReserveLimit:
-    """The most GPUs (leaf cells) the gangs whose keys start with `prefix` may hold at once in slots
-    no pod has claimed: one tenant's reservations not yet filled. The edge makes `prefix` the
-    namespace's `<namespace>/` (every gang key of a namespace starts so) and `key` the setting that
-    sets it, for the wait's text. Without it, a tenant who creates one pod of each of many large
+    """The most GPUs (leaf cells) the gangs of `group` (`reservations.group_of`: the edge's
+    namespace, every gang key of which starts `<namespace>/`) may hold at once in slots no pod has
+    been bound to yet: one tenant's reservations not yet filled. `key` names the setting, for the
+    wait's text. Without it, a tenant who creates one pod of each of many large
     gangs holds the cluster's free GPUs (or a shared VC's quota) for a reservation TTL at a time,
     and again under each new name: the GPUs are reserved, not used, and other teams wait."""
 
-    prefix: str
+    group: str
     gpus: int
     key: str
 
@@ -330,24 +330,28 @@ def held_back(
     cluster: Cluster, req: GangRequest, behind: str | None, limit: ReserveLimit | None
 ) -> Wait | None:
     """Why a gang not yet placed may not be placed now, whatever room there is: its VC's older gang
-    goes first (`behind`), or its tenant's reservations not yet filled would pass `limit`."""
+    goes first (`behind`), or its tenant's reservations not yet filled would pass `limit`. A gang
+    larger than the bound by itself could never be placed under it: `UserError`, as for any request
+    the config cannot grant, so its members are told at once and nothing waits for it."""
     if behind is not None:
         return queued(req, behind)
     if limit is None:
         return None
-    held, total = cluster.reservations.unclaimed_leaves(limit.prefix), req.leaf_total
+    total = req.leaf_total
+    if total > limit.gpus:
+        raise UserError(
+            "affinityGroup.members",
+            f"gang {req.name} asks for {total} GPUs, more than its namespace may hold reserved before its "
+            f"pods are bound ({limit.key}: {limit.gpus}): raise it, or split the gang",
+        )
+    held = cluster.reservations.unclaimed_leaves(limit.group)
     if held + total <= limit.gpus:
         return None
-    if total > limit.gpus:
-        why = f"its {total} GPUs are more than {limit.key} ({limit.gpus}) lets its namespace hold unbound"
-        then = "it can be placed only once that is raised"
-    else:
-        why = (
-            f"its namespace's gangs hold {held} GPUs in slots no pod is bound to yet; with this gang's "
-            f"{total} that passes {limit.key} ({limit.gpus})"
-        )
-        then = "it is placed once those gangs' pods are bound or the gangs let go"
-    msg = f"gang {req.name} waits: {why}; {then}"
+    msg = (
+        f"its namespace's gangs hold {held} GPUs in slots no pod is bound to yet; with this gang's {total} "
+        f"that passes {limit.key} ({limit.gpus}); it is placed once those gangs' pods are bound or the "
+        "gangs let go"
+    )
     reason = WaitReason(WaitCode.TENANT_LIMIT, req.vc, msg, needed=total, available=max(0, limit.gpus - held))
     return Wait(reason)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topology.buddy import feasible, holds_guaranteed
+from topology.reservations import group_of
 from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
 
 if TYPE_CHECKING:
@@ -201,6 +202,11 @@ def _indexes(core: Core) -> list[str]:
     }
     if st.pool_order.kept() != pool:
         out.append("the free pool's order by used leaves disagrees with the pool")
+    groups: dict[str, set[str]] = {}
+    for name in core.reservations.by_name:
+        groups.setdefault(group_of(name), set()).add(name)
+    if core.reservations.by_group != groups:
+        out.append("the gangs by group disagree with the gangs by name")
     return out
 
 

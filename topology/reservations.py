@@ -80,6 +80,13 @@ class Gang:
         return None
 
 
+def group_of(name: str) -> str:
+    """A gang name's group: what comes before its first `/`. The edge makes every key
+    `<namespace>/<name>` (`extender.gangs.identity`), so a group is a namespace; the core reads no
+    more into it than that names sharing it are counted together."""
+    return name.partition("/")[0]
+
+
 class Reservations:
     """Gangs by name and id, and which gang each pod belongs to. (Not "ledger": that word names the
     FrameworkBarrier's gang ledger in `extender/`.)"""
@@ -94,6 +101,9 @@ class Reservations:
         # whole (expired, or every member gone): its next placement carries the deadline on, or
         # waits a TTL past it (`expiry.cooling`, `gangs.record_gang`)
         self.windows: dict[str, tuple[float, float]] = {}
+        # a name's group (`group_of`: the edge's namespace) -> the names of its gangs in `by_name`,
+        # so one tenant's reservations are counted without a scan of every gang (`unclaimed_leaves`)
+        self.by_group: dict[str, set[str]] = {}
         self._next_id = 0
 
     def new_id(self) -> int:
@@ -113,6 +123,7 @@ class Reservations:
     def add(self, gang: Gang) -> None:
         self.by_name[gang.name] = gang
         self.by_id[gang.id] = gang
+        self.by_group.setdefault(group_of(gang.name), set()).add(gang.name)
         if gang.request.promote_when_quota:
             self.promote_ids.add(gang.id)
 
@@ -120,21 +131,27 @@ class Reservations:
         gang.gone = True
         self.by_name.pop(gang.name, None)
         self.by_id.pop(gang.id, None)
+        names = self.by_group.get(group_of(gang.name))
+        if names is not None:
+            names.discard(gang.name)
+            if not names:
+                del self.by_group[group_of(gang.name)]
         self.promote_ids.discard(gang.id)
         self.promoted.discard(gang.id)
         for s in gang.slots:
             if s.pod_uid is not None and self.pod_gang.get(s.pod_uid) == gang.id:
                 del self.pod_gang[s.pod_uid]
 
-    def unclaimed_leaves(self, prefix: str) -> int:
-        """Leaves held in slots no pod has claimed (reserved, not yet bound) by the gangs whose names
-        start with `prefix`: what one tenant's reservations keep from everyone else until its pods
-        come (`asks.ReserveLimit`). A scan of every gang, made only for a namespace with a limit."""
+    def unclaimed_leaves(self, group: str) -> int:
+        """Leaves held in slots no pod has been bound to yet by the gangs of `group` (`group_of`):
+        what one tenant's reservations keep from everyone else until its pods come
+        (`asks.ReserveLimit`). A finished pod's slot is not counted: its pod came and ran, and the
+        GPUs are its running gang's, as any pod's it keeps busy."""
+        by_name = self.by_name
         return sum(
             s.leaf_number
-            for g in self.by_name.values()
-            if g.name.startswith(prefix)
-            for s in g.slots
+            for name in self.by_group.get(group, ())
+            for s in by_name[name].slots
             if s.pod_uid is None and not s.finished and not s.released_early
         )
 

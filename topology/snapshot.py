@@ -132,7 +132,16 @@ def _clone_gang(g: Gang) -> Gang:
     return Gang(*[copy(getattr(g, name)) for name, copy in zip(_GANG_ORDER, _GANG_COPIES, strict=True)])
 
 
-RESERVATION_FIELDS = ("by_name", "by_id", "pod_gang", "promote_ids", "promoted", "windows", "_next_id")
+RESERVATION_FIELDS = (
+    "by_name",
+    "by_id",
+    "pod_gang",
+    "promote_ids",
+    "promoted",
+    "windows",
+    "by_group",
+    "_next_id",
+)
 
 
 def _clone_reservations(r: Reservations) -> Reservations:
@@ -147,6 +156,7 @@ def _clone_reservations(r: Reservations) -> Reservations:
     out.promote_ids = r.promote_ids.copy()
     out.promoted = r.promoted.copy()
     out.windows = r.windows.copy()  # (start, deadline) pairs: immutable values
+    out.by_group = {group: names.copy() for group, names in r.by_group.items()}
     out._next_id = r._next_id
     return out
 

@@ -108,15 +108,20 @@ class Entitlements:
             )
         return cls(tenants, nvcs, mode, extras.default_max_reserved_gpus)
 
+    def bounds(self) -> tuple[int | None, dict[str, int | None]]:
+        """The bounds on reservations not yet filled (the default, each entry's): a reload that
+        changes them may let a gang held by one go (`extender.http.reload`)."""
+        return self.default_reserved, {ns: t.max_reserved for ns, t in self.tenants.items()}
+
     def reserve_limit(self, namespace: str) -> ReserveLimit | None:
         """The GPUs the namespace's gangs may hold unbound at once (`asks.ReserveLimit`), with the key
         that sets it; None: no limit. Read for every filter: a dict lookup when no limit is set."""
         tenant = self.tenants.get(namespace)
         if tenant is not None and tenant.max_reserved is not None:
-            return ReserveLimit(f"{namespace}/", tenant.max_reserved, f"{tenant.key}.maxReservedGpus")
+            return ReserveLimit(namespace, tenant.max_reserved, f"{tenant.key}.maxReservedGpus")
         if self.default_reserved is None:
             return None
-        return ReserveLimit(f"{namespace}/", self.default_reserved, "topogang.defaultMaxReservedGpus")
+        return ReserveLimit(namespace, self.default_reserved, "topogang.defaultMaxReservedGpus")
 
     def tenant(self, namespace: str) -> Tenant | None:
         """The namespace's entitlement; None when it may use everything."""

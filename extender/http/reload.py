@@ -166,10 +166,12 @@ class ConfigWatcher:
                 return "refused"
             old, self.scheduler.core = self.scheduler.core, new_core
             self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
+            bounds = self.scheduler.entitlement.rules.bounds()
             self.scheduler.entitlement.configure(loaded.extras)  # the serve flag's mode stays
-            if self.scheduler.vc_queueing != loaded.extras.vc_queueing:
-                self.scheduler.vc_queueing = loaded.extras.vc_queueing
-                self.scheduler.requeue.freed()  # gangs queued behind an older one may go now
+            queueing, self.scheduler.vc_queueing = self.scheduler.vc_queueing, loaded.extras.vc_queueing
+            if queueing != loaded.extras.vc_queueing or bounds != self.scheduler.entitlement.rules.bounds():
+                # gangs queued behind an older one, or held by their namespace's bound, may go now
+                self.scheduler.requeue.freed()
             ttl = float(loaded.extras.reservation_ttl_seconds)
             ttl_was = self.scheduler.ttl_seconds
             if self.follow_ttl:

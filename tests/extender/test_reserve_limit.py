@@ -8,13 +8,16 @@ limit counts the gangs whose keys start with it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from config.load import ConfigError
+from extender.http.reload import ConfigWatcher
 from extender.http.verbs import Scheduler
-from tests.extender.helpers import bind_args, run
+from extender.standalone import EXAMPLE_CONFIG
+from tests.extender.helpers import Clock, bind_args, run
 from tests.extender.test_entitlement import config, make
 from tests.extender.test_vc_order import filtered, gang
 
@@ -64,8 +67,9 @@ def test_the_default_limit_holds_a_namespace_without_its_own() -> None:
     async def go() -> None:
         s = limited()
         passed, why = await filtered(s, gang("n", 2, ns="nlp", vc="nlp")[0])  # 16 > the default 8
-        assert not passed and "[TenantLimit]" in why, why
-        assert "its 16 GPUs are more than topogang.defaultMaxReservedGpus (8)" in why, why
+        assert not passed and "asks for 16 GPUs" in why and "topogang.defaultMaxReservedGpus: 8" in why, why
+        rec = s.gang_ledger.records["nlp/n"]
+        assert s.gang_ledger.status(s.core, rec, s.waiting_of)["neverFits"] is True
         passed, why = await filtered(s, gang("m", 1, ns="nlp", vc="nlp")[0])
         assert passed, why
 
@@ -92,17 +96,22 @@ def test_a_gang_held_by_its_limit_is_given_no_victims_by_the_preempt_verb() -> N
     async def go() -> None:
         from extender.http import wire
 
-        # research's opportunistic gangs fill the cluster; vision's guaranteed gang would preempt them
+        # research's opportunistic gangs fill the cluster around a vision gang not yet bound; another
+        # vision gang would preempt them
         loose = make(config(""))[0]
         tight = make(config("  tenants:\n    vision: {maxReservedGpus: 8}\n"))[0]
         victims: list[Any] = []
         for s in (loose, tight):
-            for i in range(3):
-                for p in gang(f"fill{i}", 4, ns="research", vc="research", priority=-1):
+            fills = [gang(f"fill{i}", 4, ns="research", vc="research", priority=-1) for i in range(2)]
+            fills.append(gang("fill2", 3, ns="research", vc="research", priority=-1))
+            for i, members in enumerate(fills):
+                if i == 2:
+                    await first_member_reserved(s, gang("first", 1, ns="vision", vc="vision"))
+                for p in members:
                     passed, why = await filtered(s, p)
                     assert passed, why
                     assert await s.bind(bind_args(p, passed[0])) == {"Error": ""}
-            want = gang("want", 2, ns="vision", vc="vision")[0]
+            want = gang("want", 1, ns="vision", vc="vision")[0]
             body = {"Pod": want, "NodeNameToMetaVictims": {}}
             got = await s.preempt(wire.parse_preemption_args(body))
             victims.append(got.get("NodeNameToMetaVictims") or {})
@@ -120,14 +129,24 @@ def test_a_negative_limit_is_refused_naming_the_key() -> None:
         config("  defaultMaxReservedGpus: -8\n")
 
 
-def test_a_reload_that_raises_the_limit_lets_the_waiting_gang_go() -> None:
+def test_a_reload_that_raises_the_limit_lets_the_waiting_gang_go(tmp_path: Path) -> None:
+    """The admin's edit is applied by the extender's own watcher, and the pods held by the old
+    bound are due for a requeue at once (kube-scheduler would otherwise retry them only on some
+    unrelated event, or after its five-minute flush)."""
+
     async def go() -> None:
+        path = tmp_path / "cluster.yaml"
+        path.write_text(EXAMPLE_CONFIG.read_text(encoding="utf-8") + LIMITED, encoding="utf-8")
         s = limited()
+        watcher = ConfigWatcher(s, path, clock=Clock())
         await first_member_reserved(s, gang("a", 2, ns="vision", vc="vision"))
         b = gang("b", 1, ns="vision", vc="vision")[0]
         passed, why = await filtered(s, b)
         assert not passed and "[TenantLimit]" in why, why
-        s.entitlement.configure(config("  tenants:\n    vision: {maxReservedGpus: 24}\n").extras)
+        raised = path.read_text(encoding="utf-8").replace("maxReservedGpus: 16", "maxReservedGpus: 24")
+        path.write_text(raised, encoding="utf-8")
+        assert await watcher.check() == "applied"
+        assert str(b["metadata"]["uid"]) in {p.uid for p in s.requeue.take(100)}
         passed, why = await filtered(s, b)
         assert passed, why
 

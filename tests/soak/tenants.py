@@ -60,6 +60,12 @@ RULES: tuple[tuple[str, Rights], ...] = (
 )
 
 
+# `intruder`'s bound on GPUs reserved and not yet bound (`maxReservedGpus`) under each of `RULES`
+# (None: none); it creates the first pods of gangs named after other teams' live jobs, most of which
+# never fill, the very holding the bound is for
+INTRUDER_BOUND: tuple[int | None, ...] = (4, 2, None, 8, 4)
+
+
 def may_use(rules: int) -> Rights:
     """What each namespace may hold under `RULES[rules]`, as the README states the rules."""
     mode, tenants = RULES[rules]
@@ -76,9 +82,25 @@ def config_text(base: str, rules: int) -> str:
     entitlements: what a platform team that keeps tenants apart sets."""
     mode, tenants = RULES[rules]
     lines = [f"  defaultEntitlement: {mode}", "  tenants:"]
-    for ns, (vcs, ceiling) in sorted(tenants.items()):
-        lines.append(f"    {ns}: {{virtualClusters: [{', '.join(sorted(vcs))}], maxPriority: {ceiling}}}")
+    bound = INTRUDER_BOUND[rules]
+    entries = {**({INTRUDER: (frozenset(), -1)} if bound is not None and mode != "none" else {}), **tenants}
+    for ns, (vcs, ceiling) in sorted(entries.items()):
+        extra = f", maxReservedGpus: {bound}" if ns == INTRUDER and bound is not None else ""
+        lines.append(
+            f"    {ns}: {{virtualClusters: [{', '.join(sorted(vcs))}], maxPriority: {ceiling}{extra}}}"
+        )
     return base + "\n".join(lines) + "\n"
+
+
+def unbound_gpus(core: Core, namespace: str) -> int:
+    """GPUs the namespace's gangs hold in slots no pod is bound to, counted from the gangs."""
+    return sum(
+        s.leaf_number
+        for g in core.gangs()
+        if split_key(g.name)[0] == namespace
+        for s in g.slots
+        if s.pod_uid is None and not s.finished and not s.released_early
+    )
 
 
 # what the extender says when it refuses a pod for its entitlement (counted apart in the outcomes)
@@ -206,6 +228,7 @@ class Judge:
                 _, rules, quota = self.given[g.id]
             else:  # renumbered, or let go and still running (`<gang>/evicted/<n>`): what it was given
                 known = by_name.get(g.name)
+                out += self._past_bound(core, g, known is None and g.name == _base(g.name))
                 if known is None and g.name != _base(g.name):
                     known = evicted.get(_base(g.name)) or by_name.get(_base(g.name))
                 rules, quota = known or (self.rules, self.rules if holds else None)
@@ -215,6 +238,19 @@ class Judge:
             out += _beyond(g, may_use(rules), may_use(quota if quota is not None else rules))
         self.given, self.carried = given, {}
         return out
+
+    def _past_bound(self, core: Core, g: Gang, new: bool) -> list[str]:
+        """A gang placed just now (not renumbered, not adopted) of a namespace with a bound on GPUs
+        reserved and not yet bound: the namespace's such GPUs, its own included, within the bound."""
+        bound = INTRUDER_BOUND[self.rules]
+        if not new or bound is None or split_key(g.name)[0] != INTRUDER or RULES[self.rules][0] == "none":
+            return []
+        held = unbound_gpus(core, INTRUDER)
+        return (
+            [f"gang {g.name} placed; {INTRUDER} holds {held} GPUs unbound, past its bound {bound}"]
+            if held > bound
+            else []
+        )
 
 
 def _base(gang: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,10 +15,10 @@ from tests.topology.fixtures import gang, rack_cluster, run
 from topology import inspect
 from topology.asks import FilterAsk, MemberAsk, ReserveLimit, Slots, Waits
 from topology.core import Core
-from topology.decisions import Preemption, Wait, WaitCode
+from topology.decisions import Preemption, UserError, Wait, WaitCode
 from topology.invariants import violations
 
-LIMIT = ReserveLimit("ns/", 16, "topogang.tenants.ns.maxReservedGpus")
+LIMIT = ReserveLimit("ns", 16, "topogang.tenants.ns.maxReservedGpus")
 
 
 def picture(core: Core) -> Any:
@@ -52,7 +53,7 @@ def test_a_gang_past_its_namespaces_limit_waits_and_nothing_changes() -> None:
     # another namespace's gang is not held back, and neither is a member of the placed gang
     assert isinstance(first_filter(core, "other/c", 1, "c0", None).outcome, Slots)
     bind_first_open(core, "ns/a", 2, "a0")
-    assert core.reservations.unclaimed_leaves("ns/") == 8
+    assert core.reservations.unclaimed_leaves("ns") == 8
     assert isinstance(first_filter(core, "ns/b", 1, "b0").outcome, Slots)  # 8 + 8 fits the 16
     assert violations(core) == []
 
@@ -64,33 +65,39 @@ def test_binding_the_namespaces_pods_lets_the_next_gang_go() -> None:
     bind_first_open(core, "ns/a", 2, "a0")
     assert isinstance(first_filter(core, "ns/b", 2, "b0").outcome, Waits)  # 8 + 16 > 16
     bind_first_open(core, "ns/a", 2, "a1")
-    assert core.reservations.unclaimed_leaves("ns/") == 0
+    assert core.reservations.unclaimed_leaves("ns") == 0
     assert isinstance(first_filter(core, "ns/b", 2, "b0").outcome, Slots)
 
 
-def test_a_gang_larger_than_the_limit_is_told_it_never_goes_under_it() -> None:
+def test_a_gang_larger_than_the_limit_is_refused_naming_the_setting() -> None:
+    """It could never be placed under the bound: an error at once (the ledger says it never fits,
+    nobody requeues it), not a wait; from the preempt verb too, and nothing changes."""
     core = Core(rack_cluster())
+    before = picture(core)
     got = first_filter(core, "ns/big", 3, "x0")
-    assert isinstance(got.outcome, Waits)
-    assert (
-        "its 24 GPUs are more than topogang.tenants.ns.maxReservedGpus (16)"
-        in got.outcome.wait.reason.message
+    assert got.outcome is None and got.error is not None and got.error.field == "affinityGroup.members"
+    assert "asks for 24 GPUs" in str(got.error) and "topogang.tenants.ns.maxReservedGpus: 16" in str(
+        got.error
     )
-    assert core.gang("ns/big") is None
+    with pytest.raises(UserError, match="asks for 24 GPUs"):
+        core.preempt_member(MemberAsk(gang("ns/big", "a", (3, 8)), "x0", 8), 0.0, None, LIMIT)
+    assert core.gang("ns/big") is None and picture(core) == before
 
 
 def test_a_gang_held_back_by_its_limit_preempts_nobody() -> None:
     def guest_on_the_rack() -> Core:
+        """A guest on three of the rack's four nodes; ns holds VC a's last free node, not yet bound."""
         core = Core(rack_cluster(racks=1, vcs={"a": [("NODE", 2)], "b": [("NODE", 2)]}))
-        run(core, gang("other/guest", "b", (4, 8), priority=-1), "o")  # the whole rack, as a guest
+        run(core, gang("other/guest", "b", (3, 8), priority=-1), "o")
+        assert isinstance(first_filter(core, "ns/first", 1, "f0", None).outcome, Slots)
         return core
 
-    req = gang("ns/owner", "a", (2, 8))
+    req = gang("ns/owner", "a", (1, 8))
     unlimited = guest_on_the_rack().preempt_member(MemberAsk(req, "u1", 8), 0.0)
     assert isinstance(unlimited.got, Preemption) and unlimited.got.victims
     core = guest_on_the_rack()
     before = picture(core)
-    small = ReserveLimit("ns/", 8, "topogang.defaultMaxReservedGpus")
+    small = ReserveLimit("ns", 8, "topogang.defaultMaxReservedGpus")
     got = core.preempt_member(MemberAsk(req, "u1", 8), 0.0, None, small)
     assert isinstance(got.got, Wait) and got.got.reason.code is WaitCode.TENANT_LIMIT
     assert picture(core) == before and violations(core) == []
@@ -122,12 +129,12 @@ def test_a_new_placement_never_takes_a_namespace_past_its_limit(steps: list[tupl
         if step[0] == "new":
             name, pods = f"{step[1]}/g{n}", step[2]
             limit = LIMIT if step[1] == "ns" else None
-            held, before = core.reservations.unclaimed_leaves("ns/"), picture(core)
+            held, before = core.reservations.unclaimed_leaves("ns"), picture(core)
             got = first_filter(core, name, pods, f"{name}-0", limit)
             if isinstance(got.outcome, Slots):
                 sizes[name] = pods
                 assert limit is None or held + 8 * pods <= limit.gpus
-            else:
+            else:  # a wait, or refused outright (larger than the bound)
                 assert core.gang(name) is None and picture(core) == before
         elif step[0] == "bind" and sizes:
             name = sorted(sizes)[step[1] % len(sizes)]
