@@ -357,10 +357,12 @@ def held_back(
 
 
 def queued(req: GangRequest, behind: str) -> Wait:
-    """The wait of a gang whose VC's older gang (`behind`, as the pod may see it) waits for room."""
+    """The wait of a gang whose VC's older gang (`behind`, as the pod may see it) waits for room, or
+    its namespace's older gang for the namespace's bound on GPUs reserved and not yet bound."""
     msg = (
-        f"{behind} of VC {req.vc} is older and waits for room; the gangs of a VC start in the order "
-        "they were created (topogang.vcQueueing: StrictFIFO)"
+        f"{behind} is older and waits for room; the gangs of a VC, and a namespace's gangs under its "
+        "bound on GPUs reserved unbound, start in the order they were created (topogang.vcQueueing: "
+        "StrictFIFO)"
     )
     return Wait(WaitReason(WaitCode.QUEUED, req.vc, msg))
 

@@ -32,6 +32,12 @@ would put the gangs kube-scheduler happens to retry first ahead of older ones.
 
 The gang ahead is named to the pod only when it is of the pod's own namespace; a VC shared by
 several namespaces shows another namespace's gang by its size and age alone.
+
+A namespace's bound on GPUs reserved and not yet bound (`maxReservedGpus`) keeps the same order
+among the namespace's own gangs, whatever their VCs: a gang held back by it (`[TenantLimit]`) holds
+its namespace's later gangs at its priority or below, so they do not take, one after another, the
+bound it waits for (a gang as large as the bound goes only at a moment when none of its namespace's
+gangs waits for its pods). It holds no other namespace's gangs: the bound is its namespace's own.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from extender.gangs.entitlement import Entitlements, may_take_quota
 from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest
 from extender.gangs.waiting import Waiting
+from topology.decisions import WaitCode
 
 __all__ = ["BEST_EFFORT_FIFO", "STRICT_FIFO", "Holders", "VcQueueing", "shown"]
 
@@ -57,6 +64,7 @@ class Holders:
 
     def __init__(self, wall: Callable[[], float] = time.time) -> None:
         self._by_vc: dict[str, dict[str, Waiting]] = {}
+        self._by_namespace: dict[str, dict[str, Waiting]] = {}  # the waits held by their namespace's bound
         self.wall = wall  # the API server's clock, which `creationTimestamp` is read on
 
     def joined(self, pr: PodRequest, now: float, old: Waiting | None) -> float:
@@ -91,11 +99,22 @@ class Holders:
             self._by_vc.setdefault(w.vc, {})[w.gang] = w
         else:
             self.drop(w.gang, w.vc)
+        if w.reason.code is WaitCode.TENANT_LIMIT:
+            self._by_namespace.setdefault(split_key(w.gang)[0], {})[w.gang] = w
+        else:
+            self._drop_held(w.gang)
+
+    def _drop_held(self, gang: str) -> None:
+        ns = split_key(gang)[0]
+        of_ns = self._by_namespace.get(ns)
+        if of_ns is not None and of_ns.pop(gang, None) is not None and not of_ns:
+            del self._by_namespace[ns]
 
     def drop(self, gang: str, vc: str) -> None:
         of_vc = self._by_vc.get(vc)
         if of_vc is not None and of_vc.pop(gang, None) is not None and not of_vc:
             del self._by_vc[vc]
+        self._drop_held(gang)
 
     def ahead_of(
         self,
@@ -108,20 +127,21 @@ class Holders:
         """The gang `pr`'s gang waits behind (as the pod may see it named), or None: the oldest
         holder of its VC at its priority or above, seen since `seen_since`, that started waiting
         before it (the gang's own first wait, else now), and whose namespace may take the VC's quota
-        under `rules` (the ones in force: a reload applies to the waits already held)."""
+        under `rules` (the ones in force: a reload applies to the waits already held); or, the same
+        way, the oldest gang of its own namespace held back by the namespace's bound."""
         req = pr.request
-        of_vc = self._by_vc.get(req.vc)
-        if not of_vc:
+        of_vc, of_ns = self._by_vc.get(req.vc), self._by_namespace.get(pr.namespace)
+        if not of_vc and not of_ns:
             return None
         first: Waiting | None = None
-        for w in of_vc.values():
+        for w in [*(of_vc or {}).values(), *(of_ns or {}).values()]:
             # not its own wait (older than the pod read now), nor one no longer current or seen
             if w.gang == pr.gang or w.priority < req.priority or w.last_seen < seen_since:
                 continue
             if waiting.get(w.gang) is not w:
                 continue
             # a guest of the VC (its namespace may not take the VC's quota) has no place in its queue
-            if not may_take_quota(rules.tenant(split_key(w.gang)[0]), w.vc):
+            if w.holds and not may_take_quota(rules.tenant(split_key(w.gang)[0]), w.vc):
                 continue
             if first is None or (w.order, w.gang) < (first.order, first.gang):
                 first = w

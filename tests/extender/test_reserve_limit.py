@@ -151,3 +151,39 @@ def test_a_reload_that_raises_the_limit_lets_the_waiting_gang_go(tmp_path: Path)
         assert passed, why
 
     run(go())
+
+
+def test_a_gang_held_by_its_bound_keeps_its_place_ahead_of_its_namespaces_later_gangs() -> None:
+    """A gang as large as the bound goes only at a moment when none of its namespace's gangs waits
+    for its pods. kube-scheduler binds asynchronously, so the next pod's filter lands between a
+    small gang's filter and its bind: without an order, the namespace's later small gangs would go
+    one after another while the big one waits [TenantLimit], until the VC is full. Under StrictFIFO
+    they wait behind it [Queued], as a VC's later gangs wait behind its older one; another
+    namespace's gangs do not."""
+
+    async def go() -> None:
+        s = make(
+            config(
+                "  tenants:\n    vision: {maxReservedGpus: 16}\n    vision-b: {virtualClusters: [vision]}\n"
+            )
+        )[0]
+        big = gang("big", 2, ns="vision", vc="vision")  # 16 GPUs, the oldest
+        first = gang("s0", 1, ns="vision", vc="vision")[0]
+        passed, why = await filtered(s, first)  # a small gang filtered, its bind in flight
+        assert passed, why
+        passed, why = await filtered(s, big[0])
+        assert not passed and "[TenantLimit]" in why, why
+        later = gang("s1", 1, ns="vision", vc="vision")[0]
+        passed, why = await filtered(s, later)  # 8 + 8 fit the bound, but the big gang is older
+        assert not passed and "[Queued]" in why and "gang vision/big" in why, why
+        passed, why = await filtered(s, gang("o", 1, ns="vision-b", vc="vision")[0])
+        assert passed, why  # another namespace is not held by vision's bound
+        assert await s.bind(bind_args(first, (await filtered(s, first))[0][0])) == {"Error": ""}
+        for p in big:  # nothing of vision waits for its pods now: the big gang goes
+            passed, why = await filtered(s, p)
+            assert passed, why
+            assert await s.bind(bind_args(p, passed[0])) == {"Error": ""}
+        passed, why = await filtered(s, later)
+        assert passed, why
+
+    run(go())

@@ -1,6 +1,7 @@
-"""`vc_order.Holders`, the per-VC index of the waits that hold their VC back, answers as a scan of
-every waiting gang would, whatever the order of waits noted and ended, and whatever the namespaces
-may use (hypothesis)."""
+"""`vc_order.Holders`, the per-VC index of the waits that hold their VC back (and the per-namespace
+one of the waits its bound on GPUs reserved unbound holds), answers as a scan of every waiting gang
+would, whatever the order of waits noted and ended, and whatever the namespaces may use
+(hypothesis)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,15 @@ from topology.decisions import WaitCode, WaitReason
 GANGS = [f"{ns}/g{i}" for ns in ("nlp", "vision") for i in range(2)]
 
 waits = st.builds(
-    lambda gang, vc, priority, since, seen, holds, queued: Waiting(
+    lambda gang, vc, priority, since, seen, holds, queued, bound: Waiting(
         gang,
         vc,
         priority,
         1,
-        WaitReason(WaitCode.INSUFFICIENT_QUOTA, vc, "m"),
+        WaitReason(WaitCode.TENANT_LIMIT if bound else WaitCode.INSUFFICIENT_QUOTA, vc, "m"),
         since,
         since + seen,
-        holds,
+        holds and not bound,  # held by its namespace's bound: it holds no VC (`turned_away.NOT_HOLDING`)
         queued,
     ),
     st.sampled_from(GANGS),
@@ -37,6 +38,7 @@ waits = st.builds(
     st.integers(0, 20).map(float),
     st.booleans(),
     st.one_of(st.none(), st.integers(-5, 20).map(float)),  # its pods' creation, when they carry one
+    st.booleans(),  # [TenantLimit]: its namespace's bound on GPUs reserved unbound holds it
 )
 steps = st.lists(
     st.one_of(st.tuples(st.just("wait"), waits), st.tuples(st.just("end"), st.sampled_from(GANGS)))
@@ -68,13 +70,15 @@ def scan(
     ahead = [
         w
         for w in waiting.values()
-        if w.holds
-        and w.vc == vc
+        if (
+            (w.holds and w.vc == vc and may_take(closed, w.gang, w.vc))
+            # held by its namespace's bound: ahead of the namespace's later gangs, whatever their VC
+            or (w.reason.code is WaitCode.TENANT_LIMIT and w.gang.split("/")[0] == ns)
+        )
         and w.gang != gang
         and w.priority >= priority
         and w.last_seen >= since
         and (w.order, w.gang) < key
-        and may_take(closed, w.gang, w.vc)
     ]
     return shown(min(ahead, key=lambda w: (w.order, w.gang)), ns, now) if ahead else None
 
