@@ -8,7 +8,8 @@ reported. Nothing is moved and no GPU is given twice. Preemptions in flight are 
 in them yet) and reported; kube-scheduler retries them. Each gang is adopted with the quota cell
 type every GPU holds, as a restart reads them from the bind info: the VC binds the same cells again
 (a two-node gang on the VC's rack cell does not take a node cell another gang will need), a gang
-that held none (a guest, one downgraded) comes back opportunistic, a promoted one promoted.
+that held none (a guest, one downgraded) comes back opportunistic, a promoted one promoted; one
+downgraded stays so (`recovery.keep_downgraded`: not promoted, and no guest).
 
 The report's `impacts` is the one judgement of what an edit costs the gangs that run: the hot
 reload refuses an unconfirmed edit that has any (`extender/http/reload.py`), and `topogang diff
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from topology.core import Core
 from topology.decisions import AdoptedPod
 from topology.gangs import keep_until_gone, release
+from topology.recovery import keep_downgraded
 from topology.reservations import Gang, GangPhase
 from topology.spec import ClusterSpec
 
@@ -143,9 +145,11 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
             adopted.deadline = min(adopted.deadline, g.deadline)  # a reload does not extend the TTL
         report.lost.extend(h for h in adopted.history if "not in the cluster" in h or "already held" in h)
         if g.downgraded_by is not None and adopted.priority < 0:
-            adopted.downgraded_by = g.downgraded_by  # still lazily preempted: not to be promoted
+            keep_downgraded(new, g.name, g.downgraded_by)  # still lazily preempted: not to be promoted
         if adopted.priority < 0 <= g.priority:
-            adopted.downgraded_by = "reconfiguration"
+            # no guest either (`recovery.keep_downgraded`): a restart that reads this downgrade back
+            # from its record must find the gang as the reload left it
+            adopted.downgraded_by, adopted.guest = "reconfiguration", False
             report.downgraded.append(g.name)
         else:
             report.kept.append(g.name)

@@ -4,7 +4,8 @@
 guaranteed gang whose cells no longer fit its VC running as opportunistic. `restore` brings back a
 reservation persisted before a restart (nothing runs in it yet), whole on its recorded cells or not
 at all. Both bind the VC's quota cells again through `buddy.bind_for`, the type recorded at bind
-time first, so the VC gets the same cells back.
+time first, so the VC gets the same cells back. `keep_downgraded` puts back a lazy preemption's
+downgrade, which neither the pods nor a reservation's cells can say alone.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from topology.cluster import Cluster
 from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangPlacement, GangRequest, held_no_quota
 from topology.gangs import placement_of
 from topology.model import Topology
+from topology.preemption import downgrade
 from topology.promotion import PROMOTED_PRIORITY
 from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
@@ -144,6 +146,38 @@ def restore(
     if victims:
         cluster.preemptors.add(gid)
     return placement_of(cluster, gang)
+
+
+def keep_downgraded(cluster: Cluster, name: str, preemptor: str) -> bool:
+    """The gang `name`, adopted or restored again, was downgraded to opportunistic by `preemptor`
+    (a lazy preemption, or a reload that took its cells) before the restart or reload that rebuilt
+    it: it is so again. False: no such gang, or one being evicted (it holds its GPUs only until its
+    pods are gone, and is never promoted anyway).
+
+    HiveD leaves a lazily preempted gang opportunistic for good (`promotion.promotable`), but only
+    memory says it was downgraded: its pods' bind info was written at bind, before the downgrade,
+    and adoption brings back opportunistic only a gang whose cells no longer fit its VC, and as any
+    other opportunistic gang, promoted at the next release that frees its VC's quota. So the caller
+    says which gangs were downgraded (a record the edge keeps where tenants cannot write), and:
+
+    - a gang adopted on its VC's quota cells again (they fit: its preemptor ended before the
+      restart, or a standby's view never saw the downgrade, or promoted it meanwhile) gives them
+      back, as the downgrade gave them back when it was made, so its VC's other gangs get them;
+    - it is not promoted: a promotion made since the rebuild and not yet told to the edge
+      (`Core.take_promoted`) is taken back with it;
+    - it is no guest (`room`): a guaranteed gang that opted in and comes back on no quota cell is
+      taken for one (`_ran_as_guest`), counted against its VC's quota (`room.over_quota`) and kept
+      out of other guests' reach (`preemption.guest_plan`); a downgraded gang is neither, as before
+      the rebuild: it gave its quota up to a gang of its VC, and waits for none."""
+    g = cluster.reservations.by_name.get(name)
+    if g is None or g.evicting:
+        return False
+    if g.priority >= 0:
+        downgrade(cluster, g, preemptor)
+    g.downgraded_by, g.guest = preemptor, False
+    cluster.reservations.promoted.discard(g.id)
+    g.history.append(f"still downgraded to opportunistic by {preemptor}, as recorded before it was rebuilt")
+    return True
 
 
 def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: float) -> Gang:

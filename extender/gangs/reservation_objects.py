@@ -6,6 +6,17 @@ deleted for a preemptor nobody remembers. Here such a reservation is written to 
 it is made and read back at start. A gang with a bound member needs no object: its pods' bind
 annotations carry the whole placement (`extender.kube.recovery`), so the object is deleted then.
 
+Except while a lazy preemption has it downgraded to opportunistic. HiveD never promotes such a gang
+again (`topology.promotion`), but nothing in its pods can say it was downgraded: the bind info is
+written at bind, before any downgrade, and a pod's annotations are its owner's to write. A restart
+would adopt it as any opportunistic gang, promoted at the next release that frees its VC's quota.
+So its object stays, or is written, for as long as the gang is downgraded, naming its preemptor
+(`DOWNGRADED_BY`), and is read back into the adopted gang (`topology.recovery.keep_downgraded`).
+The record is tenant-proof where a pod's annotation is not: the objects live in the extender's own
+namespace, whose writes on them the chart grants to the extender's service account alone (its Role),
+and what it holds comes from the core, never from a pod. It goes with the gang (released, evicted)
+or with the downgrade (undone), at the next sync that finds the core no longer needs it.
+
 Wall-clock time is stored (`expiresAt`) because the monotonic clock means nothing to the next
 process; it is converted back to the scheduler's clock on restore. Pure functions: no I/O.
 """
@@ -20,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from topology.core import Core
-from topology.decisions import AdoptedPod, GangRequest, Member
+from topology.decisions import AdoptedPod, GangPlacement, GangRequest, Member
 from topology.reservations import Gang, GangPhase
 
 GROUP = "topogang.io"
@@ -29,6 +40,9 @@ KIND = "GangReservation"
 PLURAL = "gangreservations"
 API_VERSION = f"{GROUP}/{VERSION}"
 GANG_LABEL = "topogang.io/gang-hash"
+# on the object, the gang a lazy preemption downgraded it for: an annotation, not a spec field, so
+# the CRD's structural schema (which prunes fields it does not declare) keeps it as it is
+DOWNGRADED_BY = "topogang.io/downgraded-by"
 
 
 def collection_path(namespace: str) -> str:
@@ -51,10 +65,14 @@ def needs_object(gang: Gang) -> bool:
     """Whether only an object can bring this reservation back as it was: it preempts (victims are
     being deleted for it), or it is not whole yet. With no member bound no annotation records it;
     with some bound, the members' bind info records where it is but not its deadline, which a
-    restart must keep (the TTL caps how long a gang holds cells while not whole)."""
+    restart must keep (the TTL caps how long a gang holds cells while not whole). Or it runs
+    downgraded by a lazy preemption, which nothing else records (see the module). A gang being
+    evicted needs none: a restart holds its pods' GPUs until they are gone, and promotes nothing."""
     if gang.phase is GangPhase.PREEMPTING:
         return True
-    return gang.phase is GangPhase.RESERVED and not gang.evicting
+    if gang.evicting:
+        return False
+    return gang.phase is GangPhase.RESERVED or gang.downgraded_by is not None
 
 
 def needs_write_through(gang: Gang) -> bool:
@@ -92,10 +110,16 @@ def encode(core: Core, gang: Gang, *, clock_now: float, wall_now: datetime) -> d
         if s.key is not None:
             slot["key"] = s.key
         slots.append(slot)
+    metadata: dict[str, Any] = {"name": object_name(gang.name)}
+    if gang.downgraded_by is not None:
+        metadata["annotations"] = {DOWNGRADED_BY: gang.downgraded_by}
+    # the CRD's phases are a reservation's (Preempting, Reserved): a whole gang's object, kept only
+    # for its downgrade, has none
+    status = {"phase": gang.phase.value} if gang.phase is not GangPhase.BOUND else {}
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": object_name(gang.name)},
+        "metadata": metadata,
         "spec": {
             "gang": gang.name,
             "virtualCluster": req.vc,
@@ -112,22 +136,31 @@ def encode(core: Core, gang: Gang, *, clock_now: float, wall_now: datetime) -> d
             "slots": slots,
             "expiresAt": expires,
         },
-        "status": {"phase": gang.phase.value, "reservedAt": _stamp(wall_now)},
+        "status": {**status, "reservedAt": _stamp(wall_now)},
     }
 
 
-Fingerprint = tuple[str, str, str]
-UNKNOWN: Fingerprint = ("", "", "")  # an object read back, not yet written by this process
+Fingerprint = tuple[str, str, str, str]
+UNKNOWN: Fingerprint = ("", "", "", "")  # an object read back, not yet written by this process
+
+
+def downgraded_by(obj: Mapping[str, Any]) -> str | None:
+    """The preemptor an object records its gang was downgraded for, if any."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    by = annotations.get(DOWNGRADED_BY) if isinstance(annotations, Mapping) else None
+    return str(by) if by is not None else None
 
 
 def fingerprint(body: Mapping[str, Any]) -> Fingerprint:
     """What, when changed, is worth a write: the placement is fixed once made, so only the phase
-    (Preempting -> Reserved), the deadline (restarted once the victims are gone) and the cells the
-    gang is held through move; the last when a lazy preemption downgrades it to opportunistic, which
-    a restart must see, or it would take back the quota cells its preemptor now holds."""
+    (Preempting -> Reserved -> none once whole), the deadline (restarted once the victims are gone)
+    and the cells the gang is held through move; the last when a lazy preemption downgrades it to
+    opportunistic, which a restart must see, or it would take back the quota cells its preemptor now
+    holds; and with them the preemptor it was downgraded for, or it would be promoted."""
     spec, status = body.get("spec") or {}, body.get("status") or {}
     cells = [s.get("cellTypes") for s in spec.get("slots") or () if isinstance(s, Mapping)]
-    return str(status.get("phase", "")), str(spec.get("expiresAt", "")), repr(cells)
+    by = downgraded_by(body) or ""
+    return str(status.get("phase", "")), str(spec.get("expiresAt", "")), repr(cells), by
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +168,16 @@ class Restorable:
     request: GangRequest
     slots: list[AdoptedPod]
     expires_at: datetime | None
+    downgraded_by: str | None = None  # the preemptor of a lazy preemption that downgraded the gang
+    whole: bool = False  # every slot was claimed: the object records the downgrade, no reservation
+
+    def same_gang(self, placement: GangPlacement) -> bool:
+        """Whether a gang adopted under this object's name is the one it records: every slot it holds
+        is one the object lists. The object of a gang that ended outlives it until the next sync,
+        and a new gang of that name (a job submitted again) may run elsewhere meanwhile."""
+        recorded = {(s.node, tuple(sorted(s.gpu_indices))) for s in self.slots}
+        held = {(p.node, tuple(sorted(p.gpu_indices))) for p in placement.pods}
+        return bool(held) and held <= recorded
 
 
 class BadReservationError(ValueError):
@@ -188,7 +231,12 @@ def decode(obj: Mapping[str, Any]) -> Restorable:
             when = datetime.strptime(str(expires), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
         except ValueError:
             raise BadReservationError(f"spec.expiresAt: not an RFC 3339 time: {expires!r}") from None
-    return Restorable(request, slots, when)
+    by = downgraded_by(obj)
+    if by is not None and not by:
+        raise BadReservationError(f"metadata.annotations[{DOWNGRADED_BY}]: empty")
+    status = obj.get("status")
+    whole = not isinstance(status, Mapping) or not status.get("phase")
+    return Restorable(request, slots, when, by, whole)
 
 
 def deadline_of(r: Restorable, *, clock_now: float, wall_now: datetime) -> float | None:

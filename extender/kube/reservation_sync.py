@@ -6,6 +6,11 @@ that preempts nobody is the exception, see `needs_write_through`), and diffed
 against the core every second for the rest (a gang that became bound or went away has its object
 deleted; a deadline that moved is updated). Read back once, when this replica starts leading.
 
+A running gang a lazy preemption downgraded keeps (or gets) its object while it is downgraded,
+written through with its preemptor's (`flush_new`): read back, it puts the downgrade on the gang
+recovery adopted from its pods, which would otherwise be promoted at the next release that frees
+its VC's quota, where before the restart it was left alone (`reservation_objects`, at the top).
+
 A write that fails is logged and counted, never fails the verb: the reservation still holds in
 memory, and the next sync retries it.
 """
@@ -27,6 +32,7 @@ from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, NoAnswerError
 from topology.decisions import UserError
+from topology.recovery import keep_downgraded
 
 log = logging.getLogger("topogang.kube")
 
@@ -55,8 +61,9 @@ class ReservationStore:
 
     async def flush_new(self) -> None:
         """Write through the reservations made since the last call (O(1) when there are none), and
-        the reservations a new gang lazily downgraded: kube-scheduler acts on the preemptor's at
-        once, and a restart that found theirs still on the VC's quota would restore them on it."""
+        the gangs a new gang lazily downgraded: kube-scheduler acts on the preemptor's at once, and
+        a restart that found a downgraded reservation still on the VC's quota would restore it
+        there, or one that runs not downgraded would promote it."""
         last = self.s.core.last_gang_id()
         if last == self.seen_id:
             return
@@ -165,7 +172,9 @@ class ReservationStore:
     async def restore(self, pods: Iterable[Mapping[str, Any]] | None = None) -> list[str]:
         """Read every object back into the core (after bound pods were adopted, so a gang with a
         bound member is already there: it takes the object's deadline when that is earlier, and a
-        whole gang's object is dropped at the next sync). An object
+        whole gang's object is dropped at the next sync unless the gang is downgraded). An object
+        that records a downgrade puts it back on its gang (`_downgraded`); a whole gang's object is
+        only that record, so it brings back no reservation when its gang runs no more. An object
         that cannot be restored is deleted; the gang places afresh. With `pods` (the listed pods),
         a reservation nothing is bound in and no listed pod may still claim is dropped too: its
         gang was released just before the restart or fail-over, faster than the sync deletes
@@ -194,6 +203,10 @@ class ReservationStore:
                     # adopted from its bound members with a fresh TTL: it keeps the deadline it had
                     # (one past expires at the next sweep), so a restart does not extend it
                     core.restore(r.request, r.slots, now, deadline)
+                    lines += self._downgraded(r)
+                    continue
+                if r.whole:
+                    lines.append(f"downgrade record of {r.request.name} dropped: the gang runs no more")
                     continue
                 if deadline is not None and deadline <= now:
                     lines.append(f"gang reservation of {r.request.name} expired while no one led, dropped")
@@ -208,12 +221,25 @@ class ReservationStore:
                     lines.append(f"gang reservation of {r.request.name} not restored: {got}")
                 else:
                     restored += 1
+                    lines += self._downgraded(r)
                     self.s.gang_ledger.placed(core, r.request.name, self.s.waiting_of)
             # adopted or restored from before a reload took their namespace's VC away: as the reload did
             for gang in withdraw_promotions(core, self.s.entitlement.rules):
                 lines.append(f"gang {gang} is not promoted (promoteWhenQuota): its namespace lost its VC")
         lines.insert(0, f"restored {restored} of {len(items)} persisted gang reservations")
         return lines
+
+    def _downgraded(self, r: rsv.Restorable) -> list[str]:
+        """Put the downgrade an object records back on its gang, now in the core (under the lock)."""
+        name, by = r.request.name, r.downgraded_by
+        g = self.s.core.gang(name)
+        if by is None or g is None:
+            return []
+        if not r.same_gang(self.s.core.placement_of(g)):
+            return [f"downgrade record of {name} not applied: the gang of that name runs elsewhere now"]
+        if not keep_downgraded(self.s.core, name, by):
+            return []
+        return [f"gang {name} stays downgraded to opportunistic by {by}, as recorded: not promoted"]
 
 
 class Claimers:

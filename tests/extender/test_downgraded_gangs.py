@@ -168,6 +168,7 @@ def test_a_pending_reservation_downgraded_is_rewritten_and_restored_opportunisti
         back, h = s2.core.gang("research/low"), s2.core.gang(HIGH)
         assert back is not None and h is not None
         assert back.priority == -1 and back.owner == NO_OWNER and back.request.priority == 10
+        assert back.downgraded_by == HIGH  # not promoted once whole, as it would not have been
         assert s2.core.placement_of(back).pods == s.core.placement_of(g).pods
         assert h.priority == 100 and h.owner != NO_OWNER
         assert violations(s2.core) == []
@@ -206,5 +207,46 @@ def test_after_a_restart_a_whole_downgraded_gang_does_not_take_its_preemptors_qu
         assert h is not None and h.priority == 100 and h.owner != NO_OWNER
         assert g is not None and g.priority < 0 and g.owner == NO_OWNER
         assert violations(s2.core) == []
+
+    run(go())
+
+
+def test_a_downgrade_record_is_not_put_on_another_gang_of_that_name() -> None:
+    """A gang's object outlives it until the next sync: a gang of the same name running elsewhere
+    after the restart (its job submitted again) is not the one the record speaks of."""
+
+    async def go() -> None:
+        binder, kube = MemoryBinder(), FakeKube()
+        s = extender(binder)
+        store = ReservationStore(s, kube, NS, wall=lambda: WALL)
+        tasks = [framework_task(i) for i in range(4)]
+        for t in tasks:
+            assert (await place(s, t))[1] is not None
+        high = pod("h0", "hi", "research", spec("research", 4, priority=100))
+        assert (await place(s, high))[1] is not None
+        await store.flush_new()
+        (record,) = [o for o in kube.server.list(rsv.collection_path(NS))[0] if o["spec"]["gang"] == GANG]
+        assert record["metadata"]["annotations"][rsv.DOWNGRADED_BY] == HIGH
+        api = bound_pods(s, binder, [*tasks, high])
+
+        s2 = extender(MemoryBinder())
+        recover(s2.core, api, now=s2.clock(), namespace_vcs={"research": "research"})
+        lines = await ReservationStore(s2, kube, NS, wall=lambda: WALL).restore(api)
+        g = s2.core.gang(GANG)
+        assert g is not None and g.downgraded_by == HIGH, lines
+
+        elsewhere = {
+            **record["spec"],
+            "slots": [{**sl, "node": "a100-r9-n9"} for sl in record["spec"]["slots"]],
+        }
+        kube.server.put(
+            f"{rsv.collection_path(NS)}/{record['metadata']['name']}", {**record, "spec": elsewhere}
+        )
+        s3 = extender(MemoryBinder())
+        recover(s3.core, api, now=s3.clock(), namespace_vcs={"research": "research"})
+        lines = await ReservationStore(s3, kube, NS, wall=lambda: WALL).restore(api)
+        g = s3.core.gang(GANG)
+        assert g is not None and g.downgraded_by is None
+        assert f"downgrade record of {GANG} not applied: the gang of that name runs elsewhere now" in lines
 
     run(go())

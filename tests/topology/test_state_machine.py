@@ -31,7 +31,9 @@ from topology.decisions import (
     WaitCode,
 )
 from topology.invariants import snapshot, violations
+from topology.promotion import promotable
 from topology.reconfigure import reconfigure
+from topology.recovery import keep_downgraded
 from topology.reservations import Gang, GangPhase
 from topology.state import NO_OWNER
 
@@ -319,7 +321,8 @@ class CoreMachine(RuleBasedStateMachine):
     def restart(self) -> None:
         """A process restart: bound members come back from their pods' annotations (`adopt`, every
         slot of the placement) and reservations nobody has claimed yet from their persisted records
-        (`restore`). Each gang must come back on exactly the GPUs it had, in the same phase."""
+        (`restore`), then the downgrades the records keep (`keep_downgraded`). Each gang must come
+        back on exactly the GPUs it had, in the same phase, downgraded as it was (or promotable not)."""
         old = self.core
         new = Core(self.spec)
         for node in NODES:
@@ -336,6 +339,9 @@ class CoreMachine(RuleBasedStateMachine):
             if not g.live_slots() or g.phase is not GangPhase.BOUND:
                 got = new.restore(g.request, _records(old, g), self.now, g.deadline)
                 assert isinstance(got, GangPlacement), f"{g.name} not restored: {got}"
+        for g in gangs:
+            if g.downgraded_by is not None and not g.evicting:  # its record, while it lasts
+                assert keep_downgraded(new, g.name, g.downgraded_by), g.name
         self.cooled.clear()  # what expired before a restart is not remembered
         self.carried.clear()
         assert violations(new) == []
@@ -343,8 +349,14 @@ class CoreMachine(RuleBasedStateMachine):
             h = new.gang(g.name)
             assert h is not None, g.name
             assert _where(new, h) == _where(old, g), g.name
-            # a gang downgraded by a lazy preemption comes back downgraded (not on its VC's quota)
+            # a gang downgraded by a lazy preemption comes back downgraded (not on its VC's quota),
+            # not to be promoted, and no guest of its VC; one being evicted is promoted never,
+            # downgraded or not
             assert h.priority == g.priority and (h.owner == -1) == (g.owner == -1), g.name
+            if not g.evicting:
+                assert h.downgraded_by == g.downgraded_by, g.name
+            if g.downgraded_by is not None and not g.evicting:
+                assert not g.guest and not h.guest and not promotable(h), g.name
             if not g.live_slots():
                 assert h.phase is g.phase and h.deadline == g.deadline
             elif g.phase is GangPhase.RESERVED and h.phase is GangPhase.RESERVED:
