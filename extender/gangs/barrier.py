@@ -3,7 +3,8 @@
 Same contract as FrameworkBarrier (env, outputs in /mnt/frameworkbarrier, exit codes 0 / 201 / 210 / 1)
 so existing job scripts keep working, but it asks the gang ledger instead of polling pod IPs in the
 Framework status: it passes as soon as the gang is placed and networked, fails fast with 201 when the
-ledger says the gang can never be placed, and exits 210 when this pod belongs to a stale attempt. If
+ledger says the gang can never be placed or its reservation expired (the wait is over either way: the
+expired gang's pods are being evicted), and exits 210 when this pod belongs to a stale attempt. If
 the ledger cannot be reached it falls back to FrameworkBarrier's own rule on the Framework object, so
 a ledger outage degrades to stock behaviour instead of failing jobs.
 
@@ -135,10 +136,15 @@ class NeverFitsError(Exception):
     """The ledger says the gang can never be placed as specified."""
 
 
+class GangExpiredError(Exception):
+    """The ledger says the gang's reservation expired before the gang was whole: nothing more will
+    come of this attempt's gang (its pods are evicted), so waiting on would only reach the timeout."""
+
+
 def ask_ledger(s: Settings, wait: float) -> dict[str, Any] | None:
     """One long-poll of the ledger: the gang status when Ready, None when not yet (404/503 or not
-    ready). Raises StaleAttemptError on 409, NeverFitsError when the gang is unplaceable, and
-    OSError when the ledger is unreachable."""
+    ready). Raises StaleAttemptError on 409, NeverFitsError when the gang is unplaceable,
+    GangExpiredError when its reservation expired, and OSError when the ledger is unreachable."""
     assert s.ledger_url is not None
     query = {"waitFor": "Ready", "timeoutSeconds": str(max(0, int(wait)))}
     if s.attempt:
@@ -163,6 +169,8 @@ def ask_ledger(s: Settings, wait: float) -> dict[str, Any] | None:
         raise OSError(f"ledger answered HTTP {err.code}: {said}") from err
     if body.get("neverFits"):
         raise NeverFitsError(str(body.get("reason") or "the gang can never be placed"))
+    if body.get("phase") == "Expired":
+        raise GangExpiredError(f"gang Expired: {body.get('reason') or 'its reservation expired'}")
     return body if body.get("phase") == "Ready" else None
 
 
@@ -321,7 +329,7 @@ def run(
         except FileNotFoundError as err:
             log(f"BarrierPermanentFailed: {err}")
             return EXIT_PERMANENT
-        except NeverFitsError as err:
+        except (NeverFitsError, GangExpiredError) as err:
             log(f"BarrierTransientConflictFailed: {err}")
             return EXIT_TIMEOUT
         except FrameworkError as err:

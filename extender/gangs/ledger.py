@@ -17,7 +17,9 @@ being deleted. `GangLedger` joins the two into the phases FrameworkBarrier waits
 FrameworkController identity: one gang per framework attempt (`podspec.FrameworkTask.gang`); a newer
 attempt's pod supersedes the older attempt's gang, whose pods are told they are stale (HTTP 409), as
 is a re-created Framework's (another `FC_FRAMEWORK_UID`) whatever its attempt number
-(`ledger_records.FrameworkAttempt`). A released attempt's pods are kept aside until gone (`parked`).
+(`ledger_records.FrameworkAttempt`). A released attempt's pods, and an expired gang's, are kept aside
+until gone (`parked`): no gang counts them, but their barriers are told the attempt is stale, or
+that their gang Expired, rather than refused as strangers (`ledger_api.gang_of_pod`).
 
 Nothing here does I/O. Every method is synchronous and takes the core as an argument (a reload
 replaces the scheduler's core); callers hold the scheduler lock or are between awaits. Each change
@@ -45,10 +47,11 @@ from extender.gangs.ledger_records import (
     Seen,
     TransitionHook,
     WaitingOf,
+    framework_uid,
     rfc3339,
 )
 from extender.gangs.ledger_status import document, evaluate
-from extender.gangs.podspec import PodRequest, framework_task, pod_annotations
+from extender.gangs.podspec import PodRequest, framework_task
 from topology.core import Core
 from topology.decisions import Released
 from topology.reservations import Gang
@@ -57,7 +60,6 @@ TOMBSTONE_SECONDS = 1200.0  # FrameworkBarrier's longest timeout: every barrier 
 FORGET_PENDING_SECONDS = 600.0  # a Pending gang nobody filtered for this long is dropped
 PRUNE_EVERY_SECONDS = 30.0
 MAX_TOMBSTONES = 10_000  # Expired gangs kept at most (oldest go first): a bound whatever the churn
-FC_FRAMEWORK_UID = "FC_FRAMEWORK_UID"
 
 
 class GangLedger:
@@ -73,7 +75,7 @@ class GangLedger:
         self.records: dict[str, Record] = {}
         self.frameworks = Frameworks()  # (namespace, framework) -> its current attempt
         self.pods: dict[str, PodFacts] = {}
-        self.parked = Parked()  # pods of released framework attempts, until they are gone
+        self.parked = Parked()  # pods of released attempts and expired gangs, until they are gone
         self.inflight: set[str] = set()
         self.waiters = 0
         self._pruned = clock()
@@ -96,7 +98,7 @@ class GangLedger:
         task = pr.task
         if task is None or pr.gang != task.gang:
             return Seen()
-        return self.frameworks.judge(task, _framework_uid(pod))
+        return self.frameworks.judge(task, pod)
 
     def seen(self, pr: PodRequest, pod: Mapping[str, Any]) -> Seen:
         """A member pod was filtered: remember it and its gang; settle framework attempts."""
@@ -104,13 +106,13 @@ class GangLedger:
         fc = task is not None and pr.gang == task.gang
         rec = self.records.get(pr.gang)
         superseded = None
-        fw_uid = _framework_uid(pod) if fc else None
+        fw_uid = framework_uid(pod) if fc else None
         if task is not None and fc:
-            got = self.frameworks.judge(task, fw_uid)
+            got = self.frameworks.judge(task, pod)
             if got.stale is not None:
                 return got
             superseded = got.superseded
-            self.frameworks.take(task, pr.gang, fw_uid)
+            self.frameworks.take(task, pr.gang, pod)
         self.parked.drop(pr.uid)  # a member again: counted in its gang
         if rec is None or rec.tombstone is not None:
             if rec is not None:
@@ -157,10 +159,10 @@ class GangLedger:
         rec = self.records.get(gang)
         if rec is None:
             if task is not None and gang == task.gang:
-                fw_uid = _framework_uid(pod)
-                if self.frameworks.judge(task, fw_uid).stale is not None:
+                fw_uid = framework_uid(pod)
+                if self.frameworks.judge(task, pod).stale is not None:
                     return
-                self.frameworks.take(task, gang, fw_uid)
+                self.frameworks.take(task, gang, pod)
                 ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
             else:
                 ident = Identity(namespace, _short(gang, namespace))
@@ -202,10 +204,8 @@ class GangLedger:
             if gang.name not in self.records:
                 rec = self._record_for(core, gang)
                 if task is not None and gang.name == task.gang:
-                    fw_uid = _framework_uid(pod)
-                    rec.ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
-                    if self.frameworks.judge(task, fw_uid, deleting).stale is None:
-                        self.frameworks.take(task, gang.name, fw_uid)
+                    rec.ident = Identity(task.namespace, task.framework, framework_uid(pod), task.attempt)
+                    self.frameworks.listed(task, gang.name, pod)  # in any order: `Frameworks.listed`
             self.records[gang.name].pods.add(uid)
         status = pod.get("status")
         status = status if isinstance(status, dict) else {}
@@ -297,8 +297,8 @@ class GangLedger:
             facts = self.pods.get(uid)
             if facts is not None and facts.gang == r.gang:
                 del self.pods[uid]
-                if rec.ident.attempt is not None:  # its barrier may ask yet: `superseded_pod`
-                    self.parked.park(uid, facts.namespace, facts.name, rec.ident.name, r.gang)
+                if rec.ident.attempt is not None or rec.tombstone is not None:  # its barrier may ask yet
+                    self.parked.park(uid, facts, rec)
         self._wake(rec, phase=True)
         self.maybe_prune(core)
 
@@ -339,7 +339,7 @@ class GangLedger:
         for key, fw in list(self.frameworks.items()):
             if (*key, fw.gang) not in live:
                 del self.frameworks[key]
-        self.parked.keep(self.frameworks.keys())
+        self.parked.keep(self.frameworks.keys(), self.records)
 
     @staticmethod
     def _forgotten(rec: Record, now: float, core: Core | None) -> bool:
@@ -463,8 +463,10 @@ class GangLedger:
         attempt (or a re-created Framework) has replaced since: no gang counts it any more, but its
         barrier is to be told its attempt is stale (409), not refused. None for any other pod."""
         got = self.parked.of(uid, namespace, name)
-        current = self.frameworks.get((namespace, got[0])) if got is not None else None
-        return got[0] if got is not None and current is not None and current.gang != got[1] else None
+        if got is None or not got.framework:
+            return None
+        current = self.frameworks.get((namespace, got.name))
+        return got.name if current is not None and current.gang != got.gang else None
 
     def all(self, core: Core) -> list[Record]:
         """Every gang: the records, plus core gangs the ledger has not seen (recovered)."""
@@ -488,11 +490,6 @@ class GangLedger:
         release, for a tombstone)."""
         offset = self.wall() - self.clock()
         return document(core, rec, waiting, self.pods, self.inflight, offset, gang=gang)
-
-
-def _framework_uid(pod: Mapping[str, Any]) -> str | None:
-    uid = pod_annotations(pod).get(FC_FRAMEWORK_UID)
-    return uid if isinstance(uid, str) and uid else None
 
 
 def _short(gang: str, namespace: str) -> str:

@@ -9,15 +9,15 @@ Plain data, the order of the phases and of a framework's attempts; the ledger's 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import Enum, StrEnum
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 from config.untrusted import whole_number
-from extender.gangs.podspec import FrameworkTask
+from extender.gangs.podspec import FrameworkTask, pod_annotations
 from extender.gangs.waiting import Waiting
 from extender.ops.bounded import ByteLRU
 from topology.reservations import Gang
@@ -27,6 +27,7 @@ MAX_REPLACED = 4  # Framework objects of one name remembered as deleted and re-c
 MAX_PARKED = 4096  # pods of released framework attempts remembered until they are gone
 MAX_PARKED_BYTES = 4 << 20  # and the names they hold, a kilobyte each on average
 PARKED_BYTES = 64  # what one parked pod costs beside its names
+FC_FRAMEWORK_UID = "FC_FRAMEWORK_UID"
 
 
 class Phase(StrEnum):
@@ -93,6 +94,31 @@ class Versus(Enum):
     STALE = "stale"  # the current attempt supersedes it
 
 
+def framework_uid(pod: Mapping[str, Any]) -> str | None:
+    """The UID of the Framework object a task pod is of (`FC_FRAMEWORK_UID`), when it carries one."""
+    uid = pod_annotations(pod).get(FC_FRAMEWORK_UID)
+    return uid if isinstance(uid, str) and uid else None
+
+
+def created_at(pod: Mapping[str, Any]) -> float | None:
+    """The pod's `creationTimestamp` as a Unix time (the API server's to write, never the tenant's);
+    None when it has none or none that reads as a time."""
+    meta = pod.get("metadata")
+    text = meta.get("creationTimestamp") if isinstance(meta, dict) else None
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp()
+
+
+def _deleting(pod: Mapping[str, Any]) -> bool:
+    meta = pod.get("metadata")
+    return isinstance(meta, dict) and meta.get("deletionTimestamp") is not None
+
+
 @dataclass(frozen=True, slots=True)
 class FrameworkAttempt:
     """A framework's current attempt: its attempt instance UID and gang, the Framework object's UID
@@ -100,25 +126,57 @@ class FrameworkAttempt:
     the objects of the same name it replaced. A Framework deleted and re-created under its name
     starts its attempt IDs again at 0, so attempt numbers order the attempts of one object only: a
     pod of another object is told apart by its UID. The replaced objects are remembered so that a
-    late pod or barrier of a deleted one is stale rather than superseding its successor in turn."""
+    late pod or barrier of a deleted one is stale rather than superseding its successor in turn.
+    `created` and `deleting`: the creation time of the pod it was taken from, and whether a list
+    showed that pod being deleted (what orders two objects' pods listed together, `_other_object`)."""
 
     attempt: str
     gang: str
     uid: str | None = None
     replaced: tuple[tuple[str, str], ...] = ()
+    created: float | None = None
+    deleting: bool = False
 
-    def versus(self, attempt: str, uid: str | None, deleting: bool = False) -> Versus:
+    def versus(
+        self,
+        attempt: str,
+        uid: str | None,
+        deleting: bool = False,
+        created: float | None = None,
+        *,
+        listing: bool = False,
+    ) -> Versus:
         """Whether a pod of `attempt` of Framework object `uid` is this attempt, a newer or a stale
         one. When either side has no object UID (an older FrameworkController), numbers decide. A
-        pod of another object that is being deleted (`deleting`: what a restart lists while the
-        garbage collector removes a deleted Framework's pods) is of the deleted object."""
+        pod of another object is ordered against this one by `_other_object` (`listing`: the pod
+        comes from a list or watch, not from a filter)."""
         if attempt == self.attempt:
             return Versus.SAME
         if self._replaced(attempt, uid):
             return Versus.STALE
         if uid is not None and self.uid is not None and uid != self.uid:
-            return Versus.STALE if deleting else Versus.NEWER  # another object: a re-created Framework
+            return self._other_object(uid, deleting, created, listing)
         return Versus.NEWER if newer(attempt, self.attempt) else Versus.STALE
+
+    def _other_object(self, uid: str, deleting: bool, created: float | None, listing: bool) -> Versus:
+        """A pod of another Framework object of the same name. Names are unique in a namespace, so
+        the older object was deleted before the newer one could be created, and FrameworkController
+        creates an object's pods only while it exists: every pod of the newer object is younger
+        than every pod of the older. Yet the older one's pods can outlive it unmarked (the garbage
+        collector deletes them some time after their owner, an orphaning deletion never), so a
+        restart may list pods of both, in an order that says nothing (by name). So the younger pod's
+        object is the newer, whatever the order. When the timestamps cannot tell (one second apart
+        at most, their resolution, or missing): a filtered pod is the latest seen, as the running
+        path has always decided; of listed pods, one being deleted is of the deleted object, and
+        then the greater object UID wins, an arbitrary rule but one that does not hang on the
+        listing order."""
+        if created is not None and self.created is not None and created != self.created:
+            return Versus.NEWER if created > self.created else Versus.STALE
+        if not listing:
+            return Versus.NEWER
+        if deleting != self.deleting:
+            return Versus.STALE if deleting else Versus.NEWER
+        return Versus.NEWER if uid > (self.uid or "") else Versus.STALE
 
     def stale(self, attempt: str) -> bool:
         """Whether a barrier's `attempt` (which names no object) is superseded: the last attempt of
@@ -136,70 +194,129 @@ class FrameworkAttempt:
         """Whether `attempt`, or object `uid`, is of an object this one replaced."""
         return any(attempt == a or uid == u for u, a in self.replaced)
 
-    def then(self, attempt: str, gang: str, uid: str | None) -> FrameworkAttempt:
+    def then(
+        self, attempt: str, gang: str, uid: str | None, created: float | None = None, deleting: bool = False
+    ) -> FrameworkAttempt:
         """The current attempt once a pod of `attempt` (object `uid`) is taken as it: the same
-        attempt learns its object's UID if it had none; another object's is remembered as replaced."""
+        attempt learns its object's UID and creation if it had none, and that a pod of it is not
+        being deleted; another object's is remembered as replaced."""
         if attempt == self.attempt:
-            return self if uid is None or self.uid is not None else replace(self, uid=uid)
-        replaced = self.replaced
+            return replace(
+                self,
+                uid=self.uid or uid,
+                created=self.created if self.created is not None else created,
+                deleting=self.deleting and deleting,
+            )
+        return FrameworkAttempt(attempt, gang, uid, self._and_replaced(uid), created, deleting)
+
+    def outranked(self, attempt: str, uid: str | None) -> FrameworkAttempt:
+        """This attempt still current after a listed pod of another object (`uid`, `attempt`) lost to
+        it: that object is remembered as replaced, as it would be had it been listed first."""
+        if uid is None or self.uid is None or uid == self.uid or self._replaced(attempt, uid):
+            return self
+        return replace(self, replaced=(*self.replaced, (uid, attempt))[-MAX_REPLACED:])
+
+    def _and_replaced(self, uid: str | None) -> tuple[tuple[str, str], ...]:
         if uid is not None and self.uid is not None and uid != self.uid:
-            replaced = (*replaced, (self.uid, self.attempt))[-MAX_REPLACED:]
-        return FrameworkAttempt(attempt, gang, uid, replaced)
+            return (*self.replaced, (self.uid, self.attempt))[-MAX_REPLACED:]
+        return self.replaced
 
 
 class Frameworks(dict[tuple[str, str], FrameworkAttempt]):
     """Each framework's current attempt, by (namespace, framework name)."""
 
-    def judge(self, task: FrameworkTask, uid: str | None, deleting: bool = False) -> Seen:
-        """A pod of `task`'s attempt (of Framework object `uid`) against its framework's current
-        attempt, changing nothing: stale, or superseding it (`Seen.superseded`: the gang to let go)."""
+    def judge(self, task: FrameworkTask, pod: Mapping[str, Any], *, listing: bool = False) -> Seen:
+        """A pod of `task`'s attempt against its framework's current attempt, changing nothing: stale,
+        or superseding it (`Seen.superseded`: the gang to let go). `listing`: the pod comes from a
+        list or watch, whose deletion mark counts (a filtered pod is never being deleted)."""
         current = self.get((task.namespace, task.framework))
-        got = current.versus(task.attempt, uid, deleting) if current is not None else Versus.SAME
-        if current is None or got is Versus.SAME:
+        if current is None:
+            return Seen()
+        deleting = listing and _deleting(pod)
+        got = current.versus(task.attempt, framework_uid(pod), deleting, created_at(pod), listing=listing)
+        if got is Versus.SAME:
             return Seen()
         if got is Versus.STALE:
-            return Seen(stale=current.why_stale(task.attempt, uid))
+            return Seen(stale=current.why_stale(task.attempt, framework_uid(pod)))
         return Seen(superseded=current.gang)
 
-    def take(self, task: FrameworkTask, gang: str, uid: str | None) -> None:
+    def take(self, task: FrameworkTask, gang: str, pod: Mapping[str, Any], *, listing: bool = False) -> None:
         """`task`'s attempt is its framework's current one (judged not stale)."""
         key = (task.namespace, task.framework)
         current = self.get(key)
-        fresh = FrameworkAttempt(task.attempt, gang, uid)
-        self[key] = current.then(task.attempt, gang, uid) if current is not None else fresh
+        uid, created, deleting = framework_uid(pod), created_at(pod), listing and _deleting(pod)
+        fresh = FrameworkAttempt(task.attempt, gang, uid, (), created, deleting)
+        self[key] = current.then(task.attempt, gang, uid, created, deleting) if current is not None else fresh
+
+    def listed(self, task: FrameworkTask, gang: str, pod: Mapping[str, Any]) -> None:
+        """A pod a list or watch brings, of a gang the ledger has no record of (what a restart
+        learns frameworks from): its attempt is taken as current unless stale, and a losing object
+        is remembered as replaced, so that the pods listed end in one state whatever their order."""
+        if self.judge(task, pod, listing=True).stale is None:
+            self.take(task, gang, pod, listing=True)
+            return
+        key = (task.namespace, task.framework)
+        self[key] = self[key].outranked(task.attempt, framework_uid(pod))
+
+
+class ParkedPod(NamedTuple):
+    """A pod the ledger let go of, kept for its barrier: its namespace and name, its gang's name as
+    the paths read it (a framework's, or a gang's without its namespace) and key, and whether the
+    gang is a framework attempt."""
+
+    namespace: str
+    pod: str
+    name: str
+    gang: str
+    framework: bool
 
 
 class Parked:
-    """Pods of a framework attempt the ledger let go, by pod UID, until each pod is gone: no gang
-    counts them any more, but their barriers may still poll and are to be told the attempt is stale.
-    Kept whatever the release's reason: whether a newer attempt superseded theirs is read when asked
-    (`GangLedger.superseded_pod`), since the filter lets the old gang go before it records the new
-    attempt, and a newer attempt may come after an expiry. Bounded as every cache of names a tenant
-    writes (`extender.ops.bounded`): at most `limit` pods and `max_bytes` of names, the oldest first."""
+    """Pods of gangs the ledger let go whose barriers may still poll, by pod UID, until each pod is
+    gone: a framework attempt's, whatever the release's reason (to be told the attempt is stale
+    once a newer one replaced it), and an expired gang's of any kind (to be told it Expired while
+    its tombstone lasts, `expired`). No gang counts them any more. Whether a newer attempt
+    superseded theirs is read when asked (`GangLedger.superseded_pod`), since the filter lets the
+    old gang go before it records the new attempt, and a newer attempt may come after an expiry.
+    Bounded as every cache of names a tenant writes (`extender.ops.bounded`): at most `limit` pods
+    and `max_bytes` of names, the oldest first."""
 
     def __init__(self, limit: int = MAX_PARKED, max_bytes: int = MAX_PARKED_BYTES) -> None:
-        self.pods: ByteLRU[str, tuple[str, str, str, str]] = ByteLRU(max_bytes, limit)  # (ns, pod, fw, gang)
+        self.pods: ByteLRU[str, ParkedPod] = ByteLRU(max_bytes, limit)
 
-    def park(self, uid: str, namespace: str, pod: str, framework: str, gang: str) -> None:
-        entry = (namespace, pod, framework, gang)
-        self.pods.put(uid, entry, PARKED_BYTES + len(uid) + sum(len(x) for x in entry))
+    def park(self, uid: str, facts: PodFacts, rec: Record) -> None:
+        fw = rec.ident.attempt is not None
+        entry = ParkedPod(facts.namespace, facts.name, rec.ident.name, rec.gang, fw)
+        self.pods.put(uid, entry, PARKED_BYTES + len(uid) + sum(len(x) for x in entry[:4]))
 
     def drop(self, uid: str) -> None:
         self.pods.pop(uid)
 
-    def of(self, uid: str, namespace: str, pod: str) -> tuple[str, str] | None:
-        """(framework, gang) of the parked pod with that UID, namespace and name."""
+    def of(self, uid: str, namespace: str, pod: str) -> ParkedPod | None:
+        """The parked pod with that UID, namespace and name."""
         got = self.pods.get(uid)
-        if got is None or (got[0], got[1]) != (namespace, pod):
-            return None
-        return got[2], got[3]
+        return got if got is not None and (got.namespace, got.pod) == (namespace, pod) else None
 
-    def keep(self, frameworks: AbstractSet[tuple[str, str]]) -> None:
-        """Forget the pods of frameworks the ledger no longer follows (nothing is stale against them)."""
+    def expired(self, uid: str, namespace: str, pod: str, records: Mapping[str, Record]) -> Record | None:
+        """The tombstone of the expired gang the parked pod was a member of, while it lasts and is
+        the one that counted the pod (not a gang of that name placed afresh since, which the pod is
+        no member of)."""
+        got = self.of(uid, namespace, pod)
+        rec = records.get(got.gang) if got is not None else None
+        return rec if rec is not None and rec.tombstone is not None and uid in rec.pods else None
+
+    def keep(self, frameworks: AbstractSet[tuple[str, str]], records: Mapping[str, Record]) -> None:
+        """Forget the pods nothing will be said of: a framework attempt's whose framework the ledger
+        no longer follows (nothing is stale against it), another gang's whose tombstone is gone."""
         for uid in list(self.pods):
             got = self.pods.get(uid)
-            if got is not None and (got[0], got[2]) not in frameworks:
-                self.pods.pop(uid)
+            if got is None:
+                continue
+            if got.framework and (got.namespace, got.name) in frameworks:
+                continue
+            if not got.framework and self.expired(uid, got.namespace, got.pod, records) is not None:
+                continue
+            self.pods.pop(uid)
 
 
 @dataclass(slots=True)

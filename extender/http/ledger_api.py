@@ -26,7 +26,8 @@ ledger. Absent: 404 in the API server's `Status` shape.
 
 Who may read what is the doors' to say (`extender.http.doors`): in Kubernetes mode a pod reads only
 its own gang and Framework (`gang_of_pod`; a pod of a superseded attempt, until it is gone, its own
-framework's, which answers its barrier 409), and the list of every gang is an admin's.
+framework's, which answers its barrier 409; a pod of an expired gang, while the gang's tombstone
+lasts, that tombstone, phase Expired), and the list of every gang is an admin's.
 """
 
 from __future__ import annotations
@@ -308,18 +309,20 @@ def gang_of_pod(ledger: GangLedger, pod: PodRef) -> GangRef | None:
     """The gang the ledger has the pod as a member of, named as the ledger's paths name it (what
     the tenant door compares the path with). None for a pod in no gang the ledger knows.
 
-    A pod of a framework attempt a newer attempt superseded is in no gang any more, yet its barrier
-    may still be polling: its own framework (in its own namespace) is named, so the door lets it
-    through to the route, which tells it the attempt is stale (409, which the barrier takes as
-    final) rather than a 403 (which it takes as the ledger unreachable, falling back to the
-    Framework). The ledger keeps such pods only until they are gone (`GangLedger.superseded_pod`)."""
+    Two kinds of pods are in no gang any more, yet their barriers may still be polling, and a 403
+    (which the barrier takes as the ledger unreachable, falling back to the Framework) would tell
+    them nothing. A pod of a framework attempt a newer attempt superseded: its own framework (in
+    its own namespace) is named, so the door lets it through to the route, which tells it the
+    attempt is stale (409, which the barrier takes as final). A pod of a gang whose reservation
+    expired before the gang was whole (a framework attempt's or any other): its gang is named
+    while the tombstone that counted it lasts, and the route answers with that tombstone, phase
+    Expired (which the barrier takes as final too), the same document its gang's other members
+    read. The ledger keeps such pods only until they are gone (`GangLedger.superseded_pod`,
+    `Parked.expired`)."""
     framework = ledger.superseded_pod(pod.uid, pod.namespace, pod.name)
     if framework is not None:
         return GangRef(pod.namespace, framework, True)
-    facts = ledger.pods.get(pod.uid)
-    if facts is None or facts.namespace != pod.namespace or facts.name != pod.name:
-        return None
-    rec = ledger.records.get(facts.gang)
+    rec = ledger.parked.expired(pod.uid, pod.namespace, pod.name, ledger.records) or _member_of(ledger, pod)
     if rec is None:
         return None
     # the path that names it must lead back to it: a plain gang named like a framework of its
@@ -327,3 +330,11 @@ def gang_of_pod(ledger: GangLedger, pod: PodRef) -> GangRef | None:
     if ledger.key_at(rec.ident.namespace, rec.ident.name) != rec.gang:
         return None
     return GangRef(rec.ident.namespace, rec.ident.name, rec.ident.attempt is not None)
+
+
+def _member_of(ledger: GangLedger, pod: PodRef) -> Record | None:
+    """The record of the gang the pod (that UID, namespace and name) is a member of."""
+    facts = ledger.pods.get(pod.uid)
+    if facts is None or facts.namespace != pod.namespace or facts.name != pod.name:
+        return None
+    return ledger.records.get(facts.gang)

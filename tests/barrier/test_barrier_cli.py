@@ -169,6 +169,21 @@ def test_fails_fast_with_201_when_the_gang_can_never_fit(tmp_path: Path, server:
     assert len(script.calls) == 1
 
 
+def test_fails_fast_with_201_when_the_gangs_reservation_expired(
+    tmp_path: Path, server: tuple[str, Script]
+) -> None:
+    """Expired is final (the ledger's long-poll returns on it): the barrier stops at once with the
+    ledger's reason, as FrameworkBarrier stops on its own timeout, rather than asking again until
+    its timeout."""
+    url, script = server
+    reason = "the gang's reservation expired before all its members were bound"
+    script.ledger = [(200, {"phase": "Reserved"}), (200, {"phase": "Expired", "reason": reason})]
+    r = barrier(tmp_path, TOPOGANG_LEDGER_URL=url, BARRIER_CHECK_TIMEOUT_SEC="1200")
+    assert r.returncode == 201, r.stderr
+    assert "BarrierTransientConflictFailed: gang Expired: " + reason in r.stderr
+    assert len(script.calls) == 2 and not (tmp_path / "out" / "injector.sh").exists()
+
+
 def test_stale_attempt_is_permanent_210(tmp_path: Path, server: tuple[str, Script]) -> None:
     url, script = server
     script.ledger = [(409, {"message": "attempt 0_abc superseded by 1_def"})]

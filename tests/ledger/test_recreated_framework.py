@@ -3,6 +3,9 @@
 the old object's. Its pods supersede the old object's attempt (let go and evicted as any superseded
 attempt), the barrier's `?attempt=` of the new object resolves, and the old object's attempts are
 stale from then on, whatever their numbers. Without a UID on either side, numbers decide as before.
+The two objects never live at once, but their pods can: a restart that lists both takes the younger
+object's as current whatever the listing order, and a filtered pod older than the current object's
+is stale.
 """
 
 from __future__ import annotations
@@ -134,3 +137,74 @@ def test_a_placed_old_objects_gang_is_let_go_and_its_pods_evicted_as_superseded(
         ]
 
     asyncio.run(go())
+
+
+def listed_together(old: dict[str, Any], new: dict[str, Any], old_first: bool) -> World:
+    """A restart lists the bound pods of both objects (each its own gang), in the order given."""
+    w = World()
+    for p in (old, new):
+        pr = w.req(p)
+        w.core.reserve(pr.request, w.clock())
+        w.core.claim(pr.gang, pr.uid, pr.leaf_number, w.clock(), slot_key=pr.slot_key, pod_name=pr.name)
+    for p in (old, new) if old_first else (new, old):
+        w.ledger.observe(w.core, p, w.wait_of)
+    return w
+
+
+def created(p: dict[str, Any], at: str) -> dict[str, Any]:
+    p["metadata"]["creationTimestamp"] = at
+    return p
+
+
+def test_after_a_restart_pods_of_two_objects_neither_deleted_the_younger_object_is_current() -> None:
+    """Two Framework objects of one name never live at once, but the deleted one's pods can (the
+    garbage collector deletes them after their owner; an orphaning deletion never), unmarked. A
+    restart lists them beside the re-created object's, by name: in either order the current attempt
+    is the younger object's, its barrier's `?attempt=` is served, the older one's is told 409, and a
+    late pod of the older is stale. Pod names differ (two pods of one name cannot both exist): here
+    the older object had a second worker the re-created one has not."""
+    states = []
+    for old_first in (True, False):
+        old = created(fw_pod("2_cm-old", OLD, "worker", 1, roles={"worker": 2}), "2030-01-01T00:00:00Z")
+        new = created(fw_pod("0_cm-new", NEW, "worker", 0, roles={"worker": 1}), "2030-01-01T00:05:00Z")
+        w = listed_together(old, new, old_first)
+        got = w.ledger.resolve(w.core, "ml", "tf", None)
+        assert isinstance(got, Record) and got.ident.framework_uid == NEW, old_first
+        assert w.ledger.resolve(w.core, "ml", "tf", "0_cm-new") is got, old_first
+        stale = w.ledger.resolve(w.core, "ml", "tf", "2_cm-old")
+        assert isinstance(stale, str) and "re-created" in stale, (old_first, stale)
+        late = created(fw_pod("2_cm-old", OLD, "worker", 0, roles={"worker": 2}), "2030-01-01T00:06:00Z")
+        assert w.ledger.attempt(w.req(late), late).stale is not None, old_first
+        states.append(w.ledger.frameworks[("ml", "tf")])
+    assert states[0] == states[1]  # one state whatever the listing order
+
+
+def test_pods_of_two_objects_created_within_one_second_are_ordered_by_object_uid() -> None:
+    """The timestamps' resolution is a second: within it nothing says which object is younger, so
+    the object UID decides, the same way in either listing order."""
+    winners = set()
+    for old_first in (True, False):
+        at = "2030-01-01T00:00:00Z"
+        old = created(fw_pod("2_cm-old", OLD, "worker", 1, roles={"worker": 2}), at)
+        new = created(fw_pod("0_cm-new", NEW, "worker", 0, roles={"worker": 1}), at)
+        w = listed_together(old, new, old_first)
+        got = w.ledger.resolve(w.core, "ml", "tf", None)
+        assert isinstance(got, Record)
+        winners.add(got.ident.framework_uid)
+    assert winners == {max(OLD, NEW)}
+
+
+def test_a_filtered_pod_older_than_the_current_objects_is_stale() -> None:
+    """The running path: a pod of the re-created object is filtered after the old object's, so it is
+    younger and supersedes; a pod of the old object created before the current object's (one left
+    pending when its Framework was deleted, say) is stale, not the newest, whatever order they are
+    filtered in."""
+    w = World()
+    new = created(fw_pod("0_cm-new", NEW, "worker", 0, roles={"worker": 1}), "2030-01-01T00:05:00Z")
+    current = w.seen(new)
+    orphan = created(fw_pod("2_cm-old", OLD, "worker", 1, roles={"worker": 2}), "2030-01-01T00:00:00Z")
+    assert w.ledger.attempt(w.req(orphan), orphan).stale is not None
+    assert w.ledger.seen(w.req(orphan), orphan).stale is not None
+    assert w.ledger.frameworks[("ml", "tf")].gang == current.gang
+    newest = created(fw_pod("0_cm-newest", "uid-fw-newest", "worker", 0), "2030-01-01T00:09:00Z")
+    assert w.ledger.seen(w.req(newest), newest).superseded == current.gang
