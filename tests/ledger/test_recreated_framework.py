@@ -78,15 +78,9 @@ def test_after_a_restart_the_object_being_deleted_is_not_taken_as_current() -> N
     """A restart lists the deleted object's pods (being deleted by the garbage collector) beside the
     re-created one's: in either order, the framework's current attempt is the re-created one's."""
     for old_first in (True, False):
-        w = World()
         old_pod, new_pod = fw_pod("2_cm-old", OLD, roles={"ps": 1}), fw_pod("0_cm-new", NEW, roles={"ps": 1})
         old_pod["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z"
-        for p in (old_pod, new_pod):
-            pr = w.req(p)
-            w.core.reserve(pr.request, w.clock())
-            w.core.claim(pr.gang, pr.uid, pr.leaf_number, w.clock(), slot_key=pr.slot_key, pod_name=pr.name)
-        for p in (old_pod, new_pod) if old_first else (new_pod, old_pod):
-            w.ledger.observe(w.core, p, w.wait_of)
+        w = listed_together(old_pod, new_pod, old_first)
         got = w.ledger.resolve(w.core, "ml", "tf", None)
         assert isinstance(got, Record) and got.ident.framework_uid == NEW, old_first
         got = w.ledger.resolve(w.core, "ml", "tf", "0_cm-new")

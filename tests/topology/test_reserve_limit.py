@@ -12,19 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.topology.fixtures import gang, rack_cluster, run
-from topology import inspect
+from tests.topology.test_queued import picture
 from topology.asks import FilterAsk, MemberAsk, ReserveLimit, Slots, Waits
 from topology.core import Core
 from topology.decisions import Preemption, UserError, Wait, WaitCode
 from topology.invariants import violations
 
 LIMIT = ReserveLimit("ns", 16, "topogang.tenants.ns.maxReservedGpus")
-
-
-def picture(core: Core) -> Any:
-    """Every cell's state and owner, and the gangs: what a decision that changes nothing keeps."""
-    gangs = sorted((g.name, g.priority, len(g.slots)) for g in core.reservations.by_name.values())
-    return inspect.physical_cluster(core), inspect.virtual_clusters(core), gangs
 
 
 def first_filter(core: Core, name: str, pods: int, uid: str, limit: ReserveLimit | None = LIMIT) -> Any:
