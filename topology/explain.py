@@ -9,9 +9,10 @@ short without reading code. `fits_in_order` asks the same of several gangs place
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from topology.asks import ReserveLimit, held_back
 from topology.core import Core
 from topology.decisions import GangPlacement, GangRequest, UserError
 from topology.gangs import live_victims, place_gang, place_new
@@ -68,16 +69,24 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
     return out
 
 
-def fits_in_order(core: Core, reqs: Sequence[GangRequest], now: float) -> list[bool]:
+def fits_in_order(
+    core: Core, reqs: Sequence[GangRequest], now: float, limits: Mapping[str, ReserveLimit] | None = None
+) -> list[bool]:
     """Whether each of `reqs` would be placed now if they came one after another, each seeing the
     GPUs the ones before it took (none preempting, none started as a guest in lieu of a reclaim),
     inside one `whatif.what_if`. A request the config refuses counts as placed (the real placement names
-    the error)."""
+    the error), and so does one its namespace's bound holds back (`limits`, by gang name:
+    `asks.held_back`): its filter answers so at once, and it takes none of the GPUs the ones after
+    it are judged on."""
     out: list[bool] = []
     with what_if(core) as made:
         for req in reqs:
             try:
                 core.validate(req)
+                limit = limits.get(req.name) if limits else None
+                if limit is not None and held_back(core, req, None, limit) is not None:
+                    out.append(True)
+                    continue
             except UserError:
                 out.append(True)
                 continue

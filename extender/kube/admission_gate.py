@@ -62,6 +62,7 @@ from extender.kube.client import AsyncKube, patch_pod
 from extender.ops.metrics import Metrics
 from topology.decisions import GangRequest, UserError
 from topology.explain import fits_in_order
+from topology.reservations import group_of
 
 log = logging.getLogger("topogang.kube")
 
@@ -216,7 +217,9 @@ class GateKeeper:
                 names.add(pr.gang)
                 order.append(pr.request)
         stop: dict[str, int] = {}  # VC -> the highest priority of its gangs that will wait
-        for req, fits in zip(order, fits_in_order(self.s.core, order, now), strict=True):
+        rules = self.s.entitlement.rules  # a gang its namespace's bound holds back takes nothing
+        limits = {r.name: lim for r in order if (lim := rules.reserve_limit(group_of(r.name))) is not None}
+        for req, fits in zip(order, fits_in_order(self.s.core, order, now, limits), strict=True):
             if req.vc in stop and req.priority <= stop[req.vc]:
                 continue
             if req.name not in going:

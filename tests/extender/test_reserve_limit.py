@@ -9,7 +9,7 @@ limit counts the gangs whose keys start with it."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -27,6 +27,9 @@ LIMITED = """\
     vision: {maxReservedGpus: 16}
     vision-b: {virtualClusters: [vision]}
 """
+
+
+SHARED_VC = "  tenants:\n    vision: {maxReservedGpus: 16}\n    vision-b: {virtualClusters: [vision]}\n"
 
 
 def limited() -> Scheduler:
@@ -162,11 +165,7 @@ def test_a_gang_held_by_its_bound_keeps_its_place_ahead_of_its_namespaces_later_
     namespace's gangs do not."""
 
     async def go() -> None:
-        s = make(
-            config(
-                "  tenants:\n    vision: {maxReservedGpus: 16}\n    vision-b: {virtualClusters: [vision]}\n"
-            )
-        )[0]
+        s = make(config(SHARED_VC))[0]
         big = gang("big", 2, ns="vision", vc="vision")  # 16 GPUs, the oldest
         first = gang("s0", 1, ns="vision", vc="vision")[0]
         passed, why = await filtered(s, first)  # a small gang filtered, its bind in flight
@@ -185,5 +184,34 @@ def test_a_gang_held_by_its_bound_keeps_its_place_ahead_of_its_namespaces_later_
             assert await s.bind(bind_args(p, passed[0])) == {"Error": ""}
         passed, why = await filtered(s, later)
         assert passed, why
+
+    run(go())
+
+
+def test_the_admission_gates_what_if_takes_no_room_for_a_gang_its_bound_holds_back() -> None:
+    """The gate lifts a VC's gangs while a what-if places them one after another. A gang its
+    namespace's bound holds back is answered [TenantLimit] by its filter and places nothing, so in
+    the what-if it takes nothing either: another namespace's gang that the filter would place is
+    lifted too, not kept gated for a pass behind room nobody takes."""
+    from extender.kube.admission_gate import GATE, GatedPods, GateKeeper
+    from extender.kube.client import AsyncKube
+
+    async def go() -> None:
+        s = make(config(SHARED_VC))[0]
+        await first_member_reserved(
+            s, gang("a", 2, ns="vision", vc="vision")
+        )  # 16 unbound; VC vision 32 left
+        held = gang("b", 2, ns="vision", vc="vision")  # held back by vision's bound
+        others = [gang("c", 3, ns="vision-b", vc="vision"), gang("d", 1, ns="vision-b", vc="vision")]
+        book = GatedPods()
+        for p in [*held, *others[0], *others[1]]:
+            p["spec"]["schedulingGates"] = [{"name": GATE}]
+            book.saw("ADDED", p)
+        keeper = GateKeeper(s, book, kube=cast(AsyncKube, None), metrics=s.metrics)  # judging reads no API
+        lift, _ = await keeper.judge()
+        assert {p["metadata"]["name"] for p in lift} >= {"c-0", "c-1", "c-2", "d-0"}
+        for members in others:  # and their filters place them both
+            passed, why = await filtered(s, members[0])
+            assert passed, why
 
     run(go())
