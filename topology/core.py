@@ -201,6 +201,10 @@ class Core(Cluster):
         """Re-create a persisted reservation whole on its recorded cells, or return why not."""
         return recovery.restore(self, req, slots, now, deadline)
 
+    def keep_downgraded(self, name: str, preemptor: str) -> bool:
+        """A rebuilt gang stays downgraded by `preemptor` (`recovery.keep_downgraded`)."""
+        return recovery.keep_downgraded(self, name, preemptor)
+
     # ------------------------------------------------------------------ gangs, read-only
     def placement_of(self, gang: Gang) -> GangPlacement:
         """The gang's placement: nodes, GPUs and quota cell types per slot."""

@@ -70,7 +70,10 @@ def explain(core: Core, req: GangRequest, now: float) -> dict[str, Any]:
 
 
 def fits_in_order(
-    core: Core, reqs: Sequence[GangRequest], now: float, limits: Mapping[str, ReserveLimit] | None = None
+    core: Core,
+    reqs: Sequence[GangRequest],
+    now: float,
+    limits: Mapping[str, ReserveLimit | None] | None = None,
 ) -> list[bool]:
     """Whether each of `reqs` would be placed now if they came one after another, each seeing the
     GPUs the ones before it took (none preempting, none started as a guest in lieu of a reclaim),

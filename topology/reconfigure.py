@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from topology.core import Core
 from topology.decisions import AdoptedPod
 from topology.gangs import keep_until_gone, release
-from topology.recovery import keep_downgraded
+from topology.recovery import keep_downgraded, mark_downgraded
 from topology.reservations import Gang, GangPhase
 from topology.spec import ClusterSpec
 
@@ -147,9 +147,8 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         if g.downgraded_by is not None and adopted.priority < 0:
             keep_downgraded(new, g.name, g.downgraded_by)  # still lazily preempted: not to be promoted
         if adopted.priority < 0 <= g.priority:
-            # no guest either (`recovery.keep_downgraded`): a restart that reads this downgrade back
-            # from its record must find the gang as the reload left it
-            adopted.downgraded_by, adopted.guest = "reconfiguration", False
+            # as a restart that reads this downgrade back from its record finds it
+            mark_downgraded(new, adopted, "reconfiguration")
             report.downgraded.append(g.name)
         else:
             report.kept.append(g.name)

@@ -174,10 +174,16 @@ def keep_downgraded(cluster: Cluster, name: str, preemptor: str) -> bool:
         return False
     if g.priority >= 0:
         downgrade(cluster, g, preemptor)
-    g.downgraded_by, g.guest = preemptor, False
-    cluster.reservations.promoted.discard(g.id)
+    mark_downgraded(cluster, g, preemptor)
     g.history.append(f"still downgraded to opportunistic by {preemptor}, as recorded before it was rebuilt")
     return True
+
+
+def mark_downgraded(cluster: Cluster, g: Gang, preemptor: str) -> None:
+    """`g` runs downgraded by `preemptor`: never promoted (a promotion not yet told to the edge is
+    taken back), and no guest (`keep_downgraded` says why)."""
+    g.downgraded_by, g.guest = preemptor, False
+    cluster.reservations.promoted.discard(g.id)
 
 
 def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: float) -> Gang:

@@ -28,6 +28,7 @@ OFF_PLACEMENT_WHY = "not part of its gang's placement any more: the cluster's co
 # the reasons only topogang gives: a new leader finishes the evictions marked with one of them
 # (`extender.kube.eviction_retry.own_mark`); its preemptions carry kube-scheduler's own reason
 OWN_REASONS = frozenset({RESERVATION_EXPIRED, ATTEMPT_SUPERSEDED, GANG_NOT_WHOLE, OFF_PLACEMENT})
+MARK_PREFIX = "topogang: "  # how every message topogang marks a pod with begins (`Disruption.message`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +45,8 @@ class Disruption:
         """The condition's and the Event's text for a pod of `victim_namespace`."""
         ns, name = split_key(self.by)
         if self.by and ns == victim_namespace:
-            return f"topogang: {self.why} ({name})"
-        return f"topogang: {self.why}"
+            return f"{MARK_PREFIX}{self.why} ({name})"
+        return f"{MARK_PREFIX}{self.why}"
 
     @property
     def detail(self) -> str:

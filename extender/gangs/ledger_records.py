@@ -60,6 +60,16 @@ def reached(phase: Phase, target: Phase) -> bool:
     return ORDER[phase] >= ORDER[target]
 
 
+def wall_time(text: str) -> float | None:
+    """An API server timestamp (RFC 3339, UTC when it names no zone) as a Unix time; None when the
+    text reads as no time."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).timestamp()
+
+
 @overload
 def rfc3339(t: float) -> str: ...
 @overload
@@ -105,13 +115,7 @@ def created_at(pod: Mapping[str, Any]) -> float | None:
     None when it has none or none that reads as a time."""
     meta = pod.get("metadata")
     text = meta.get("creationTimestamp") if isinstance(meta, dict) else None
-    if not isinstance(text, str) or len(text) > 64:
-        return None
-    try:
-        t = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return (t if t.tzinfo is not None else t.replace(tzinfo=UTC)).timestamp()
+    return wall_time(text) if isinstance(text, str) and len(text) <= 64 else None
 
 
 def _deleting(pod: Mapping[str, Any]) -> bool:
@@ -230,7 +234,7 @@ class Frameworks(dict[tuple[str, str], FrameworkAttempt]):
         or superseding it (`Seen.superseded`: the gang to let go). `listing`: the pod comes from a
         list or watch, whose deletion mark counts (a filtered pod is never being deleted)."""
         current = self.get((task.namespace, task.framework))
-        if current is None:
+        if current is None or task.attempt == current.attempt:  # the current attempt (`versus`: SAME)
             return Seen()
         deleting = listing and _deleting(pod)
         got = current.versus(task.attempt, framework_uid(pod), deleting, created_at(pod), listing=listing)
@@ -244,6 +248,15 @@ class Frameworks(dict[tuple[str, str], FrameworkAttempt]):
         """`task`'s attempt is its framework's current one (judged not stale)."""
         key = (task.namespace, task.framework)
         current = self.get(key)
+        if current is not None and task.attempt == current.attempt:
+            # the current attempt again (every filter of its pods): the pod is read only for what
+            # the attempt does not know yet, and nothing is written when it learns nothing (`then`)
+            uid = current.uid or framework_uid(pod)
+            created = current.created if current.created is not None else created_at(pod)
+            deleting = current.deleting and listing and _deleting(pod)
+            if (uid, created, deleting) != (current.uid, current.created, current.deleting):
+                self[key] = replace(current, uid=uid, created=created, deleting=deleting)
+            return
         uid, created, deleting = framework_uid(pod), created_at(pod), listing and _deleting(pod)
         fresh = FrameworkAttempt(task.attempt, gang, uid, (), created, deleting)
         self[key] = current.then(task.attempt, gang, uid, created, deleting) if current is not None else fresh

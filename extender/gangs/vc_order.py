@@ -44,11 +44,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 
 from config.schema import BEST_EFFORT_FIFO, STRICT_FIFO, VcQueueing
 from extender.gangs.entitlement import Entitlements, may_take_quota
 from extender.gangs.identity import split_key
+from extender.gangs.ledger_records import wall_time
 from extender.gangs.podspec import PodRequest
 from extender.gangs.waiting import Waiting
 from topology.decisions import WaitCode
@@ -80,15 +80,8 @@ class Holders:
         """The pod's creation on the scheduler's clock: as long before `now` as it is before the
         wall clock's now, so a pod's is the same at every read. An API server whose clock runs
         ahead of this one's shifts every pod's alike, which keeps their order. None: it has none."""
-        if pr.created is None:
-            return None
-        try:
-            at = datetime.fromisoformat(pr.created)
-        except ValueError:
-            return None  # the API server writes RFC 3339; anything else names no time
-        if at.tzinfo is None:
-            at = at.replace(tzinfo=UTC)
-        return now - (self.wall() - at.timestamp())
+        at = None if pr.created is None else wall_time(pr.created)
+        return None if at is None else now - (self.wall() - at)
 
     def note(self, w: Waiting, old: Waiting | None = None) -> None:
         """`w` is now the gang's wait, after `old`: a holder if it holds its VC back, else no longer

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest, is_enabled
 from extender.http import wire
 from extender.http.verbs import Scheduler
@@ -62,7 +63,6 @@ from extender.kube.client import AsyncKube, patch_pod
 from extender.ops.metrics import Metrics
 from topology.decisions import GangRequest, UserError
 from topology.explain import fits_in_order
-from topology.reservations import group_of
 
 log = logging.getLogger("topogang.kube")
 
@@ -218,7 +218,7 @@ class GateKeeper:
                 order.append(pr.request)
         stop: dict[str, int] = {}  # VC -> the highest priority of its gangs that will wait
         rules = self.s.entitlement.rules  # a gang its namespace's bound holds back takes nothing
-        limits = {r.name: lim for r in order if (lim := rules.reserve_limit(group_of(r.name))) is not None}
+        limits = {r.name: rules.reserve_limit(split_key(r.name)[0]) for r in order}
         for req, fits in zip(order, fits_in_order(self.s.core, order, now, limits), strict=True):
             if req.vc in stop and req.priority <= stop[req.vc]:
                 continue

@@ -30,7 +30,7 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from extender.gangs.disruption import OWN_REASONS, PREEMPTED, Disruption, preempted_by
+from extender.gangs.disruption import MARK_PREFIX, OWN_REASONS, PREEMPTED, Disruption, preempted_by
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import AsyncKube
@@ -46,8 +46,7 @@ RATE = 20.0  # tries a second, at most (as the requeue's patches)
 POLL = 0.25  # the longest the loop sleeps with pods in the book: a clock it is not woken for
 MIN_PAUSE = 0.05  # the shortest: a due time in the past never makes the loop spin
 
-MARK_PREFIX = Disruption("", "").message("")  # how every message topogang marks a pod with begins
-PREEMPTION_TEXT = preempted_by("").message("")  # topogang's preemption message, before its gang
+PREEMPTION_TEXT = MARK_PREFIX + preempted_by("").why  # topogang's preemption message, before its gang
 
 
 class Sync(Protocol):
@@ -98,13 +97,7 @@ def own_mark(pod: Mapping[str, Any]) -> Disruption | None:
     about, so such a victim is no pod topogang chose. (A victim topogang chose that kube-scheduler
     happened to mark first keeps kube-scheduler's text: it is not taken, the safe way to be wrong.)
     The first `DisruptionTarget` condition counts, as Kubernetes' own readers take it."""
-    status = pod.get("status")
-    conditions = status.get("conditions") if isinstance(status, dict) else None
-    if not isinstance(conditions, list):
-        return None
-    mark = next(
-        (c for c in conditions if isinstance(c, dict) and c.get("type") == kpods.DISRUPTION_TARGET), None
-    )
+    mark = kpods.disruption_mark(pod)
     if mark is None or mark.get("status") != "True":
         return None
     reason, message = mark.get("reason"), mark.get("message")

@@ -103,6 +103,11 @@ def disruption_patch(pod: Mapping[str, Any], reason: str, message: str, stamp: s
     return body
 
 
+def disruption_mark(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's first `DisruptionTarget` condition (the one Kubernetes' own readers take), or None."""
+    return next((c for c in _conditions(pod) if c.get("type") == DISRUPTION_TARGET), None)
+
+
 def _conditions(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     status = pod.get("status")
     got = status.get("conditions") if isinstance(status, dict) else None

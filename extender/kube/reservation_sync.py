@@ -32,7 +32,6 @@ from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, NoAnswerError
 from topology.decisions import UserError
-from topology.recovery import keep_downgraded
 
 log = logging.getLogger("topogang.kube")
 
@@ -237,7 +236,7 @@ class ReservationStore:
             return []
         if not r.same_gang(self.s.core.placement_of(g)):
             return [f"downgrade record of {name} not applied: the gang of that name runs elsewhere now"]
-        if not keep_downgraded(self.s.core, name, by):
+        if not self.s.core.keep_downgraded(name, by):
             return []
         return [f"gang {name} stays downgraded to opportunistic by {by}, as recorded: not promoted"]
 
