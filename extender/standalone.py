@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -34,6 +35,7 @@ from config.load import LoadedConfig
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
 from extender.gangs.disruption import Disruption
 from extender.http.app import JSON, Service
+from extender.http.httpproto import BodyTooLargeError, read_body
 from extender.http.ledger_api import ledger_routes
 from extender.http.ports import BindError, BindTarget
 from extender.http.reload import ConfigWatcher
@@ -46,6 +48,7 @@ from topology.core import Core
 log = logging.getLogger("topogang.extender")
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "config" / "examples" / "example-cluster.yaml"
+NODE_BODY_MAX = 64 * 1024  # a node's health: {"ready": bool, "badGpus": [int]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +154,10 @@ def build_standalone(
 
     async def node_health(request: Request) -> Response:
         name = request.path_params["name"]
-        try:
-            body = await request.json()
-        except ValueError:
+        try:  # orjson refuses nesting past 1,024 levels with a JSONDecodeError (a ValueError), where
+            # the json module would raise RecursionError: a bad body is a 400 like any other
+            body = orjson.loads(await read_body(request, NODE_BODY_MAX))
+        except (ValueError, BodyTooLargeError):
             body = None
         if not isinstance(body, dict) or not isinstance(body.get("ready", True), bool):
             want = 'body: expected {"ready": true|false, "badGpus": [int, ...]}'

@@ -47,6 +47,9 @@ def test_standalone_serves_state_changes_only_on_the_verbs_listener() -> None:
             r = verbs.put("/v1/standalone/nodes/a100-r1-n1", json={"ready": True})
             assert r.status_code == 200 and r.json()["node"] == "a100-r1-n1"
             assert verbs.delete("/v1/standalone/pods/u1").json()["wasBound"] is False
+            # a body nested deeper than a parser recurses is a 400, not a RecursionError's 500
+            r = verbs.put("/v1/standalone/nodes/a100-r1-n1", content=b"[" * 5000)
+            assert r.status_code == 400 and "expected" in r.json()["error"]
 
 
 # ------------------------------------------------------------------------------------ Kubernetes mode
