@@ -76,6 +76,7 @@ from loadtest.kubefake import ConnectionClosedError, FakeApiServer, FakeKube, Fa
 from tests.soak import checks, layouts, tenants, vclock
 from tests.soak.jobs import VCS, Job, new_job
 from topology.core import Core
+from topology.decisions import WaitCode
 from topology.invariants import snapshot
 
 Obj = dict[str, Any]
@@ -256,6 +257,9 @@ class InProcess:
             soak.report.outcomes["filter passed"] += 1
         else:
             soak.report.outcomes["filter unschedulable"] += 1
+            why = {**(r.get("FailedNodes") or {}), **(r.get("FailedAndUnresolvableNodes") or {})}
+            if soak.opts.hostile and any(f"[{WaitCode.TENANT_LIMIT.value}]" in t for t in why.values()):
+                soak.report.outcomes["filter waits: tenant limit"] += 1
         return r
 
     async def prioritize(self, pod: kubesched.Pod, names: Sequence[str]) -> list[dict[str, Any]]:

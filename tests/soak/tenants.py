@@ -14,6 +14,9 @@ opportunistic`; `vision-lab` may use VC vision up to priority 100), and the mix 
   pod is pending, reserved or bound) rewritten to another VC, the top priority, or another gang's
   name; a spec-less pod's VC label, or its PodGroup label, changed the same way.
 
+- **a hoarder**: `intruder` gangs of which only the first pod is ever created, each reserving
+  the whole gang for GPUs no pod claims, under ever new names, against its `maxReservedGpus`;
+
 - **the admin editing the entitlements while all this runs**: the config file is rewritten to one of
   `RULES` (the first again, `vision-lab`'s ceiling lowered, its VC taken away, both tenants given
   more, `defaultEntitlement: none`, which leaves `intruder` nothing) and the extender's own watcher
@@ -23,7 +26,8 @@ The oracle is written here from the README's rules ("Multi-tenancy"), not read f
 `extender.gangs.entitlement`: after every operation, every gang the core holds is one its
 namespace may hold (quota, or promotion into it, only in the namespace's VCs; no priority above its
 ceiling), under the rules in force when it was given them (`Judge`: first seen, and for its VC's
-quota, when it began to hold it), every gang ledger record lists only pods of its gang's namespace,
+quota, when it began to hold it), no gang of `intruder` placed past its bound on GPUs reserved and
+not yet bound, every gang ledger record lists only pods of its gang's namespace,
 and `checks.core_vs_api` already holds every pod to a gang of its own namespace.
 """
 
@@ -61,10 +65,10 @@ RULES: tuple[tuple[str, Rights], ...] = (
 
 
 # `intruder`'s bound on GPUs reserved and not yet bound (`maxReservedGpus`) under each of `RULES`
-# (None: none): read and reloaded with the rest. Tighter bounds, or bounds under the first rules,
-# leave the intruder no pod bound in the short soaks `test_soak` runs (it asserts some are); the
-# bound itself is held by `tests/topology/test_reserve_limit.py` against any order of events
-INTRUDER_BOUND: tuple[int | None, ...] = (None, None, None, 8, 4)
+# (None: none, so both ways are soaked): read and reloaded with the rest. Its hoarders
+# (`hoarding_job`) reach it; `Judge._past_bound` holds every gang placed to it. Under the last rules
+# the intruder may run nothing, so that bound is never reached
+INTRUDER_BOUND: tuple[int | None, ...] = (8, 8, None, 8, 4)
 
 
 def may_use(rules: int) -> Rights:
@@ -134,9 +138,31 @@ class HostileJob(Job):
         return doc
 
 
+# what a hoarder's gangs look like: (pods, GPUs each), each within the intruder's tightest bound
+# (a gang larger than the bound by itself is refused outright, and would hold nothing back)
+HOARD_SHAPES = ((2, 2), (2, 4), (3, 2), (2, 1))
+NEVER = float("inf")  # a member `late` until then is never created
+
+
+def hoarding_job(rng: random.Random, serial: int) -> HostileJob:
+    """A gang of `intruder` of which only the first pod is ever created: its filter reserves the
+    whole gang, and the members that would claim the rest never come, so it holds GPUs no pod is
+    bound to until its TTL ends, and again each time its controller re-creates the pod. Several at
+    once are what `maxReservedGpus` bounds (`INTRUDER_BOUND`; `Judge._past_bound` checks it)."""
+    size, gpus = rng.choice(HOARD_SHAPES)
+    vc = rng.choice(("research", "research", "vision"))  # research: its quota under `RULES[3]`
+    priority = rng.choice((-1, -1, -1, 10))  # opportunistic: what every rule but the last lets it run
+    job = HostileJob(f"hoard-{serial}", "gang", INTRUDER, size, gpus, priority, {}, vc=vc)
+    job.late = dict.fromkeys(range(1, size), NEVER)
+    return job
+
+
 def hostile_job(rng: random.Random, serial: int, others: Sequence[Job]) -> HostileJob:
     """A job of `intruder` or `vision-lab`, most often under the gang name of a live job of another
-    namespace (`others`), with the VC and priority it should not have, about half the time."""
+    namespace (`others`), with the VC and priority it should not have, about half the time; one in
+    three is a hoarder (`hoarding_job`)."""
+    if rng.random() < 0.35:
+        return hoarding_job(rng, serial)
     ns = rng.choice(OTHERS)
     kind = rng.choices(("gang", "single", "fc", "fcfw", "gpu"), weights=(4, 3, 2, 1, 1))[0]
     target = rng.choice(others) if others and rng.random() < 0.7 else None
