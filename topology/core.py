@@ -228,9 +228,10 @@ class Core(Cluster):
         """The named gang's reservation, if it has one."""
         return self.reservations.by_name.get(name)
 
-    def gangs(self) -> list[Gang]:
-        """Every gang, oldest first."""
-        return self.reservations.gangs()
+    def gangs(self, *, since: int = 0, unsettled: bool = False) -> list[Gang]:
+        """Every gang, oldest first; newer than id `since`; or, `unsettled`, those not whole yet or
+        running downgraded (`Reservations.unsettled`), without a walk of every running gang."""
+        return self.reservations.unsettled() if unsettled else self.reservations.gangs(since)
 
     def holds_slot(self, pod_uid: str) -> bool:
         """Does `pod_uid` hold a slot of some gang?"""

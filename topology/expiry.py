@@ -43,7 +43,7 @@ def expire(cluster: Cluster, now: float) -> list[Released]:
     windows = cluster.reservations.windows
     for name in [n for n, (end, ttl) in windows.items() if end + ttl <= now]:
         del windows[name]
-    for gang in cluster.reservations.gangs():
+    for gang in cluster.reservations.unsettled():  # a whole gang has no deadline to pass
         if gang.deadline is not None and gang.deadline <= now and gang.phase is not GangPhase.BOUND:
             keep_until_gone(cluster, gang, now)
             if gang.pending:

@@ -6,11 +6,11 @@ slots one by one (`claim`). A gang is released when none of its pods is alive, w
 or when its reservation expires before every slot was claimed; pods still running then keep their
 GPUs until they are gone (`keep_until_gone`), and a leaf a preemptor waits for passes straight to it.
 
-The TTL is a cap on how long a gang holds cells while not whole: its deadline is set when it is
-placed (or when its victims are gone) and again only when a whole gang loses a member, never while
-it is not whole. Filters, members deleted and re-created, failed binds: none of them moves it. One
-whose every bound member was deleted while it was not whole carries its deadline into its next
-placement (`record_gang`); expiry itself is `topology.expiry`.
+The TTL caps how long a gang holds cells while not whole: its deadline is set when it is placed (or
+its victims are gone) and again only when a whole gang loses a member; filters, members re-created,
+failed binds never move it, and a gang whose bound members all went before it was whole carries it
+into its next placement (`record_gang`). Expiry is `topology.expiry`. What a gang holds is counted
+again after each change to it (`Reservations.retally`), for the per-VC use the metrics show.
 """
 
 from __future__ import annotations
@@ -105,6 +105,7 @@ def place_on_chains(
             continue
         gang = record_gang(cluster, gang_id, req, owner, ch, got, now)
         gang.priority, gang.guest = placing.priority, as_guest
+        cluster.reservations.retally(gang)
         return gang
     return shortfalls
 
@@ -310,13 +311,8 @@ def pick_slot(
 
 
 def _bind(cluster: Cluster, gang: Gang, slot: Slot, pod_uid: str) -> Bind:
-    return Bind(
-        pod_uid,
-        slot.index,
-        cluster.topo.node_names[slot.node],
-        _gpus(cluster, slot),
-        placement_of(cluster, gang),
-    )
+    node = cluster.topo.node_names[slot.node]
+    return Bind(pod_uid, slot.index, node, _gpus(cluster, slot), placement_of(cluster, gang))
 
 
 def unclaim(
@@ -330,6 +326,7 @@ def unclaim(
         return
     slot.pod_uid = slot.pod_name = None
     cluster.reservations.pod_gang.pop(pod_uid, None)
+    cluster.reservations.unsettle(gang)
     if gang.deadline is None:
         gang.deadline = deadline if deadline is not None else now + gang.request.ttl_seconds
 
@@ -345,11 +342,13 @@ def release_pod(cluster: Cluster, pod_uid: str, now: float, *, finished: bool = 
     slot = gang.slot_of(pod_uid)
     assert slot is not None
     slot.pod_uid = None
+    cluster.reservations.unsettle(gang)
     if finished or gang.evicting:
         slot.finished = True
         if (gang.request.gang_release or gang.evicting) and not slot.released_early:
             slot.released_early = True
             _free_leaves(cluster, list(slot.leaves), now)
+            cluster.reservations.retally(gang)
     if not gang.live_slots():
         if not finished and gang.deadline is not None and not gang.evicting:
             # not whole: a member re-created now places it again inside the same window
@@ -420,6 +419,7 @@ def keep_until_gone(cluster: Cluster, gang: Gang, now: float) -> None:
         s.released_early = True  # no longer the old gang's to free
         assert s.pod_uid is not None
         cluster.reservations.pod_gang[s.pod_uid] = keep.id
+    cluster.reservations.retally(gang)
     cluster.reservations.add(keep)
     for pid in sorted(cluster.preemptors):
         victims = cluster.reservations.by_id[pid].victims
@@ -460,6 +460,7 @@ def _free_leaves(
             if g is not None:
                 st.allocate_leaf(leaf, g.id, g.priority)
                 g.pending.discard(leaf)
+                cluster.reservations.retally(g)
                 if not g.pending:
                     g.history.append("victims gone: reservation complete")
                     if now is not None:

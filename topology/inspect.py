@@ -15,7 +15,7 @@ from typing import Any
 
 from topology.core import Core
 from topology.health import doomed_of
-from topology.reservations import Gang
+from topology.reservations import Gang, GangPhase
 from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
 
 
@@ -31,9 +31,20 @@ def vc_usage(core: Core) -> dict[str, dict[str, int]]:
     out = {
         vc: {"quota": core.vc_quota_leaves.get(vc, 0), "used": 0, "opportunistic": 0} for vc in core.vc_owner
     }
-    for gang in core.gangs():
-        row = out.setdefault(gang.request.vc, {"quota": 0, "used": 0, "opportunistic": 0})
-        row["used" if gang.priority >= 0 else "opportunistic"] += len(gang.held_leaves())
+    for (vc, guaranteed), n in core.reservations.held.items():  # kept as gangs change: no walk of them
+        row = out.setdefault(vc, {"quota": 0, "used": 0, "opportunistic": 0})
+        row["used" if guaranteed else "opportunistic"] += n
+    return out
+
+
+def gangs_by_phase(core: Core) -> dict[str, int]:
+    """Gangs by phase, from those not whole (`Reservations.unsettled`): every other gang is bound,
+    so at 59,000 gangs this reads the few hundred placed and not yet whole, not all of them."""
+    out = {p.value: 0 for p in GangPhase}
+    for g in core.reservations.unsettled():
+        if g.phase is not GangPhase.BOUND:  # a downgraded gang is unsettled, and may be whole
+            out[g.phase.value] += 1
+    out[GangPhase.BOUND.value] = len(core.reservations.by_id) - sum(out.values())
     return out
 
 
@@ -52,7 +63,7 @@ def level_usage(core: Core) -> list[tuple[str, int, str, int, int]]:
 def cluster_leaves(core: Core) -> tuple[int, int, int]:
     """(GPUs, free healthy GPUs, bad GPUs) of the whole cluster."""
     topo, st = core.topo, core.state
-    tops = [c for c in range(topo.n_cells) if topo.parent[c] < 0]
+    tops = [c for ch in topo.chains for c in ch.cells_by_level[ch.top_level]]  # the cells with no parent
     return (
         sum(topo.leaf_count[c] for c in tops),
         sum(st.free[c] for c in tops),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topology.buddy import feasible, holds_guaranteed
-from topology.reservations import group_of
+from topology.reservations import GangPhase, group_of
 from topology.state import FREE_PRIORITY, NO_GANG, NO_OWNER
 
 if TYPE_CHECKING:
@@ -202,11 +202,23 @@ def _indexes(core: Core) -> list[str]:
     }
     if st.pool_order.kept() != pool:
         out.append("the free pool's order by used leaves disagrees with the pool")
-    groups: dict[str, set[str]] = {}
-    for name in core.reservations.by_name:
-        groups.setdefault(group_of(name), set()).add(name)
-    if core.reservations.by_group != groups:
-        out.append("the gangs by group disagree with the gangs by name")
+    res = core.reservations
+    for key, ids in res.unsettled_ids.items():
+        if not ids or any(i not in res.by_id or group_of(res.by_id[i].name) != key for i in ids):
+            out.append(f"the unsettled gangs of group {key!r} name a gang gone, or of another group")
+    for g in res.by_id.values():
+        unsettled = g.phase is not GangPhase.BOUND or g.downgraded_by is not None
+        if unsettled and g.id not in res.unsettled_ids.get(group_of(g.name), ()):
+            out.append(f"gang {g.name} is not whole or runs downgraded, and is not among the unsettled gangs")
+    held: dict[tuple[str, bool], int] = {}
+    for g in res.by_id.values():
+        kind, n = (g.request.vc, g.priority >= 0), len(g.held_leaves())
+        if res.tallied.get(g.id) != (kind, n):
+            out.append(f"gang {g.name} holds {n} GPUs as {kind}; its tally says {res.tallied.get(g.id)}")
+        if n:
+            held[kind] = held.get(kind, 0) + n
+    if res.held != held or set(res.tallied) - set(res.by_id):
+        out.append(f"the GPUs held by VC and kind {res.held} are not the gangs' {held}")
     return out
 
 

@@ -243,6 +243,8 @@ def downgrade(cluster: Cluster, g: Gang, preemptor: str) -> None:
         st.release_leaf(leaf)
         st.allocate_leaf(leaf, g.id, OPPORTUNISTIC_PRIORITY)
     g.owner, g.priority, g.downgraded_by = NO_OWNER, OPPORTUNISTIC_PRIORITY, preemptor
+    cluster.reservations.unsettle(g)
+    cluster.reservations.retally(g)
     g.history.append(f"downgraded to opportunistic by {preemptor}")
     unbind_unused(st, leaves)
 
@@ -301,6 +303,7 @@ def preempt(
         st.rollback()
         for g, o, p in lazy:
             revert_downgrade(g, o, p)
+            cluster.reservations.retally(g)
         return got
     gang = (
         apply_plan(cluster, req, owner, plan, now, outbid)
@@ -344,6 +347,7 @@ def lazy_place(
     for g, o, p in lazy:  # quietly: a filter call that changed nothing leaves no trace
         g.owner, g.priority, g.downgraded_by = o, p, None
         g.history.pop()
+        cluster.reservations.retally(g)
     return None
 
 
@@ -410,6 +414,7 @@ def apply_plan(
             else:
                 st.set_reserver(leaf, gang.id)
                 gang.pending.add(leaf)
+    cluster.reservations.retally(gang)
     gang.victims = live
     if live:
         cluster.preemptors.add(gang.id)

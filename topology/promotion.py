@@ -65,6 +65,7 @@ def promote_waiting(cluster: Cluster) -> list[str]:
             st.allocate_leaf(leaf, g.id, priority)
         st.commit()
         g.owner, g.priority = owner, priority
+        res.retally(g)
         g.history.append("promoted to guaranteed: its VC had quota for it")
         res.promoted.add(g.id)
         out.append(g.name)

@@ -183,6 +183,7 @@ def mark_downgraded(cluster: Cluster, g: Gang, preemptor: str) -> None:
     """`g` runs downgraded by `preemptor`: never promoted (a promotion not yet told to the edge is
     taken back), and no guest (`keep_downgraded` says why)."""
     g.downgraded_by, g.guest = preemptor, False
+    cluster.reservations.unsettle(g)
     cluster.reservations.promoted.discard(g.id)
 
 
@@ -272,6 +273,7 @@ def _adopt_slot(cluster: Cluster, gang: Gang, p: AdoptedPod) -> Slot | None:
         st.allocate_leaf(leaf, gang.id, gang.priority)
     slot = Slot(len(gang.slots), len(found), p.slot_key, topo.cell_node[found[0]], tuple(found))
     gang.slots.append(slot)
+    cluster.reservations.retally(gang)
     gang.placement = None
     gang.lost -= 1
     return slot

@@ -139,7 +139,9 @@ RESERVATION_FIELDS = (
     "promote_ids",
     "promoted",
     "windows",
-    "by_group",
+    "unsettled_ids",
+    "held",
+    "tallied",
     "_next_id",
 )
 
@@ -156,7 +158,8 @@ def _clone_reservations(r: Reservations) -> Reservations:
     out.promote_ids = r.promote_ids.copy()
     out.promoted = r.promoted.copy()
     out.windows = r.windows.copy()  # (start, deadline) pairs: immutable values
-    out.by_group = {group: names.copy() for group, names in r.by_group.items()}
+    out.unsettled_ids = {group: ids.copy() for group, ids in r.unsettled_ids.items()}
+    out.held, out.tallied = r.held.copy(), r.tallied.copy()  # immutable values
     out._next_id = r._next_id
     return out
 

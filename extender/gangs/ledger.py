@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any
 
 from extender.gangs.identity import gang_key, split_key
@@ -475,12 +477,12 @@ class GangLedger:
                 self._record_for(core, g)
         return sorted(self.records.values(), key=lambda r: (r.ident.namespace, r.ident.name, r.gang))
 
-    def phase_counts(self, core: Core, waiting: WaitingOf) -> dict[str, int]:
-        out = {p.value: 0 for p in Phase}
-        for rec in self.all(core):
-            self.refresh(core, rec, waiting)
-            out[rec.phase.value] += 1
-        return out
+    def phase_counts(self) -> dict[str, int]:
+        """Gangs by the phase the ledger last recorded, as the cluster view shows them, counted at
+        C speed: re-deriving each under the lock held the verbs ~400 ms a scrape of the open
+        `/metrics` at 59,000 gangs (80% of 100,000 GPUs)."""
+        counts = Counter(map(attrgetter("phase"), self.records.values()))
+        return {p.value: counts.get(p, 0) for p in Phase}
 
     # ------------------------------------------------------------------------------ the document
     def status(

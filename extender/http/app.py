@@ -65,6 +65,7 @@ from extender.ops.metrics import CONTENT_TYPE, Metrics
 log = logging.getLogger("topogang.extender")
 
 MAX_BODY = 64 * 1024 * 1024  # a NodeList of 1,000 full node objects is ~50 MiB
+METRICS_EVERY = 0.1  # seconds: /metrics renders (under the verbs' lock) at most this often
 
 
 class JSON(Response):
@@ -233,9 +234,22 @@ def read_routes(service: Service) -> list[BaseRoute]:
             return JSON({"ready": True})
         return JSON({"ready": False, "reason": s.not_ready_reason}, status_code=503)
 
+    rendering = asyncio.Lock()  # one render at a time, whoever asks: the route is open to anybody
+    rendered: list[Any] = [0, b"", float("-inf")]  # renders begun, the last body, when it was made
+
     async def metrics_endpoint(request: Request) -> Response:
-        async with s.lock:
-            body = metrics.render()
+        """A render holds the verbs' lock and the event loop, and anybody may ask, as often as it
+        likes (a probe: no token, no limit). So there is at most one render every `METRICS_EVERY`,
+        answering everybody who came before it began: an answer is never older than its request."""
+        wanted = rendered[0] + 1  # the first render to begin after this request came
+        async with rendering:
+            if rendered[0] < wanted:
+                await asyncio.sleep(rendered[2] + METRICS_EVERY - time.monotonic())
+                rendered[0] += 1
+                async with s.lock.quietly():  # it reads, and changes nothing the snapshots copy
+                    rendered[1] = metrics.render()
+                rendered[2] = time.monotonic()
+            body = rendered[1]
         return Response(body, media_type=CONTENT_TYPE)
 
     snaps = Snapshots(s, on_copy=metrics.snapshot_hold.observe)

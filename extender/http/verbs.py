@@ -102,7 +102,7 @@ class Scheduler:
         self.inflight: dict[str, asyncio.Future[str]] = {}  # Bindings being written: claimed, not yet done
         self.metrics.watch_state(lambda: views.state_snapshot(self.core, self.waiting, self.ready))
         self.gang_ledger = GangLedger(clock=clock)  # what /v1/gangs serves (extender.gangs.ledger)
-        self.metrics.registry.register(LedgerCollector(self.gang_ledger, lambda: self.core, self.waiting_of))
+        self.metrics.registry.register(LedgerCollector(self.gang_ledger))
         known = known_names(self.pods, self.gang_ledger)  # whom a promotion writes to
         self.promotions = PromotionWriter(binder, known, metrics=self.metrics)
         self.requeue = Requeue()  # pods turned away for lack of room, requeued once room frees

@@ -14,6 +14,7 @@ from extender.gangs.waiting import Waiting
 from extender.ops.metrics import StateSnapshot
 from topology.core import Core
 from topology.inspect import cluster_leaves as cluster_leaves
+from topology.inspect import gangs_by_phase
 from topology.inspect import lca_type as lca_type
 from topology.inspect import level_usage as level_usage
 from topology.inspect import node_unheld_gpus as node_unheld_gpus
@@ -106,10 +107,7 @@ def waiting_gangs(waiting: Mapping[str, Waiting]) -> list[Waiting]:
 
 def state_snapshot(core: Core, waiting: Mapping[str, Waiting], ready: bool) -> StateSnapshot:
     """What the state gauges show (`Metrics.watch_state`): gangs by phase, VC and level use."""
-    phases: dict[str, int] = {p.value: 0 for p in GangPhase}
-    phases["Waiting"] = len(waiting)
-    for g in core.gangs():
-        phases[g.phase.value] = phases.get(g.phase.value, 0) + 1
+    phases = {**gangs_by_phase(core), "Waiting": len(waiting)}
     usage = vc_usage(core)
     for row in usage.values():
         row["free"] = max(0, row["quota"] - row["used"])

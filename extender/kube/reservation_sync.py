@@ -71,8 +71,12 @@ class ReservationStore:
             last = core.last_gang_id()
             start = self.seen_id if last > self.seen_id else 0  # a reload starts ids afresh
             self.seen_id = last
-            gangs = core.gangs()
-            new = {g.name for g in gangs if g.id > start}
+            # the new gangs, and those they may have downgraded (downgraded gangs are unsettled):
+            # not a walk of every running gang, once per new gang
+            made = core.gangs(since=start)
+            both = {g.id: g for g in (*made, *core.gangs(unsettled=True))}
+            gangs = [both[i] for i in sorted(both)]
+            new = {g.name for g in made}
             # a new gang that downgraded others is written with them, whatever its size: a restart
             # must find the preemptor beside the gangs that gave their quota up for it
             downgraders = {g.downgraded_by for g in gangs if g.downgraded_by in new}
@@ -90,7 +94,9 @@ class ReservationStore:
     def _desired(self, only: str | None = None) -> dict[str, dict[str, Any]]:
         core = self.s.core
         now, wall = self.s.clock(), self.wall()
-        gangs = core.gangs() if only is None else [g for g in [core.gang(only)] if g is not None]
+        # the gangs that need an object are unsettled ones (`needs_object`): not a walk of every gang
+        one = core.gang(only) if only is not None else None
+        gangs = core.gangs(unsettled=True) if only is None else [one] if one is not None else []
         return {
             rsv.object_name(g.name): rsv.encode(core, g, clock_now=now, wall_now=wall)
             for g in gangs
