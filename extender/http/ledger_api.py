@@ -36,6 +36,7 @@ import asyncio
 import bisect
 import logging
 import re
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -56,6 +57,10 @@ from extender.http.verbs import Scheduler
 log = logging.getLogger("topogang.extender")
 
 MAX_WAIT_SECONDS = 60.0
+# long-polls that wait at once for the gangs of one namespace; more are answered at once, as without
+# `waitFor` (a barrier then waits out its interval and asks again): one namespace's pods, each from its
+# own address, cannot take every request slot of the server (`ServerLimits.max_requests`) from the rest
+POLLS_PER_NAMESPACE = 64
 SCAN_CHUNK = 256  # records looked at per hold of the lock by a list
 FC_GROUP = "frameworkcontroller.microsoft.com"
 FRAMEWORK_PATH = f"/apis/{FC_GROUP}/v1/namespaces/{{namespace}}/frameworks/{{name}}"
@@ -149,6 +154,7 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
     mode; None: Framework objects are synthesized from the ledger)."""
     s = scheduler
     ledger = s.gang_ledger
+    polling: Counter[str] = Counter()  # long-polls waiting now, by the namespace their path names
 
     def not_ready() -> Response:
         return _error(503, f"topogang: the ledger is not synced yet: {s.not_ready_reason}", "NotReady")
@@ -225,9 +231,13 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
             attempt = _attempt_param(q)
         except _BadQueryError as err:
             return _error(400, f"topogang: {err}", "BadRequest")
+        waits = timeout > 0 and (target is not None or since is not None)
+        if waits and polling[ns] >= POLLS_PER_NAMESPACE:
+            timeout, waits = 0.0, False  # the namespace's long-polls are all taken: the status now
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         ledger.waiters += 1
+        polling[ns] += waits
         try:
             while True:
                 async with s.lock:
@@ -255,6 +265,9 @@ def ledger_routes(scheduler: Scheduler, *, fetch_framework: FrameworkFetch | Non
                     return Response(status_code=499)  # the caller left: so does its poll (nobody reads this)
         finally:
             ledger.waiters -= 1
+            polling[ns] -= waits
+            if not polling[ns]:
+                del polling[ns]
         if doc["phase"] == Phase.READY.value and doc["gang"].get("attemptInstanceUID"):
             doc["framework"] = await framework_for(doc)
         return JSON(doc)

@@ -56,6 +56,10 @@ PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 SERVICE_SUFFIXES = (".svc", ".svc.cluster.local")
 HOSTS_REMEMBERED = 64  # distinct Host values whose verdict is kept (kube-scheduler sends one)
+# a request head's URL and headers at most (a bearer token is at most 16 KiB, `kube.reviews`): uvicorn
+# keeps every header in a list and grows the URL by concatenation, on the loop the verbs run on
+MAX_HEAD_BYTES = 64 * 1024
+HEADER_OVERHEAD = 4  # ": " and CRLF: a head of many empty headers counts them too
 
 
 @dataclass(frozen=True)
@@ -297,6 +301,7 @@ class ProtectedHttpTools(JSONErrorsHttpTools):
     max_connections: int = ServerLimits.max_connections
     _head_timer: asyncio.TimerHandle | None = None
     waiting_since: float | None = None  # loop time since when it waits for a head; None: busy
+    _head_bytes = 0  # of the request head being read (`MAX_HEAD_BYTES`)
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
@@ -334,6 +339,24 @@ class ProtectedHttpTools(JSONErrorsHttpTools):
         if not self.transport.is_closing():
             log.debug("connection from %s closed: %s", self.client, why)
             self.transport.close()
+
+    def on_message_begin(self) -> None:
+        self._head_bytes = 0
+        super().on_message_begin()
+
+    def _count(self, n: int) -> None:
+        """Past `MAX_HEAD_BYTES` the parser stops (uvicorn answers 400 and closes the connection)."""
+        self._head_bytes += n
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise ValueError(f"a request head over {MAX_HEAD_BYTES} bytes")
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value) + HEADER_OVERHEAD)
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._cancel_head_timer()

@@ -42,6 +42,12 @@ MAX_TOKEN_BYTES = 16 * 1024  # a ServiceAccount JWT is ~1 KiB; an OIDC token a f
 KEEP_SECONDS = 60.0
 KEEP_REFUSAL_SECONDS = 10.0
 MAX_ENTRIES = 16_384
+# API calls made for readers at once (reviews, pod lookups, the Framework proxy's reads). Anybody may
+# send a token never seen before, each one a review, a job pod may read its Framework as often as it
+# likes, and every API call of the extender (Bindings, evictions) shares one pool of worker threads
+# (`AsyncKube`): readers' calls past these wait here, in the event loop, not in that pool ahead of
+# kube-scheduler's binds
+MAX_READER_CALLS = 4
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -118,6 +124,7 @@ class Reviews:
         self.tokens: TtlCache[bytes, Caller | None] = TtlCache(clock, max_entries)
         self.access: TtlCache[tuple[Caller, str, str], bool] = TtlCache(clock, max_entries)
         self._inflight: dict[object, asyncio.Future[Any]] = {}
+        self.sending = asyncio.Semaphore(MAX_READER_CALLS)  # readers' API calls (`MAX_READER_CALLS`)
         self.calls = 0  # reviews sent to the API server (tests read it: the cache is real)
 
     async def authenticate(self, token: str) -> Caller | None:
@@ -169,9 +176,10 @@ class Reviews:
         return out
 
     async def _post(self, path: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
-        self.calls += 1
         try:
-            out = await self.kube.request("POST", path, body=body)
+            async with self.sending:
+                self.calls += 1
+                out = await self.kube.request("POST", path, body=body)
         except (ApiError, OSError, TimeoutError) as err:
             log.warning("%s failed: %s", path.rsplit("/", 1)[-1], err)
             raise AuthorityUnavailableError(f"the API server cannot review the request now: {err}") from err
@@ -237,7 +245,8 @@ class KubeAuthority(Reviews):
         if hit:
             return bool(known)
         try:
-            obj = await self.fetch_pod(pod.namespace, pod.name)
+            async with self.sending:
+                obj = await self.fetch_pod(pod.namespace, pod.name)
         except (ApiError, OSError, TimeoutError) as err:
             raise AuthorityUnavailableError(f"cannot read pod {pod.namespace}/{pod.name}: {err}") from err
         meta = (obj or {}).get("metadata")

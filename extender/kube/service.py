@@ -349,15 +349,18 @@ def kube_service(
         fetch_pod=pod_lookup,
         gang_of=lambda pod: gang_of_pod(scheduler.gang_ledger, pod),
     )
+
+    async def fetch_framework(ns: str, name: str) -> dict[str, Any] | None:
+        async with authority.sending:  # a reader's call: never many ahead of the verbs' (`reviews`)
+            return await kube.request("GET", framework_path(ns, name))
+
     return Service(
         scheduler=scheduler,
         background=[sync.run, lead, forget_old_events, watcher.run, *dra_tasks],
         on_stop=[step_down],
         routes=[
             watcher.route(),
-            *ledger_routes(
-                scheduler, fetch_framework=lambda ns, name: kube.request("GET", framework_path(ns, name))
-            ),
+            *ledger_routes(scheduler, fetch_framework=fetch_framework),
         ],
         pod_source=sync.known_pod,
         on_failed=on_failed,
