@@ -134,6 +134,8 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         ]
         new.adopt(g.request, pods, now, evicting=g.evicting)  # an unverified hold stays no one's victim
         adopted = new.gang(g.name)
+        if adopted is not None:
+            _keep_finished(new, adopted, old, g)
         if g.phase is not GangPhase.BOUND and any(p.node not in new.topo.node_index for p in pods):
             _let_go(new, report, g, pods, adopted, now)
             continue
@@ -153,6 +155,26 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         else:
             report.kept.append(g.name)
     return new, report
+
+
+def _keep_finished(new: Core, adopted: Gang, old: Core, g: Gang) -> None:
+    """A slot whose pod finished stays finished (adopted, it would be an open slot): not counted as
+    reserved unbound against its namespace's bound, not open to another pod, and a gang whole
+    before the reload stays whole (no TTL, so its running pods are not evicted at its expiry)."""
+    done = {
+        (old.topo.node_names[s.node], tuple(old.topo.gpu_index[x] for x in s.leaves))
+        for s in g.slots
+        if s.finished and not s.released_early
+    }
+    if not done:
+        return
+    topo = new.topo
+    for s in adopted.slots:
+        where = (topo.node_names[s.node], tuple(topo.gpu_index[x] for x in s.leaves))
+        if s.pod_uid is None and where in done:
+            s.finished = True
+    if adopted.phase is GangPhase.BOUND:
+        adopted.deadline = None
 
 
 def _judge(report: ReconfigureReport, old: Gang, pods: list[AdoptedPod], new: Gang | None) -> None:

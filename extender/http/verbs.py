@@ -465,10 +465,10 @@ class Scheduler:
 
     def _stop_waiting(self, gang: str) -> None:
         """The gang no longer waits; if it held its VC's later gangs back, they may go now."""
-        w = self.waiting.pop(gang, None)
-        if w is not None and w.holds:
-            self.holders.drop(gang, w.vc)
-            self.requeue.freed_vc(w.vc)
+        if (w := self.waiting.pop(gang, None)) is not None:
+            self.holders.drop(gang, w.vc)  # a holder of its VC, or a gang its namespace's bound held
+            if w.holds:
+                self.requeue.freed_vc(w.vc)
 
     def _released(self, *released: Released | None) -> None:
         for r in released:

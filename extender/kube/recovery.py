@@ -31,7 +31,7 @@ with the claims' GPUs. A pod whose claims are not taken falls back to what its a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -316,6 +316,8 @@ def recover(
     `claimed` (DRA mode), a pod without such bind info is adopted from its claims' allocations, after
     every verified gang: its claims prove its GPUs, not the VC and priority its editable spec says."""
     report = RecoveryReport()
+    pods = list(pods)
+    done = _succeeded_slots(pods, verify)
     groups = collect(
         pods,
         namespace_vcs=namespace_vcs,
@@ -334,7 +336,7 @@ def recover(
         if all(f.deleting for f in found):  # evicted, or deleted by its user: nothing to reserve
             found, earlier = [], [found, *earlier]
         if found:
-            _restore(core, gang, found, now, report, held)
+            _restore(core, gang, found, now, report, held, done.get(gang, frozenset()))
             # a pod recovered one by one (a watch event, a node a reload added back) whose gang the
             # core has placed again since matches none of its slots: of an earlier placement
             stray = [f for f in found if core.has_node(f.node) and not core.holds_slot(f.request.uid)]
@@ -348,6 +350,30 @@ def recover(
     for u in report.unverified:  # ...but a claim copied from a running pod takes nothing from it
         hold_unverified(core, u, now)
     return report
+
+
+def _succeeded_slots(
+    pods: Iterable[Mapping[str, Any]], verify: Verify | None
+) -> dict[str, Set[tuple[str, tuple[int, ...]]]]:
+    """By gang, the slots (node, GPUs) whose pod Succeeded, as its bind info (vouched for by
+    `verify`) records them. A slot whose pod came and ran is finished, as before the restart: not
+    open to another pod, not counted against its namespace's bound on GPUs reserved unbound, and
+    its gang, whole before, gets no TTL (which would evict its running pods at expiry)."""
+    out: dict[str, set[tuple[str, tuple[int, ...]]]] = {}
+    for pod in pods:
+        if not kpods.succeeded(pod) or kpods.node_name(pod) is None or not is_enabled(pod):
+            continue
+        if verify is not None and verify(pod) is not None:
+            continue
+        try:
+            info = pod_bind_info(kpods.pod_annotations(pod))
+        except ValueError:
+            continue
+        if info is None or info.gang is None:
+            continue
+        key = gang_key(kpods.namespace(pod), info.gang)
+        out.setdefault(key, set()).add((info.node, tuple(sorted(info.gpus))))
+    return dict(out)
 
 
 def _record(found: list[_Found]) -> tuple[PlacedPod, ...]:
@@ -370,6 +396,7 @@ def _restore(
     now: float,
     report: RecoveryReport,
     held: Mapping[tuple[str, int], str],
+    done: Set[tuple[str, tuple[int, ...]]] = frozenset(),
 ) -> None:
     """The gang's current placement: its bound pods in their slots, the other slots reserved, each
     with the quota cell types recorded for its GPUs (how `Core.adopt` rebinds the same VC cells, or
@@ -380,6 +407,7 @@ def _restore(
     members = {(f.node, f.gpus): f for f in found}
     adopted: list[AdoptedPod] = []
     placeholders: list[str] = []
+    finished: list[str] = []  # slots whose pod Succeeded: they come back finished, not open
     for i, p in enumerate(placements):
         types = p.preassigned_cell_types
         f = members.pop((p.node, tuple(sorted(p.gpus))), None)
@@ -390,12 +418,14 @@ def _restore(
             report.notes.append(f"gang {gang}: slot on {p.node} {list(p.gpus)} is held by another gang's pod")
         else:
             uid = f"{PLACEHOLDER}/{gang}/{i}"
-            placeholders.append(uid)
+            (finished if (p.node, tuple(sorted(p.gpus))) in done else placeholders).append(uid)
             adopted.append(AdoptedPod(uid, p.node, p.gpus, None, p.slot_key, types))
     for f in members.values():  # bound pods the placement does not list (HiveD isolation only)
         adopted.append(AdoptedPod(f.request.uid, f.node, f.gpus, f.request.name, f.request.slot_key))
     request = found[0].request.request
     core.adopt(request, adopted, now)
+    for uid in finished:  # first: a gang whole before the restart stays whole (no TTL)
+        core.release_pod(uid, now, finished=True)
     for uid in placeholders:
         core.release_pod(uid, now)
     report.gangs.append(gang)
