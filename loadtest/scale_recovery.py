@@ -134,9 +134,9 @@ async def _restart(config: str, server: FakeApiServer) -> dict[str, Any]:
     }
 
 
-async def scene_and_restart(config: str, fill: float, seed: int) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    loaded = load_config(config)
+def scene(loaded: LoadedConfig, fill: float, seed: int) -> tuple[FakeApiServer, int, int, int]:
+    """The in-memory API server holding a Ready node object per node and `fill` of the GPUs in
+    bound pods: (server, pods, GPUs bound, gangs)."""
     pods, used, gangs = bound_pods(loaded, fill, seed)
     server = FakeApiServer()
     core = Core(loaded.spec)
@@ -146,7 +146,13 @@ async def scene_and_restart(config: str, fill: float, seed: int) -> dict[str, An
     for p in pods:
         meta = p["metadata"]
         server.put(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", p)
-    scene = time.perf_counter() - t0
+    return server, len(pods), used, gangs
+
+
+async def scene_and_restart(config: str, fill: float, seed: int) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    server, n_pods, used, gangs = scene(load_config(config), fill, seed)
+    scene_seconds = time.perf_counter() - t0
     # the scene stands for another process (the API server): out of the collector's sight, as it
     # would be, so that collecting the restarting extender's garbage does not walk 60,000 pods
     gc.collect()
@@ -156,12 +162,12 @@ async def scene_and_restart(config: str, fill: float, seed: int) -> dict[str, An
     recovered = int(counts.get("total", 0)) - int(counts.get("free", 0))
     return {
         "fill": fill,
-        "pods": len(pods),
+        "pods": n_pods,
         "gangs": gangs,
         "gpus_bound": used,
         "gpus_recovered": recovered,
         **got,
-        "scene_seconds": scene,
+        "scene_seconds": scene_seconds,
     }
 
 
