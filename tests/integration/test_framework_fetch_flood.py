@@ -18,7 +18,7 @@ from extender.http.app import build_app
 from extender.kube.client import pod_path
 from extender.kube.reviews import MAX_READER_CALLS
 from tests.extender.helpers import nodes, pod, spec
-from tests.integration.test_review_flood import ADDRESSES, PER_ADDRESS, Threaded
+from tests.integration.test_review_flood import ADDRESSES, PER_ADDRESS, Threaded, most_at_once
 
 
 def test_a_pods_reads_of_its_own_gang_do_not_fill_the_pool_binds_use(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,13 +55,8 @@ def test_a_pods_reads_of_its_own_gang_do_not_fill_the_pool_binds_use(monkeypatch
             b = {"PodName": "new-0", "PodNamespace": "vision", "PodUID": "uid-new", "Node": node}
             r = await scene.http.post("/v1/extender/bind", json=b)
             assert r.json() == {"Error": ""}, r.text
-            stop.set()
-            for t in reads:
-                t.cancel()
-            await asyncio.gather(*reads, return_exceptions=True)
-            kube = scene.kube
-            assert isinstance(kube, Threaded)
+            most = await most_at_once(scene.kube, stop, reads)
             assert fetched[0] > MAX_READER_CALLS  # the pod did read its Framework, over and over
-            assert kube.most <= MAX_READER_CALLS, f"{kube.most} readers' calls at once in the binds' pool"
+            assert most <= MAX_READER_CALLS, f"{most} readers' calls at once in the binds' pool"
 
     asyncio.run(go())
