@@ -7,7 +7,8 @@ The scene of `loadtest.scale_recovery` (a generated cluster, `--fill` of its GPU
 Philly-mix pods in the in-memory API server), the Kubernetes-mode service started on it as
 `topogang serve` starts (recovery, then ready); then, for `--seconds`, every hold of the verbs'
 lock is timed by who took it (the durable reservations' sync, expiry, the admission gate, the
-conventions' ticks...), and `--scrapes` GETs of the open `/metrics` after a change of state each.
+conventions' ticks...), and `--scrapes` GETs of the open `/metrics` after a change of state each;
+then three copies of the state as the admins' reads take them (`http.snapshot.Snapshots`).
 Prints one line per holder: how many holds, the longest, the median. The lock is timed from the
 moment it is acquired to its release, by wrapping `VersionedLock` in this process only.
 
@@ -34,6 +35,7 @@ from config.generate import generate_yaml
 from config.load import load_config
 from extender.http import versionlock
 from extender.http.app import build_app
+from extender.http.snapshot import Snapshots
 from extender.kube.service import kube_service
 from loadtest.kubefake import FakeKube
 from loadtest.scale_recovery import scene
@@ -107,6 +109,15 @@ async def run(config: Path, fill: float, seconds: float, scrapes: int) -> None:
                     pass
                 await asyncio.sleep(0.2)
                 assert (await c.get("/metrics")).status_code == 200
+        # the copies the admins' reads (inspect, the UI, explain) are answered from, as their routes
+        # take them: the first a full copy, the next ones sharing what did not change since
+        copies: list[float] = []
+        snaps = Snapshots(s, on_copy=copies.append, min_interval=0.0)
+        for _ in range(3):
+            async with s.lock:  # as a verb's release: a new generation to copy
+                pass
+            await snaps.get()
+        print("copies of the state for the admins' reads: " + ", ".join(f"{t * 1e3:.1f} ms" for t in copies))
     for who in [w for w in holds if w.startswith("lock_holds.")]:  # this script's own changes
         del holds[who]
     print(f"the verbs' lock over {seconds:.0f} s after ready, and {scrapes} scrapes of /metrics:")

@@ -285,6 +285,7 @@ def claim(
         raise UserError("slotKey", held_by(gang_name, slot))
     slot.pod_uid = pod_uid
     slot.pod_name = pod_name
+    cluster.reservations.touch(gang)
     cluster.reservations.pod_gang[pod_uid] = gang.id
     if gang.phase is GangPhase.BOUND:
         gang.deadline = None
@@ -422,9 +423,9 @@ def keep_until_gone(cluster: Cluster, gang: Gang, now: float) -> None:
     cluster.reservations.retally(gang)
     cluster.reservations.add(keep)
     for pid in sorted(cluster.preemptors):
-        victims = cluster.reservations.by_id[pid].victims
-        if gang.id in victims:
-            victims.add(keep.id)
+        preemptor = cluster.reservations.by_id[pid]
+        if gang.id in preemptor.victims:
+            cluster.reservations.touch(preemptor).victims.add(keep.id)
 
 
 def release(
@@ -442,7 +443,7 @@ def release(
         unbind_unused(cluster.state, [leaf for s in gang.slots for leaf in s.leaves])
     cluster.preemptors.discard(gang.id)
     for pid in sorted(cluster.preemptors):
-        cluster.reservations.by_id[pid].victims.discard(gang.id)
+        cluster.reservations.touch(cluster.reservations.by_id[pid]).victims.discard(gang.id)
     return Released(gang.name, reason, evict)
 
 

@@ -483,6 +483,6 @@ def _apply_guest_plan(
     """`apply_plan` for a gang starting as a guest (`guest_plan`): opportunistic, binding no cell,
     its request kept as asked, so a release promotes it to the priority it asked for."""
     gang = apply_plan(cluster, replace(req, priority=OPPORTUNISTIC_PRIORITY), NO_OWNER, plan, now, outbid)
-    gang.request, gang.guest = req, True
+    cluster.reservations.touch(gang).request, gang.guest = req, True
     gang.history.append(f"started as a guest over {len(plan.victims)} younger guests elsewhere")
     return gang

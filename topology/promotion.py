@@ -81,7 +81,7 @@ def withdraw(cluster: Cluster, name: str) -> bool:
     g = res.by_name.get(name)
     if g is None or not g.request.promote_when_quota:
         return False
-    g.request = replace(g.request, promote_when_quota=False)
+    res.touch(g).request = replace(g.request, promote_when_quota=False)
     g.guest = False
     res.promote_ids.discard(g.id)
     return True

@@ -144,7 +144,9 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
             report.lost.append(f"gang {g.name}: none of its GPUs exist any more")
             continue
         if g.deadline is not None and adopted.deadline is not None:
-            adopted.deadline = min(adopted.deadline, g.deadline)  # a reload does not extend the TTL
+            new.reservations.touch(adopted).deadline = min(
+                adopted.deadline, g.deadline
+            )  # a reload does not extend the TTL
         report.lost.extend(h for h in adopted.history if "not in the cluster" in h or "already held" in h)
         if g.downgraded_by is not None and adopted.priority < 0:
             keep_downgraded(new, g.name, g.downgraded_by)  # still lazily preempted: not to be promoted

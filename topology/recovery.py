@@ -34,6 +34,7 @@ def adopt(
     gang = cluster.reservations.by_name.get(req.name)
     if gang is None:
         gang = _adopt_new(cluster, req, pods, now)
+    cluster.reservations.touch(gang)
     for p in pods:
         if not p.pod_uid or gang.slot_of(p.pod_uid) is not None:
             continue
@@ -79,7 +80,7 @@ def restore(
     existing = cluster.reservations.by_name.get(req.name)
     if existing is not None:
         if deadline is not None and existing.deadline is not None and deadline < existing.deadline:
-            existing.deadline = deadline
+            cluster.reservations.touch(existing).deadline = deadline
         return placement_of(cluster, existing)
     if req.vc not in cluster.vc_owner:
         return f"VC {req.vc} is not in the config"

@@ -163,5 +163,7 @@ def start_as_guest(
     gang = place_on_chains(cluster, req, now, suggested, as_guest=True)
     if not isinstance(gang, Gang):
         return None
-    gang.history.append(f"started as a guest in free room rather than preempt {instead_of} gangs")
+    cluster.reservations.touch(gang).history.append(
+        f"started as a guest in free room rather than preempt {instead_of} gangs"
+    )
     return gang

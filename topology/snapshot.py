@@ -11,13 +11,19 @@ rendered, or even run a rolled-back what-if, in another thread while the verbs g
 Every field of `Core`, `CellState`, `Reservations` and `Gang` is named below with how it is copied;
 a field nobody named makes `clone` fail loudly (tests/topology/test_snapshot.py), so a new field
 can never be shared by mistake between the live core and a copy.
+
+At 100,000 GPUs the core holds ~59,000 gangs and `clone` takes ~600 ms, most of it copying gangs
+that have not changed. A reader's series of copies therefore uses `clone_since`: the core notes each
+gang it changes (`Reservations.touch`), and the next copy takes only those afresh, sharing the rest
+(and each cell list still equal) with the copy before it, ~35-45 ms. A change the core does not note
+fails tests/topology/test_snapshot_since.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from topology.bestfit import BestFitIndex
 from topology.core import Core
@@ -86,10 +92,18 @@ STATE_FIELDS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def _clone_state(st: CellState) -> CellState:
+def _clone_state(st: CellState, before: CellState | None = None) -> CellState:
+    """A copy of `st`; with `before` (the previous copy, `clone_since`), each flat list equal to its
+    list there shared rather than copied: a comparison costs less than a copy of ~190,000 cells at
+    100,000 GPUs, and a list not made anew is not for the garbage collector to walk again (a dozen
+    such lists made one young-generation pass ~16 ms)."""
     out = object.__new__(CellState)
     for name, value in vars(st).items():
-        setattr(out, name, STATE_FIELDS[name](value))
+        copy = STATE_FIELDS[name]
+        if copy is _flat and before is not None and (old := getattr(before, name)) == value:
+            setattr(out, name, old)
+        else:
+            setattr(out, name, copy(value))
     return out
 
 
@@ -142,17 +156,34 @@ RESERVATION_FIELDS = (
     "unsettled_ids",
     "held",
     "tallied",
+    "touched",  # a copy's own: it starts with none, as it is no copy's source (`clone_since`)
+    "mark",
     "_next_id",
 )
 
 
-def _clone_reservations(r: Reservations) -> Reservations:
+def _clone_gangs(live: dict[int, Gang], shared: dict[int, Gang], touched: set[int]) -> dict[int, Gang]:
+    """The registry's gangs by id, in its order (a render walks it so): those of `shared` (a
+    previous copy's) not `touched` since, the others (touched, or new since) copied afresh."""
+    if not shared:
+        return {i: _clone_gang(g) for i, g in live.items()}
+    out: dict[int, Gang | None] = {i: shared.get(i) for i in live}  # ~4 ms for 59,000 gangs
+    for i in (live.keys() - shared.keys()).union(touched):
+        g = live.get(i)
+        if g is not None:
+            out[i] = _clone_gang(g)
+    return cast(dict[int, Gang], out)  # each None (not in `shared`) was replaced above
+
+
+def _clone_reservations(r: Reservations, shared: dict[int, Gang], touched: set[int]) -> Reservations:
+    """A copy of `r`, its gangs taken from `shared` (a previous copy's, by id) but for those
+    `touched` since that copy or not in it; its indexes copied whole (C-level copies of flat dicts)."""
     if set(vars(r)) != set(RESERVATION_FIELDS):
         raise RuntimeError(
             f"topology.snapshot: Reservations has fields {sorted(vars(r))}, not {RESERVATION_FIELDS}"
         )
     out = Reservations()
-    out.by_id = {i: _clone_gang(g) for i, g in r.by_id.items()}
+    out.by_id = _clone_gangs(r.by_id, shared, touched)
     out.by_name = {name: out.by_id.get(g.id) or _clone_gang(g) for name, g in r.by_name.items()}
     out.pod_gang = r.pod_gang.copy()
     out.promote_ids = r.promote_ids.copy()
@@ -182,15 +213,43 @@ CORE_FIELDS: dict[str, Callable[[Any], Any]] = {
 def clone(core: Core) -> Core:
     """A copy of `core` that shares nothing the verbs change. Call it between core calls (under the
     edge's lock); the copy may then be read, or what-if'd, anywhere."""
+    return _clone(core, {}, set(), None)
+
+
+def clone_since(core: Core, previous: Core | None) -> Core:
+    """`clone`, sharing with `previous` (the copy this returned for `core` last, when it is that)
+    every gang not changed since (`Reservations.touched`) and every cell list still equal: at
+    100,000 GPUs and ~59,000 gangs a full copy held the verbs' lock ~600 ms, this copies the few
+    hundred gangs a busy 0.2 s changes. What is shared is a copy's, never the live core's, so the
+    copy is still the reader's alone as long as copies are only read: a what-if must run on a
+    `clone` of one (`http.snapshot.private_core`), never on the copy itself, which its successors
+    share with.
+
+    It resets the core's record of changes (so one reader's series of copies per core: a copy
+    from an earlier series, or from another core, is not `previous` to it and gets a full copy)."""
+    res = core.reservations
+    if previous is not None and previous.reservations.mark is res.mark:
+        out = _clone(core, previous.reservations.by_id, res.touched, previous.state)
+    else:
+        out = _clone(core, {}, res.touched, None)
+    res.touched.clear()
+    res.mark = out.reservations.mark
+    return out
+
+
+def _clone(core: Core, shared: dict[int, Gang], touched: set[int], before: CellState | None) -> Core:
     out = object.__new__(type(core))
-    state = _clone_state(core.state)
+    # the gangs first: the garbage collections their allocations may set off then find the young
+    # generation small, not yet holding the state's dozen lists of ~190,000 cells each
+    reservations = _clone_reservations(core.reservations, shared, touched)
+    state = _clone_state(core.state, before)
     for name, value in vars(core).items():
         if name == "state":
             out.state = state
         elif name == "placer":
             out.placer = Placer(state)
         elif name == "reservations":
-            out.reservations = _clone_reservations(value)
+            out.reservations = reservations
         else:
             setattr(out, name, CORE_FIELDS[name](value))
     return out

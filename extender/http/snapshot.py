@@ -6,8 +6,10 @@ document from the live core under the scheduler's lock, and a 1,000-node cluster
 
 - the scheduler's lock is a `VersionedLock`: each release by a verb bumps its `generation`, so a
   reader knows for free whether anything may have changed since its copy;
-- `Snapshots.get` takes one copy per generation (`topology.snapshot.clone`: a few milliseconds under
-  the lock, never the render), and every reader of that generation shares it; copies are taken at
+- `Snapshots.get` takes one copy per generation (`topology.snapshot.clone_since`: a few
+  milliseconds under the lock, never the render, as it copies afresh only the gangs changed since
+  the copy before and shares the rest with it), and every reader of that generation shares it; a
+  copy is only ever read (a what-if runs on a `private_core`); copies are taken at
   most every `min_interval` seconds, so a flood of readers during busy scheduling costs the verbs a
   bounded share of the lock whatever its size;
 - `Snapshots.render` builds a document from a copy in a worker thread, so the event loop (and with
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from extender.gangs.waiting import Waiting
 from topology.core import Core
-from topology.snapshot import clone
+from topology.snapshot import clone, clone_since
 
 if TYPE_CHECKING:
     from extender.http.verbs import Scheduler
@@ -97,10 +99,11 @@ class Snapshots:
         async with s.lock.quietly():
             t0 = time.perf_counter()
             generation, ledger_version = self._version()
+            previous = self._current.core if self._current is not None else None
             snap = Snapshot(
                 generation,
                 ledger_version,
-                clone(s.core),
+                clone_since(s.core, previous),
                 dict(s.waiting),
                 s.ready,
                 s.not_ready_reason,
@@ -136,7 +139,8 @@ def _ledger_phases(s: Scheduler) -> dict[str, str]:
 
 async def private_core(snaps: Snapshots) -> tuple[Core, float]:
     """A core of the caller's own (a copy of the current copy, made in a worker thread) that a
-    what-if may change and roll back while the verbs and other readers go on; and its `now`."""
+    what-if may change and roll back while the verbs and other readers go on; and its `now`. Never
+    the current copy itself: the copies after it share its unchanged gangs (`clone_since`)."""
     snap = await snaps.get()
     core = await asyncio.to_thread(clone, snap.core)
     return core, snap.now
