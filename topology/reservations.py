@@ -116,7 +116,7 @@ class Reservations:
         # last copy was taken (`snapshot.clone_since`, which shares every other gang with the copy
         # before, marked `mark`): copying all ~59,000 gangs at 100,000 GPUs held the verbs ~600 ms.
         # Every change to a gang in the registry is noted by `touch` (or `add`, `unsettle`,
-        # `retally`, which call it); a missed one fails tests/topology/test_state_machine.py
+        # `retally`, which call it); a missed one fails tests/topology/test_snapshot_since.py
         self.touched: set[int] = set()
         self.mark = object()
         self._next_id = 0
