@@ -103,10 +103,8 @@ def place_on_chains(
         if isinstance(got, Shortfall):
             shortfalls.append((ch, got))
             continue
-        gang = record_gang(cluster, gang_id, req, owner, ch, got, now)
-        gang.priority, gang.guest = placing.priority, as_guest
-        cluster.reservations.retally(gang)
-        return gang
+        at = placing.priority  # a guest's: opportunistic
+        return record_gang(cluster, gang_id, req, owner, ch, got, now, priority=at, guest=as_guest)
     return shortfalls
 
 
@@ -118,9 +116,12 @@ def record_gang(
     chain: int,
     leaves: list[tuple[int, ...]],
     now: float,
+    *,
+    priority: int | None = None,
+    guest: bool = False,
 ) -> Gang:
-    """Record a placed gang: its slots, TTL deadline and lowest common cell level. A gang released
-    with every member gone while not whole carries on with the deadline it had."""
+    """Record a placed gang: slots, TTL deadline, lowest common cell level, the priority it runs at
+    (its request's unless given). One released not whole with every member gone keeps its deadline."""
     slots = _slots(cluster, req, leaves)
     deadline = now + req.ttl_seconds
     carried = cluster.reservations.windows.pop(req.name, None)
@@ -132,11 +133,12 @@ def record_gang(
         request=req,
         owner=owner,
         chain=chain,
-        priority=req.priority,
+        priority=req.priority if priority is None else priority,
         slots=slots,
         created=now,
         deadline=deadline,
         lca_level=cluster.topo.lca_level([leaf for s in slots for leaf in s.leaves]),
+        guest=guest,
     )
     cluster.reservations.add(gang)
     return gang

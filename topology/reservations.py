@@ -142,10 +142,9 @@ class Reservations:
         return gang
 
     def add(self, gang: Gang) -> None:
-        self.touch(gang)
         self.by_name[gang.name] = gang
         self.by_id[gang.id] = gang
-        self.unsettle(gang)
+        self.unsettle(gang)  # (both note the gang for the readers' next copy: `touch`)
         self.retally(gang)
         if gang.request.promote_when_quota:
             self.promote_ids.add(gang.id)

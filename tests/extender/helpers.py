@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
+
+import httpx
 
 from config.load import LoadedConfig, load_config
 from extender import kubesched
@@ -166,3 +169,13 @@ async def place(s: Scheduler, p: Mapping[str, Any]) -> tuple[dict[str, Any], str
     got = await kubesched.drive_async(kubesched.schedule(p, nodes(), NoVictims()), ext)
     assert got.node is not None or not got.text.startswith("bind failed"), got.text
     return ext.last_filter, got.node
+
+
+async def until_ready(http: httpx.AsyncClient, url: str = "/readyz", what: str = "the extender") -> None:
+    """Wait (10 s at most) for a server a test started on loopback to answer its readiness probe."""
+    for _ in range(500):
+        with contextlib.suppress(httpx.TransportError):
+            if (await http.get(url)).status_code == 200:
+                return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{what} never became ready")

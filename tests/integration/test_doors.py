@@ -20,7 +20,7 @@ from extender.http.httpproto import JSONErrorsHttpTools
 from extender.kube.client import pod_path
 from extender.kube.service import kube_service
 from loadtest.kubefake import FakeKube
-from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, spec
+from tests.extender.helpers import Clock, example, nodes, pod, ready_node, run, spec, until_ready
 from tests.integration.conftest import running_server
 from tests.polling import poll
 
@@ -85,13 +85,7 @@ async def serving(kube: FakeKube) -> AsyncIterator[tuple[str, str]]:
     read, verbs = (f"http://127.0.0.1:{s.getsockname()[1]}" for s in socks)
     try:
         async with httpx.AsyncClient(timeout=5.0) as c:
-            for _ in range(500):
-                with contextlib.suppress(httpx.TransportError):
-                    if (await c.get(f"{read}/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.02)
-            else:
-                raise AssertionError("the Kubernetes-mode service never became ready")
+            await until_ready(c, f"{read}/readyz", "the Kubernetes-mode service")
         yield read, verbs
     finally:
         for srv in servers:

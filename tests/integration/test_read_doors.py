@@ -31,7 +31,7 @@ from extender.http.doors import FRAMEWORK_PATH, GANG_PATH, ROUTES, Door
 from extender.kube.client import pod_path
 from extender.kube.service import framework_path, kube_service
 from loadtest.kubefake import FakeKube
-from tests.extender.helpers import example, nodes, pod, ready_node, spec
+from tests.extender.helpers import example, nodes, pod, ready_node, spec, until_ready
 from tests.ledger.fc import members
 
 SECRET = "hunter2-never-shown"
@@ -112,13 +112,7 @@ async def serving() -> AsyncIterator[Scene]:
             httpx.AsyncClient(base_url=url.format(main.getsockname()[1]), timeout=10) as http,
             httpx.AsyncClient(base_url=url.format(admin.getsockname()[1]), timeout=10) as admin_http,
         ):
-            for _ in range(500):
-                with contextlib.suppress(httpx.TransportError):
-                    if (await http.get("/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.02)
-            else:
-                raise AssertionError("the extender never became ready")
+            await until_ready(http)
             yield Scene(kube, service, http, admin_http, jobs)
     finally:
         server.should_exit = True

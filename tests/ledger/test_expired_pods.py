@@ -30,7 +30,7 @@ from extender.http.ledger_api import gang_of_pod
 from extender.kube.client import pod_path
 from extender.kube.service import framework_path, kube_service
 from loadtest.kubefake import FakeKube
-from tests.extender.helpers import Clock, example, nodes, pod, ready_node, spec
+from tests.extender.helpers import Clock, example, nodes, pod, ready_node, spec, until_ready
 from tests.integration.test_read_doors import framework_object
 from tests.ledger.fc import fc_pod, members
 from tests.ledger.test_ledger_phases import World
@@ -148,13 +148,7 @@ async def serving(pods: list[dict[str, Any]]) -> AsyncIterator[Scene]:
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{sock.getsockname()[1]}", timeout=10) as h:
-            for _ in range(500):
-                with contextlib.suppress(httpx.TransportError):
-                    if (await h.get("/readyz")).status_code == 200:
-                        break
-                await asyncio.sleep(0.02)
-            else:
-                raise AssertionError("the extender never became ready")
+            await until_ready(h)
             yield Scene(kube, service, clock, h)
     finally:
         server.should_exit = True
