@@ -66,6 +66,11 @@ class Cluster:
         for o in owners:
             self.vc_quota_leaves[o.vc] += self._quota_leaves(o.index)
 
+    def being_preempted(self, gang_id: int) -> bool:
+        """Whether a preemptor waiting for victims names the gang (HiveD's BeingPreempted group):
+        its pods go as a whole, and none of its GPUs is its own again."""
+        return any(gang_id in self.reservations.by_id[p].victims for p in self.preemptors)
+
     def _quota_leaves(self, owner: int) -> int:
         total = 0
         for ch, levels in self.state.unbound[owner].items():

@@ -35,7 +35,7 @@ from topology.placement import Shortfall
 from topology.requests import chains, check_same_shape, placement_top, suggested_ids
 from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
-from topology.wait_reasons import wait_reason
+from topology.wait_reasons import held_by, wait_reason
 
 
 def existing(cluster: Cluster, req: GangRequest) -> Gang | None:
@@ -284,7 +284,7 @@ def claim(
             f"gang {gang_name} has no unclaimed slot of {leaf_number} leaf cells{where}",
         )
     if slot.pod_uid is not None:
-        raise UserError("slotKey", held_by(gang_name, slot))
+        raise UserError("slotKey", held_by(gang_name, slot.key, slot.pod_uid))
     slot.pod_uid = pod_uid
     slot.pod_name = pod_name
     cluster.reservations.touch(gang)
@@ -335,8 +335,10 @@ def unclaim(
 
 
 def release_pod(cluster: Cluster, pod_uid: str, now: float, *, finished: bool = False) -> Released | None:
-    """A pod was deleted (or completed, `finished`). Its slot opens for a retry; the gang is
-    released once none of its pods is alive; with gangReleaseEnable a finished pod's GPUs are
+    """A pod was deleted (or completed, `finished`). Its slot opens for a retry, unless its gang
+    goes whole (evicted, or a preemption's victim, whose GPUs pass to the preemptor as each pod
+    goes: no new pod binds on them, as HiveD schedules no pod of a BeingPreempted group); the gang
+    is released once none of its pods is alive; with gangReleaseEnable a finished pod's GPUs are
     freed at once."""
     gid = cluster.reservations.pod_gang.pop(pod_uid, None)
     if gid is None:
@@ -346,18 +348,19 @@ def release_pod(cluster: Cluster, pod_uid: str, now: float, *, finished: bool = 
     assert slot is not None
     slot.pod_uid = None
     cluster.reservations.unsettle(gang)
-    if finished or gang.evicting:
+    going = gang.evicting or cluster.being_preempted(gid)
+    if finished or going:
         slot.finished = True
-        if (gang.request.gang_release or gang.evicting) and not slot.released_early:
+        if (gang.request.gang_release or going) and not slot.released_early:
             slot.released_early = True
             _free_leaves(cluster, list(slot.leaves), now)
             cluster.reservations.retally(gang)
     if not gang.live_slots():
-        if not finished and gang.deadline is not None and not gang.evicting:
+        if not finished and gang.deadline is not None and not going:
             # not whole: a member re-created now places it again inside the same window
             cluster.reservations.windows[gang.name] = (gang.deadline, gang.request.ttl_seconds)
         return release(cluster, gang, "all members gone", now)
-    if not finished and not gang.evicting and gang.deadline is None:
+    if not finished and not going and gang.deadline is None:
         gang.deadline = now + gang.request.ttl_seconds  # it was whole: a new window starts now
     return None
 
@@ -490,11 +493,3 @@ def live_victims(cluster: Cluster, gang_ids: list[int] | set[int]) -> tuple[Vict
             if s.pod_uid is not None:
                 out.append(Victim(s.pod_uid, g.name, topo.node_names[s.node]))
     return tuple(out)
-
-
-def held_by(gang_name: str, slot: Slot) -> str:
-    """Why a pod with the task identity of a live pod waits (the slot is still that pod's)."""
-    return (
-        f"slot {slot.key} of gang {gang_name} is held by pod {slot.pod_uid}, which is still alive; a "
-        "pod with the same task identity waits until it is gone"
-    )

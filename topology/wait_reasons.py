@@ -96,3 +96,11 @@ def _doomed_for(cluster: Cluster, req: GangRequest, chain: int) -> Doomed | None
         if d.chain == name and any(unbound[lvl] for lvl in range(d.level, len(unbound))):
             return d
     return None
+
+
+def held_by(gang_name: str, slot_key: str | None, holder: str) -> str:
+    """Why a pod with the task identity of a live pod waits (the slot is still that pod's)."""
+    return (
+        f"slot {slot_key} of gang {gang_name} is held by pod {holder}, which is still alive; a "
+        "pod with the same task identity waits until it is gone"
+    )
