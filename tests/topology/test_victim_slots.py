@@ -1,6 +1,7 @@
 """A preemption victim's pod that goes leaves its slot closed: the victim's namespace's bound does
 not count it as reserved unbound (another namespace's preemption must not hold this namespace's
 gangs back), and no new pod of the victim gang binds onto GPUs the preemptor waits for."""
+
 from tests.topology.fixtures import gang, rack_cluster, run
 from topology.asks import FilterAsk, MemberAsk, ReserveLimit, Slots
 from topology.core import Core
