@@ -55,21 +55,30 @@ def promote_waiting(cluster: Cluster) -> list[str]:
             continue
         if _hosts_others(cluster, g, leaves):
             continue
-        st.begin()
-        if not bind_for(st, owner, sorted(leaves)):
-            st.rollback()
+        if not bind_in_place(cluster, g, owner, max(PROMOTED_PRIORITY, g.request.priority)):
             continue
-        priority = max(PROMOTED_PRIORITY, g.request.priority)
-        for leaf in leaves:
-            st.release_leaf(leaf)
-            st.allocate_leaf(leaf, g.id, priority)
-        st.commit()
-        g.owner, g.priority = owner, priority
-        res.retally(g)
         g.history.append("promoted to guaranteed: its VC had quota for it")
         res.promoted.add(g.id)
         out.append(g.name)
     return out
+
+
+def bind_in_place(cluster: Cluster, g: Gang, owner: int, priority: int) -> bool:
+    """Bind `owner`'s quota cells around the GPUs `g` runs on, all of them in the free pool, and run
+    it at `priority` there; False, and nothing changed, when the quota cannot cover them safely."""
+    st = cluster.state
+    leaves = g.held_leaves()
+    st.begin()
+    if not bind_for(st, owner, sorted(leaves)):
+        st.rollback()
+        return False
+    for leaf in leaves:
+        st.release_leaf(leaf)
+        st.allocate_leaf(leaf, g.id, priority)
+    st.commit()
+    g.owner, g.priority = owner, priority
+    cluster.reservations.retally(g)
+    return True
 
 
 def withdraw(cluster: Cluster, name: str) -> bool:

@@ -18,7 +18,7 @@ from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangPlacement
 from topology.gangs import placement_of
 from topology.model import Topology
 from topology.preemption import downgrade
-from topology.promotion import PROMOTED_PRIORITY
+from topology.promotion import PROMOTED_PRIORITY, bind_in_place
 from topology.reservations import Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
 
@@ -177,7 +177,25 @@ def keep_downgraded(cluster: Cluster, name: str, preemptor: str) -> bool:
         downgrade(cluster, g, preemptor)
     mark_downgraded(cluster, g, preemptor)
     g.history.append(f"still downgraded to opportunistic by {preemptor}, as recorded before it was rebuilt")
+    _refit(cluster, preemptor)
     return True
+
+
+def _refit(cluster: Cluster, name: str) -> None:
+    """The preemptor `name`, rebuilt before the downgrade was put back (a standby adopts pods as it
+    sees them bound, so it adopted the victim on its VC's quota cells while the leader still ran it
+    so), found that quota held and came back opportunistic, open to any VC's guaranteed gang: it
+    runs guaranteed again on the quota its victim's downgrade gave back, as it did before."""
+    g = cluster.reservations.by_name.get(name)
+    owner = cluster.vc_owner.get(g.request.vc, NO_OWNER) if g is not None else NO_OWNER
+    if g is None or owner == NO_OWNER or g.owner != NO_OWNER or g.request.opportunistic or g.guest:
+        return
+    if g.downgraded_by is not None or g.evicting or g.pending or not g.held_leaves():
+        return
+    if any(cluster.state.leaf_owner[leaf] != NO_OWNER for leaf in g.held_leaves()):
+        return
+    if bind_in_place(cluster, g, owner, g.request.priority):
+        g.history.append(f"guaranteed again: its victim's downgrade gave VC {g.request.vc} its quota back")
 
 
 def mark_downgraded(cluster: Cluster, g: Gang, preemptor: str) -> None:

@@ -157,9 +157,12 @@ def test_a_record_whose_gang_ended_just_before_a_crash_brings_nothing_back() -> 
     run(go())
 
 
-def test_a_standby_that_takes_over_keeps_the_gang_downgraded() -> None:
+def test_a_standby_that_takes_over_keeps_the_gang_downgraded_and_its_preemptor_guaranteed() -> None:
     """The standby adopted the low gang from its pods while the leader ran it guaranteed, and never
-    saw the downgrade (a standby serves no verbs): it reads the record when it takes the lead."""
+    saw the downgrade (a standby serves no verbs): it reads the record when it takes the lead. The
+    high gang's pods, bound after, found research's quota held by the low gang in the standby's
+    view: adopted as opportunistic, any VC's guaranteed gang could have preempted it. Once the
+    record gives the quota back, the high gang runs guaranteed on it again, as under the leader."""
 
     async def go() -> None:
         kube, clock = cluster(), Clock()
@@ -177,6 +180,11 @@ def test_a_standby_that_takes_over_keeps_the_gang_downgraded() -> None:
         await a.stop()  # the leader dies without releasing: b waits out the lease, then leads
         await until("b leads", lambda: b.s.ready, 30)
         assert_still_downgraded(b)
+        high = b.s.core.gang(HIGH)
+        assert high is not None, HIGH
+        assert (high.priority, high.guest) == (100, False), high.history
+        assert b.s.core.owners[high.owner].vc == RESEARCH, high.history
+        assert violations(b.s.core) == []
         gone(kube, "hi")
         await until("the high gang released", lambda: b.s.core.gang(HIGH) is None)
         await b.s.expire()
