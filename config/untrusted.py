@@ -184,6 +184,11 @@ def check_yaml(text: str, limits: Limits) -> None:
     check_size(text, limits)
     try:
         _Builder(limits, keep=False).build(yaml.parse(text, Loader=_CParser))
+        return
+    except yaml.YAMLError:
+        pass  # libyaml refuses what the pure-Python loader may still read (a lone "\ud800" escape):
+    try:  # walk the text as that loader will see it, or its aliases and nesting go unchecked
+        _Builder(limits, keep=False).build(yaml.parse(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError:
         return
 

@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from config.against import CONFIRM_FILE, config_digest
-from config.load import ConfigError, load_config
+from config.load import ConfigError, LoadedConfig, load_config_text
 from extender.gangs import disruption
 from extender.gangs.entitlement import withdraw_promotions
 from extender.http.verbs import Scheduler
@@ -81,6 +81,15 @@ def read_confirmation(config_file: str | Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace").strip()[:64]
     except OSError:
         return ""
+
+
+def load_config_data(path: str | Path, data: bytes) -> LoadedConfig:
+    """`load_config` on bytes already read from `path`."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(str(path), [("", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
+    return load_config_text(text, str(path))
 
 
 def _digest(data: bytes) -> str:
@@ -147,7 +156,9 @@ class ConfigWatcher:
         if self.refused == (current, confirmation):
             return None  # reported once, not on every poll
         try:
-            loaded = await asyncio.to_thread(load_config, self.path)
+            # the bytes just hashed, not the file read again: an update landing in between would be
+            # applied under the hash and text of the one before it
+            loaded = await asyncio.to_thread(load_config_data, self.path, data)
         except ConfigError as err:
             self.rejected_hash = current  # reported once, not on every poll
             self._record("rejected", err.lines())
@@ -242,6 +253,11 @@ class ConfigWatcher:
         if result != "applied":
             for line in errors:
                 log.error("config reload %s: %s", result, line)
+        # what is remembered to report a file once holds only while that report is the last word
+        if result != "rejected":
+            self.rejected_hash = ""
+        if result != "refused":
+            self.refused = None
         self.status.last_result = result
         self.status.last_errors = errors
         self.outcomes.labels(result).inc()
