@@ -85,7 +85,8 @@ class FilterAsk:
 @dataclass(frozen=True, slots=True)
 class Slots:
     """A member of a placed gang: its own claimed slot, else the open slots of its shape in rank
-    order (empty when every one is claimed); `holder` is the pod holding its named slot then.
+    order (empty when every one is claimed); `holder` is the pod holding its named slot then, and
+    `going` says the slots are closed because the gang is evicted or a preemption's victim.
     `rank_slot`: the slot its rank points at among slots of its shape. `fill`: (free, total) GPUs
     of each slot node (prioritize's packing score). `gang` is the reservation the ledger reads."""
 
@@ -95,6 +96,7 @@ class Slots:
     rank_slot: int | None = None
     holder: str | None = None
     fill: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    going: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,7 +346,7 @@ def held_back(
             f"gang {req.name} asks for {total} GPUs, more than its namespace may hold reserved before its "
             f"pods are bound ({limit.key}: {limit.gpus}): raise it, or split the gang",
         )
-    held = cluster.reservations.unclaimed_leaves(limit.group)
+    held = cluster.reservations.unclaimed_leaves(limit.group, cluster.being_preempted)
     if held + total <= limit.gpus:
         return None
     msg = (
@@ -398,4 +400,5 @@ def member_slots(cluster: Cluster, gang: Gang, m: MemberAsk) -> Slots:
     holder = None
     if not slots and m.slot_key is not None:
         holder = next((s.pod_uid for s in gang.slots if s.key == m.slot_key and not s.finished), None)
-    return Slots(gang, slots, rank_slot=rank_slot, holder=holder)
+    going = not slots and (gang.evicting or cluster.being_preempted(gang.id))
+    return Slots(gang, slots, rank_slot=rank_slot, holder=holder, going=going)

@@ -67,8 +67,8 @@ class Cluster:
             self.vc_quota_leaves[o.vc] += self._quota_leaves(o.index)
 
     def being_preempted(self, gang_id: int) -> bool:
-        """Whether a preemptor waiting for victims names the gang (HiveD's BeingPreempted group):
-        its pods go as a whole, and none of its GPUs is its own again."""
+        """Whether a preemptor waiting for victims names the gang (HiveD's BeingPreempted group): no
+        new pod of it binds until the preemption ends (its slots stay its own, closed) or it is gone."""
         return any(gang_id in self.reservations.by_id[p].victims for p in self.preemptors)
 
     def _quota_leaves(self, owner: int) -> int:

@@ -215,9 +215,11 @@ def open_slots(
     cluster: Cluster, gang_name: str, leaf_number: int, slot_key: str | None = None
 ) -> list[PodPlacement]:
     """Unclaimed slots of this shape (the nodes a filter call may return), in rank order. None
-    while the gang waits for victims to go: `claim` refuses them until then."""
+    while the gang waits for victims to go, or while it is a waiting preemptor's victim (HiveD binds
+    no pod of a BeingPreempted group: its slots stay its own, closed, until the preemption ends or
+    the gang is gone): `claim` refuses them until then."""
     gang = cluster.reservations.by_name.get(gang_name)
-    if gang is None or gang.pending:
+    if gang is None or gang.pending or cluster.being_preempted(gang.id):
         return []
     topo = cluster.topo
     out = []
@@ -273,6 +275,8 @@ def claim(
             "affinityGroup.name",
             f"gang {gang_name} waits for {len(victims)} preempted pods to go before its pods bind",
         )
+    if cluster.being_preempted(gang.id):
+        raise UserError("affinityGroup.name", f"gang {gang_name} is being preempted: no new pod of it binds")
     other = cluster.reservations.by_id.get(cluster.reservations.pod_gang.get(pod_uid, -1))
     if other is not None:  # a pod has one slot: a second would outlive the pod
         raise UserError("affinityGroup.name", f"pod {pod_uid} already holds a slot of gang {other.name}")
@@ -335,11 +339,9 @@ def unclaim(
 
 
 def release_pod(cluster: Cluster, pod_uid: str, now: float, *, finished: bool = False) -> Released | None:
-    """A pod was deleted (or completed, `finished`). Its slot opens for a retry, unless its gang
-    goes whole (evicted, or a preemption's victim, whose GPUs pass to the preemptor as each pod
-    goes: no new pod binds on them, as HiveD schedules no pod of a BeingPreempted group); the gang
-    is released once none of its pods is alive; with gangReleaseEnable a finished pod's GPUs are
-    freed at once."""
+    """A pod was deleted (or completed, `finished`). Its slot opens for a retry (not while a
+    preemptor waits for the gang: `open_slots`); the gang is released once none of its pods is
+    alive; with gangReleaseEnable a finished pod's GPUs are freed at once."""
     gid = cluster.reservations.pod_gang.pop(pod_uid, None)
     if gid is None:
         return None
@@ -348,19 +350,18 @@ def release_pod(cluster: Cluster, pod_uid: str, now: float, *, finished: bool = 
     assert slot is not None
     slot.pod_uid = None
     cluster.reservations.unsettle(gang)
-    going = gang.evicting or cluster.being_preempted(gid)
-    if finished or going:
+    if finished or gang.evicting:
         slot.finished = True
-        if (gang.request.gang_release or going) and not slot.released_early:
+        if (gang.request.gang_release or gang.evicting) and not slot.released_early:
             slot.released_early = True
             _free_leaves(cluster, list(slot.leaves), now)
             cluster.reservations.retally(gang)
     if not gang.live_slots():
-        if not finished and gang.deadline is not None and not going:
+        if not finished and gang.deadline is not None and not gang.evicting:
             # not whole: a member re-created now places it again inside the same window
             cluster.reservations.windows[gang.name] = (gang.deadline, gang.request.ttl_seconds)
         return release(cluster, gang, "all members gone", now)
-    if not finished and not going and gang.deadline is None:
+    if not finished and not gang.evicting and gang.deadline is None:
         gang.deadline = now + gang.request.ttl_seconds  # it was whole: a new window starts now
     return None
 

@@ -7,6 +7,7 @@ every invariant (no GPU twice, gangs whole) can be checked against it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -166,14 +167,17 @@ class Reservations:
             if s.pod_uid is not None and self.pod_gang.get(s.pod_uid) == gang.id:
                 del self.pod_gang[s.pod_uid]
 
-    def unclaimed_leaves(self, group: str) -> int:
+    def unclaimed_leaves(self, group: str, going: Callable[[int], bool] | None = None) -> int:
         """Leaves held in slots no pod has been bound to yet by the gangs of `group` (`group_of`):
         what one tenant's reservations keep from everyone else until its pods come
         (`asks.ReserveLimit`). A finished pod's slot is not counted: its pod came and ran, and the
-        GPUs are its running gang's, as any pod's it keeps busy."""
+        GPUs are its running gang's, as any pod's it keeps busy. Nor are the slots of a gang
+        `going` says another's preemption is taking: no pod of it may come, and that preemption,
+        not the tenant, keeps them."""
         return sum(
             s.leaf_number
             for g in self.unsettled(group)
+            if going is None or not going(g.id)
             for s in g.slots
             if s.pod_uid is None and not s.finished and not s.released_early
         )

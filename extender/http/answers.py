@@ -45,11 +45,16 @@ def preemption_nodes(w: Wait) -> dict[str, tuple[str, ...]]:
     return w.victims_by_node()
 
 
-def slots_taken(gang: str, slot_key: str | None, holder: str | None, leaf_number: int) -> str:
-    """Why a member of a placed gang waits: its named slot's holder is alive, or every slot of its
-    shape is claimed."""
+def slots_taken(
+    gang: str, slot_key: str | None, holder: str | None, leaf_number: int, going: bool = False
+) -> str:
+    """Why a member of a placed gang waits: the gang is evicted or preempted (no pod joins it
+    meanwhile), its named slot's holder is alive, or every slot of its shape is claimed."""
     taken = (
-        f"slot {slot_key} is held by pod {holder}, which is still alive; this pod waits until it is gone"
+        "the gang is being evicted or preempted by a gang of higher priority, and no new pod joins it "
+        "meanwhile; this pod waits until that is over"
+        if going
+        else f"slot {slot_key} is held by pod {holder}, which is still alive; this pod waits until it is gone"
         if holder is not None
         else f"every slot of {leaf_number} leaf cells is claimed by another member"
     )

@@ -218,7 +218,7 @@ class Scheduler:
             if not out.slots:  # its slot's holder, or another member, must go first
                 self.requeue.turned_away(TurnedAway.of(pr))
                 self._count("filter", "wait")
-                text = slots_taken(pr.gang, pr.slot_key, out.holder, pr.leaf_number)
+                text = slots_taken(pr.gang, pr.slot_key, out.holder, pr.leaf_number, out.going)
                 return replies.filter_result(args, (), {}, {n: unknown.get(n, text) for n in names})
             slot_nodes = {p.node for p in out.slots}
             at = self.node_lists.positions(names)  # the few slot nodes in kube-scheduler's order, no scan

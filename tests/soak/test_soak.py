@@ -123,7 +123,7 @@ def test_the_soak_reports_a_tenant_past_its_entitlement(monkeypatch: pytest.Monk
     )
 
 
-@pytest.mark.parametrize("seed", [7, 9])
+@pytest.mark.parametrize("seed", [9, 12])
 def test_the_admin_edits_the_cells_while_tenants_push(seed: int) -> None:
     """The hostile soak with the cells edited too (`tests.soak.layouts`): VCs grown and shrunk, a
     rack added, a rack taken out for repair while its pods run, through hot reloads (some refused,

@@ -189,6 +189,40 @@ class CoreMachine(RuleBasedStateMachine):
                 if s.pod_uid is not None:
                     self._release(s.pod_uid)
 
+    @precondition(lambda self: any(g.victims for g in self.core.gangs()))
+    @rule(data=st.data())
+    def kill_one_victim(self, data: st.DataObject) -> None:
+        """kube-scheduler deletes the victims on one node per cycle: one victim pod goes."""
+        g = data.draw(st.sampled_from([g for g in self.core.gangs() if g.victims]))
+        pods = [
+            s.pod_uid
+            for vid in sorted(g.victims)
+            if (v := self.core.reservations.by_id.get(vid)) is not None
+            for s in v.slots
+            if s.pod_uid is not None
+        ]
+        if pods:
+            self._release(data.draw(st.sampled_from(pods)))
+
+    @rule(data=st.data())
+    def victim_member_comes(self, data: st.DataObject) -> None:
+        """A pod of a gang being preempted comes (re-created, or never come before): it binds
+        nowhere while the preemption runs (HiveD binds no pod of a BeingPreempted group)."""
+        gangs = [
+            g
+            for g in self.core.gangs()
+            if self.core.being_preempted(g.id) and any(s.pod_uid is None and not s.finished for s in g.slots)
+        ]
+        if not gangs:
+            return
+        g = data.draw(st.sampled_from(gangs))
+        s = data.draw(st.sampled_from([s for s in g.slots if s.pod_uid is None and not s.finished]))
+        try:
+            d = self.core.schedule(g.request, self._uid(), s.leaf_number, self.now)
+        except UserError:
+            return
+        assert not isinstance(d, Bind), d
+
     @precondition(lambda self: bool(self.core.gangs()))
     @rule(vc=st.sampled_from(["a", "b", "c"]), ms=members)
     def run_promotable(self, vc: str, ms: list[tuple[int, int]]) -> None:
@@ -207,7 +241,9 @@ class CoreMachine(RuleBasedStateMachine):
         gangs = [
             g
             for g in self.core.gangs()
-            if not g.pending and any(s.pod_uid is None and not s.finished for s in g.slots)
+            if not g.pending
+            and not self.core.being_preempted(g.id)
+            and any(s.pod_uid is None and not s.finished for s in g.slots)
         ]
         if not gangs:
             return
@@ -301,7 +337,13 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def churn_member(self, data: st.DataObject) -> None:
         """A bound member of a gang that is not whole is deleted and re-created at once."""
-        open_gangs = [g for g in self.core.gangs() if g.phase is GangPhase.RESERVED and g.live_slots()]
+        open_gangs = [
+            g
+            for g in self.core.gangs()
+            if g.phase is GangPhase.RESERVED and g.live_slots() and not self.core.being_preempted(g.id)
+        ]
+        if not open_gangs:
+            return
         g = data.draw(st.sampled_from(open_gangs))
         s = data.draw(st.sampled_from(g.live_slots()))
         assert s.pod_uid is not None
