@@ -240,7 +240,12 @@ class Judge:
         self.carried: dict[str, tuple[int, int | None]] = {}  # by name, across a restart
 
     def renumbered(self) -> None:
-        self.carried = {name: (rules, quota) for name, rules, quota in self.given.values()}
+        # merged: a second renumbering before any check (a restart refused at the start, then
+        # started again) must not drop what the first one carried
+        self.carried = {
+            **self.carried,
+            **{name: (rules, quota) for name, rules, quota in self.given.values()},
+        }
         self.given = {}
 
     def violations(self, core: Core) -> list[str]:
