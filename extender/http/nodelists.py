@@ -196,6 +196,8 @@ class NodeLists:
         if held is not None and held[0]() is owner:
             return cast(T, held[1])
         value = compute()
+        for key in [k for k, (ref, _) in got.memo.items() if ref() is None]:
+            del got.memo[key]  # an owner gone (a core a reload replaced): its value goes with it
         got.memo[id(owner)] = (weakref.ref(owner), value)
         return value
 

@@ -22,6 +22,7 @@ POD_CACHE_BYTES = 256 * 1024 * 1024
 class _Cached:
     request: PodRequest
     spec_key: tuple[int, int] | None  # the spec text it was read from, as (length, hash): not the text
+    epoch: int = 0  # the config it was read under (`PodCache.epoch`)
 
 
 def _text_key(text: str | None) -> tuple[int, int] | None:
@@ -42,6 +43,9 @@ class PodCache:
         self._pods: ByteLRU[str, _Cached] = ByteLRU(max_bytes, max_entries)
         self._uid_by_name: dict[tuple[str, str], str] = {}
         self._gang_pods: dict[str, set[str]] = {}  # cached pods by gang: who may still claim a slot
+        # bumped by a reload that changes what a request is read with (a namespace's VC, the TTL, the
+        # cluster's GPU count): a request read under an older config is read again, not reused
+        self.epoch = 0
 
     def __len__(self) -> int:
         return len(self._pods)
@@ -51,9 +55,12 @@ class PodCache:
         return c.request if c is not None else None
 
     def read_from(self, uid: str, text: str | None) -> PodRequest | None:
-        """The cached request if it was read from this very spec text (an edited spec is read again)."""
+        """The cached request if it was read from this very spec text under the config in force (an
+        edited spec, or a config edited since, is read again)."""
         c = self._pods.get(uid)
-        return c.request if c is not None and c.spec_key == _text_key(text) else None
+        return (
+            c.request if c is not None and c.spec_key == _text_key(text) and c.epoch == self.epoch else None
+        )
 
     def uids(self) -> list[str]:
         """The UIDs of every pod whose request is cached (least recently used first)."""
@@ -74,7 +81,7 @@ class PodCache:
             self._unindex(pr.uid, old)
         self._uid_by_name[(pr.namespace, pr.name)] = pr.uid
         self._gang_pods.setdefault(pr.gang, set()).add(pr.uid)
-        for uid, gone in self._pods.put(pr.uid, _Cached(pr, _text_key(text)), _cost(pr)):
+        for uid, gone in self._pods.put(pr.uid, _Cached(pr, _text_key(text), self.epoch), _cost(pr)):
             self._unindex(uid, gone)
 
     def forget(self, uid: str) -> None:

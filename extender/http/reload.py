@@ -175,6 +175,7 @@ class ConfigWatcher:
                 self.status.refused_digest = digest
                 self._record("refused", self._refusal(report.impacts, confirmation, digest))
                 return "refused"
+            read_with = (self.scheduler.namespace_vcs, self.scheduler.ttl_seconds, self.scheduler.max_pods)
             old, self.scheduler.core = self.scheduler.core, new_core
             self.scheduler.namespace_vcs = dict(loaded.extras.namespace_virtual_clusters)
             bounds = self.scheduler.entitlement.rules.bounds()
@@ -187,6 +188,12 @@ class ConfigWatcher:
             ttl_was = self.scheduler.ttl_seconds
             if self.follow_ttl:
                 self.scheduler.ttl_seconds = ttl
+            if read_with != (
+                self.scheduler.namespace_vcs,
+                self.scheduler.ttl_seconds,
+                self.scheduler.max_pods,
+            ):
+                self.scheduler.pods.epoch += 1  # requests read under the old config are read again
             withdrawn = withdraw_promotions(new_core, self.scheduler.entitlement.rules)
             self.scheduler.gang_ledger.rebased(new_core)
             if self.on_applied is not None:

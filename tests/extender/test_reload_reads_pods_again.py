@@ -1,0 +1,69 @@
+"""A pod read before a reload is read again after one that changes what its request is made with
+(a namespace's VC, the TTL, the cluster's GPU count). Its cached request was once reused as long as
+its spec text was the same: a gang reserved after the TTL went from 300 to 60 s got 300, and a
+namespace the reload moved to another VC kept asking the old one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.load import load_config_text
+from extender.http.reload import ConfigWatcher
+from extender.standalone import EXAMPLE_CONFIG
+from tests.extender.helpers import Clock, args, pod, run, spec
+from tests.extender.test_entitlement import make
+
+
+def test_a_gang_reserved_after_a_reload_gets_the_new_ttl_even_if_its_pod_was_read_before(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        path = tmp_path / "c.yaml"
+        path.write_text(base, encoding="utf-8")
+        s, _ = make(load_config_text(base, str(path)), ttl_seconds=300.0)
+        clock = s.clock
+        assert isinstance(clock, Clock)
+        watcher = ConfigWatcher(s, path, clock=clock)
+        filler = [pod(f"f{i}", f"fill-{i}", "nlp", spec("nlp", 8, 3, "nlp/fill")) for i in range(3)]
+        assert (await s.filter(args(filler[0])))["NodeNames"]  # nlp's 3 nodes reserved
+        late = pod("l0", "late-0", "nlp", spec("nlp", 8, 2, "nlp/late"))
+        assert not (await s.filter(args(late)))["NodeNames"]  # waits: nlp is full
+        path.write_text(base.replace("reservationTtlSeconds: 300", "reservationTtlSeconds: 60"))
+        assert await watcher.check() == "applied"
+        assert s.ttl_seconds == 60.0
+        await s.pod_gone("f0")  # the filler's only known pod goes: its reservation with it
+        assert s.core.gang("nlp/fill") is None
+        clock.t += 1
+        now = clock()
+        assert (await s.filter(args(late)))["NodeNames"]
+        g = s.core.gang("nlp/late")
+        assert g is not None
+        assert g.deadline == now + 60.0, f"deadline now+{(g.deadline or 0) - now:g}"
+
+    run(go())
+
+
+def test_a_namespace_moved_to_another_vc_by_a_reload_asks_the_new_vc(tmp_path: Path) -> None:
+    async def go() -> None:
+        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+        path = tmp_path / "c.yaml"
+        path.write_text(base, encoding="utf-8")
+        s, _ = make(load_config_text(base, str(path)))
+        watcher = ConfigWatcher(s, path, clock=s.clock)
+        # names no VC: its namespace's (nlp); 4 nodes, more than nlp's 3: waits
+        p = pod(
+            "u0",
+            "big-0",
+            "nlp",
+            '{"leafCellNumber": 8, "affinityGroup": {"name": "nlp/big", '
+            '"members": [{"podNumber": 4, "leafCellNumber": 8}]}}',
+        )
+        assert not (await s.filter(args(p)))["NodeNames"]
+        path.write_text(base.replace("    nlp: nlp\n", "    nlp: vision\n", 1))
+        assert await watcher.check() == "applied"
+        await s.filter(args(p))
+        cached = s.cached("u0")
+        assert cached is not None and cached.request.vc == "vision"
+
+    run(go())
