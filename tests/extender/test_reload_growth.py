@@ -11,12 +11,9 @@ from typing import Any
 
 import orjson
 
-from config.load import load_config_text
 from extender.http import wire
-from extender.http.reload import ConfigWatcher
-from extender.standalone import EXAMPLE_CONFIG
 from tests.extender.helpers import Clock, nodes, pod, run, spec
-from tests.extender.test_entitlement import make
+from tests.extender.watched import EXAMPLE, watched
 from topology.invariants import violations
 
 RELOADS = 300
@@ -30,13 +27,10 @@ def body(p: dict[str, Any]) -> bytes:
 
 def test_hundreds_of_reloads_keep_nothing_per_old_core(tmp_path: Path) -> None:
     async def go() -> None:
-        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
-        path = tmp_path / "c.yaml"
-        path.write_text(base, encoding="utf-8")
-        s, _ = make(load_config_text(base, str(path)))
+        base = EXAMPLE
+        s, watcher, path = watched(tmp_path)
         clock = s.clock
         assert isinstance(clock, Clock)
-        watcher = ConfigWatcher(s, path, clock=clock)
 
         async def filt(p: dict[str, Any]) -> dict[str, Any]:
             doc = wire.loads(body(p), s.node_lists)

@@ -10,13 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from config.load import load_config_text
-from extender.http.reload import ConfigWatcher
-from extender.standalone import EXAMPLE_CONFIG
-from tests.extender.helpers import Clock, run
-from tests.extender.test_entitlement import make
+from tests.extender.helpers import run
+from tests.extender.watched import EXAMPLE, watched
 
-BASE = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+BASE = EXAMPLE
 X = BASE.replace("reservationTtlSeconds: 300", "reservationTtlSeconds: 111")
 Y = BASE.replace("reservationTtlSeconds: 300", "reservationTtlSeconds: 222")
 
@@ -25,10 +22,7 @@ def test_the_config_recorded_as_applied_is_the_one_applied(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def go() -> None:
-        path = tmp_path / "c.yaml"
-        path.write_text(BASE, encoding="utf-8")
-        s, _ = make(load_config_text(BASE, str(path)))
-        watcher = ConfigWatcher(s, path, clock=Clock())
+        s, watcher, path = watched(tmp_path)
         real_read = watcher._read
         swapped: list[bool] = []
 

@@ -7,24 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.load import load_config_text
-from extender.http.reload import ConfigWatcher
-from extender.standalone import EXAMPLE_CONFIG
 from tests.extender.helpers import Clock, args, pod, run, spec
-from tests.extender.test_entitlement import make
+from tests.extender.watched import EXAMPLE, watched
 
 
 def test_a_gang_reserved_after_a_reload_gets_the_new_ttl_even_if_its_pod_was_read_before(
     tmp_path: Path,
 ) -> None:
     async def go() -> None:
-        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
-        path = tmp_path / "c.yaml"
-        path.write_text(base, encoding="utf-8")
-        s, _ = make(load_config_text(base, str(path)), ttl_seconds=300.0)
+        base = EXAMPLE
+        s, watcher, path = watched(tmp_path, ttl_seconds=300.0)
         clock = s.clock
         assert isinstance(clock, Clock)
-        watcher = ConfigWatcher(s, path, clock=clock)
         filler = [pod(f"f{i}", f"fill-{i}", "nlp", spec("nlp", 8, 3, "nlp/fill")) for i in range(3)]
         assert (await s.filter(args(filler[0])))["NodeNames"]  # nlp's 3 nodes reserved
         late = pod("l0", "late-0", "nlp", spec("nlp", 8, 2, "nlp/late"))
@@ -46,11 +40,8 @@ def test_a_gang_reserved_after_a_reload_gets_the_new_ttl_even_if_its_pod_was_rea
 
 def test_a_namespace_moved_to_another_vc_by_a_reload_asks_the_new_vc(tmp_path: Path) -> None:
     async def go() -> None:
-        base = EXAMPLE_CONFIG.read_text(encoding="utf-8")
-        path = tmp_path / "c.yaml"
-        path.write_text(base, encoding="utf-8")
-        s, _ = make(load_config_text(base, str(path)))
-        watcher = ConfigWatcher(s, path, clock=s.clock)
+        base = EXAMPLE
+        s, watcher, path = watched(tmp_path)
         # names no VC: its namespace's (nlp); 4 nodes, more than nlp's 3: waits
         p = pod(
             "u0",

@@ -7,23 +7,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from config.load import load_config_text
-from extender.http.reload import ConfigWatcher
-from extender.standalone import EXAMPLE_CONFIG
-from tests.extender.helpers import Clock, run
-from tests.extender.test_entitlement import make
+from tests.extender.helpers import run
+from tests.extender.watched import EXAMPLE, watched
 
-BASE = EXAMPLE_CONFIG.read_text(encoding="utf-8")
+BASE = EXAMPLE
 BAD = BASE.replace("childCellNumber: 2", "childCellNumber: 0", 1)
 GOOD = BASE.replace("reservationTtlSeconds: 300", "reservationTtlSeconds: 301")
 
 
 def test_a_bad_file_written_again_after_a_good_one_is_reported_again(tmp_path: Path) -> None:
     async def go() -> None:
-        path = tmp_path / "c.yaml"
-        path.write_text(BASE, encoding="utf-8")
-        s, _ = make(load_config_text(BASE, str(path)))
-        watcher = ConfigWatcher(s, path, clock=Clock())
+        _, watcher, path = watched(tmp_path)
         path.write_text(BAD, encoding="utf-8")
         assert await watcher.check() == "rejected"
         path.write_text(GOOD, encoding="utf-8")
@@ -38,10 +32,7 @@ def test_a_bad_file_written_again_after_a_good_one_is_reported_again(tmp_path: P
 
 def test_a_bad_file_after_an_unreadable_spell_is_reported_again(tmp_path: Path) -> None:
     async def go() -> None:
-        path = tmp_path / "c.yaml"
-        path.write_text(BASE, encoding="utf-8")
-        s, _ = make(load_config_text(BASE, str(path)))
-        watcher = ConfigWatcher(s, path, clock=Clock())
+        _, watcher, path = watched(tmp_path)
         path.write_text(BAD, encoding="utf-8")
         assert await watcher.check() == "rejected"
         path.unlink()
