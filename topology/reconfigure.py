@@ -4,12 +4,14 @@ HiveD "reloads" by exiting and rebuilding from pod annotations, losing preemptio
 new core is built beside the old one and every gang is adopted into it where its pods already run:
 guaranteed gangs first (highest priority, then oldest), so they keep their VC cells; a gang that no
 longer fits its VC keeps running downgraded to opportunistic; pods on hardware that is gone are
-reported. Nothing is moved and no GPU is given twice. Preemptions in flight are dropped (nothing runs
-in them yet) and reported; kube-scheduler retries them. Each gang is adopted with the quota cell
-type every GPU holds, as a restart reads them from the bind info: the VC binds the same cells again
-(a two-node gang on the VC's rack cell does not take a node cell another gang will need), a gang
-that held none (a guest, one downgraded) comes back opportunistic, a promoted one promoted; one
-downgraded stays so (`recovery.keep_downgraded`: not promoted, and no guest).
+reported. Nothing is moved and no GPU is given twice. A preemption in flight is reserved again over
+its victims once they are adopted, as a restart restores it (`Core.restore`), so a victim stays
+closed to new pods while it waits (HiveD binds no pod of a BeingPreempted group); only one the new
+config cannot hold is dropped and reported, and kube-scheduler retries it. Each gang is adopted with
+the quota cell type every GPU holds, as a restart reads them from the bind info: the VC binds the
+same cells again (a two-node gang on the VC's rack cell does not take a node cell another gang will
+need), a gang that held none (a guest, one downgraded) comes back opportunistic, a promoted one
+promoted; one downgraded stays so (`recovery.keep_downgraded`: not promoted, and no guest).
 
 The report's `impacts` is the one judgement of what an edit costs the gangs that run: the hot
 reload refuses an unconfirmed edit that has any (`extender/http/reload.py`), and `topogang diff
@@ -84,7 +86,7 @@ class ReconfigureReport:
     kept: list[str] = field(default_factory=list)
     downgraded: list[str] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)  # pods on hardware the new config does not have
-    dropped: list[str] = field(default_factory=list)  # preemptions in flight
+    dropped: list[str] = field(default_factory=list)  # preemptions in flight the new config cannot hold
     # running pods of gangs not whole yet whose placement lost hardware: such a gang can never be
     # whole where it was placed, so it is let go and they are evicted (`_let_go`)
     evict: list[str] = field(default_factory=list)
@@ -116,9 +118,9 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
                 new.set_node_health(node, True, bad_gpus=frozenset(bad))
     new.reservations.windows.update(old.reservations.windows)
     gangs = sorted(old.gangs(), key=lambda g: (-g.request.priority, g.created, g.id))
+    preempting = [g for g in gangs if g.phase is GangPhase.PREEMPTING]
     for g in gangs:
         if g.phase is GangPhase.PREEMPTING:
-            report.dropped.append(g.name)
             continue
         pods = [
             AdoptedPod(
@@ -154,6 +156,23 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
             # as a restart that reads this downgrade back from its record finds it
             mark_downgraded(new, adopted, "reconfiguration")
             report.downgraded.append(g.name)
+        else:
+            report.kept.append(g.name)
+    for g in preempting:  # after its victims: reserved over them again, as a restart restores it
+        slots = [
+            AdoptedPod(
+                "",
+                old.topo.node_names[s.node],
+                tuple(old.topo.gpu_index[x] for x in s.leaves),
+                None,
+                s.key,
+                old.quota_cell_types(g, s.leaves),
+            )
+            for s in g.slots
+        ]
+        got = new.restore(g.request, slots, now, g.deadline)
+        if isinstance(got, str):
+            report.dropped.append(g.name)
         else:
             report.kept.append(g.name)
     return new, report

@@ -216,6 +216,8 @@ class Conventions:
 
     def soften(self, core: Core, g: Gang, now: float) -> None:
         """The Soft timeout: keep only the bound members, as a smaller gang; the rest go solo."""
+        if core.being_preempted(g.id):  # its running pods' GPUs would pass to the preemptor now
+            return
         placement = core.placement_of(g)
         where = {p.slot: p for p in placement.pods}
         bound = [(sl, where[sl.index]) for sl in g.slots if sl.pod_uid is not None and not sl.finished]

@@ -185,6 +185,10 @@ class ReservationStore:
         gang was released just before the restart or fail-over, faster than the sync deletes
         objects, and would otherwise hold its cells until its TTL for nobody. Report lines."""
         items, _ = await self.kube.list(rsv.collection_path(self.namespace))
+        # higher priority first: a preemptor's reservation comes back before its victim's, so a
+        # victim whose every pod went while no one led is not restored on the GPUs it was preempted
+        # from (the preemptor restored over it would wait for a victim with no pod until a TTL)
+        items = sorted(items, key=_restore_order)
         claimers: Claimers | None = None  # read from the pods once a reservation asks (at 60,000 pods,
         # seconds of a restart that has no reservation with nothing bound to restore)
         lines: list[str] = []
@@ -245,6 +249,13 @@ class ReservationStore:
         if not self.s.core.keep_downgraded(name, by):
             return []
         return [f"gang {name} stays downgraded to opportunistic by {by}, as recorded: not promoted"]
+
+
+def _restore_order(obj: Mapping[str, Any]) -> int:
+    try:
+        return -rsv.decode(obj).request.priority
+    except rsv.BadReservationError:
+        return 0
 
 
 class Claimers:
