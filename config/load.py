@@ -106,13 +106,21 @@ def load_config(path: str | Path, *, check: bool = True) -> LoadedConfig:
     try:
         if p.is_dir():
             raise ConfigError(file, [("", "is a directory, not a config file")])
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(file, [("", "no such file")]) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(file, [("", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
     except OSError as exc:
         raise ConfigError(file, [("", f"cannot read: {exc.strerror or exc}")]) from None
+    return load_config_bytes(data, file, check=check)
+
+
+def load_config_bytes(data: bytes, file: str, *, check: bool = True) -> LoadedConfig:
+    """`load_config` on the bytes already read from `file` (a reload parses the very bytes it
+    hashed: an update landing between two reads would run one config and record another)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(file, [("", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
     return load_config_text(text, file, check=check)
 
 
@@ -158,7 +166,7 @@ def parse_yaml(text: str) -> tuple[Any, list[tuple[str, str]]]:
     ConfigMap, and a document that nests thousands deep or expands its aliases a billion times must
     be an error, not a crash or a stall."""
     try:
-        check_yaml(text, CONFIG_LIMITS)
+        check_yaml(text, CONFIG_LIMITS, pure=True)
     except UntrustedError as exc:
         return None, [(exc.path, exc.message)]
     if _CTextLoader is not None:

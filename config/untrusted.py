@@ -6,7 +6,10 @@ plain, bounded data (dicts, lists, text, None) that nothing downstream has to di
 
 - **Size** first, before any parsing: a limit in bytes per kind of input (`Limits.max_bytes`).
 - **YAML** is read as a stream of parser events (libyaml's parser keeps its own stack, so it does not
-  recurse), and the document is built from them here, iteratively. Nesting deeper than
+  recurse), and the document is built from them here, iteratively. An admin config that libyaml
+  refuses but PyYAML's pure-Python parser reads (the config loader falls back to it for its
+  wording; a surrogate escape is such text) is walked again as that parser sees it
+  (`check_yaml(..., pure=True)`); tenants' text is read with libyaml alone and never so. Nesting deeper than
   `Limits.max_depth` stops the read at the first event past it, before anything deep exists in memory
   (a YAML flow sequence nested 50,000 deep used to overflow the C stack of the composer and kill the
   process). Anchors, aliases, explicit tags and merge keys are refused in pod specs: HiveD's specs are
@@ -178,16 +181,21 @@ def read_flat_json(text: str, limits: Limits) -> Any:
     return doc
 
 
-def check_yaml(text: str, limits: Limits) -> None:
+def check_yaml(text: str, limits: Limits, *, pure: bool = False) -> None:
     """Walk the document under `limits` without keeping it (for admin configs, which the config
-    loader then reads with its own full checks). Syntax errors are left to that loader."""
+    loader then reads with its own full checks). Syntax errors are left to that loader. `pure`: the
+    caller reads text libyaml refuses with PyYAML's pure-Python parser (the config loader, for its
+    wording), so such text is walked as that parser sees it: libyaml refuses a surrogate escape
+    ("\\ud800") that parser reads, and the limits must hold for what it reads. A caller reading with
+    libyaml alone (bind info) leaves it: a tenant's text would cost a pure-Python parse for nothing."""
     check_size(text, limits)
     try:
         _Builder(limits, keep=False).build(yaml.parse(text, Loader=_CParser))
         return
     except yaml.YAMLError:
-        pass  # libyaml refuses what the pure-Python loader may still read (a lone "\ud800" escape):
-    try:  # walk the text as that loader will see it, or its aliases and nesting go unchecked
+        if not pure or _CParser is yaml.SafeLoader:
+            return
+    try:
         _Builder(limits, keep=False).build(yaml.parse(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError:
         return

@@ -86,7 +86,7 @@ class FilterAsk:
 class Slots:
     """A member of a placed gang: its own claimed slot, else the open slots of its shape in rank
     order (empty when every one is claimed); `holder` is the pod holding its named slot then, and
-    `going` says the slots are closed because the gang is evicted or a preemption's victim.
+    `going` says why the slots are closed: the gang is being "evicted" or "preempted".
     `rank_slot`: the slot its rank points at among slots of its shape. `fill`: (free, total) GPUs
     of each slot node (prioritize's packing score). `gang` is the reservation the ledger reads."""
 
@@ -96,7 +96,7 @@ class Slots:
     rank_slot: int | None = None
     holder: str | None = None
     fill: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    going: bool = False
+    going: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,5 +400,7 @@ def member_slots(cluster: Cluster, gang: Gang, m: MemberAsk) -> Slots:
     holder = None
     if not slots and m.slot_key is not None:
         holder = next((s.pod_uid for s in gang.slots if s.key == m.slot_key and not s.finished), None)
-    going = not slots and (gang.evicting or cluster.being_preempted(gang.id))
+    going = None
+    if not slots:
+        going = "evicted" if gang.evicting else "preempted" if cluster.being_preempted(gang.id) else None
     return Slots(gang, slots, rank_slot=rank_slot, holder=holder, going=going)

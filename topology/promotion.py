@@ -50,10 +50,7 @@ def promote_waiting(cluster: Cluster) -> list[str]:
         owner = cluster.vc_owner.get(g.request.vc, NO_OWNER)
         if owner == NO_OWNER or not any(any(v) for v in st.unbound.get(owner, {}).values()):
             continue
-        leaves = g.held_leaves()
-        if not leaves or any(st.leaf_owner[leaf] != NO_OWNER for leaf in leaves):
-            continue
-        if _hosts_others(cluster, g, leaves):
+        if _hosts_others(cluster, g, g.held_leaves()):
             continue
         if not bind_in_place(cluster, g, owner, max(PROMOTED_PRIORITY, g.request.priority)):
             continue
@@ -64,10 +61,13 @@ def promote_waiting(cluster: Cluster) -> list[str]:
 
 
 def bind_in_place(cluster: Cluster, g: Gang, owner: int, priority: int) -> bool:
-    """Bind `owner`'s quota cells around the GPUs `g` runs on, all of them in the free pool, and run
-    it at `priority` there; False, and nothing changed, when the quota cannot cover them safely."""
+    """Bind `owner`'s quota cells around the GPUs `g` runs on and run it at `priority` there; False,
+    and nothing changed, when it holds none, one of them is not in the free pool (a quota cell
+    holds it already), or the quota cannot cover them safely."""
     st = cluster.state
     leaves = g.held_leaves()
+    if not leaves or any(st.leaf_owner[leaf] != NO_OWNER for leaf in leaves):
+        return False
     st.begin()
     if not bind_for(st, owner, sorted(leaves)):
         st.rollback()

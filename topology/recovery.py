@@ -190,9 +190,7 @@ def _refit(cluster: Cluster, name: str) -> None:
     owner = cluster.vc_owner.get(g.request.vc, NO_OWNER) if g is not None else NO_OWNER
     if g is None or owner == NO_OWNER or g.owner != NO_OWNER or g.request.opportunistic or g.guest:
         return
-    if g.downgraded_by is not None or g.evicting or g.pending or not g.held_leaves():
-        return
-    if any(cluster.state.leaf_owner[leaf] != NO_OWNER for leaf in g.held_leaves()):
+    if g.downgraded_by is not None or g.evicting or g.pending:
         return
     if bind_in_place(cluster, g, owner, g.request.priority):
         g.history.append(f"guaranteed again: its victim's downgrade gave VC {g.request.vc} its quota back")

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from extender.gangs.identity import split_key
 from topology.decisions import UserError, Victim, Wait, WaitCode
+from topology.wait_reasons import held_by
 
 PREEMPTION_CODES = (WaitCode.PREEMPTIBLE, WaitCode.PREEMPTING)
 
@@ -46,15 +47,14 @@ def preemption_nodes(w: Wait) -> dict[str, tuple[str, ...]]:
 
 
 def slots_taken(
-    gang: str, slot_key: str | None, holder: str | None, leaf_number: int, going: bool = False
+    gang: str, slot_key: str | None, holder: str | None, leaf_number: int, going: str | None = None
 ) -> str:
-    """Why a member of a placed gang waits: the gang is evicted or preempted (no pod joins it
-    meanwhile), its named slot's holder is alive, or every slot of its shape is claimed."""
+    """Why a member of a placed gang waits: the gang is `going` ("evicted", "preempted": no pod
+    joins it meanwhile), its named slot's holder is alive, or every slot of its shape is claimed."""
     taken = (
-        "the gang is being evicted or preempted by a gang of higher priority, and no new pod joins it "
-        "meanwhile; this pod waits until that is over"
-        if going
-        else f"slot {slot_key} is held by pod {holder}, which is still alive; this pod waits until it is gone"
+        f"the gang is being {going}, and no new pod joins it meanwhile; this pod waits until that is over"
+        if going is not None
+        else held_by(gang, slot_key, holder)
         if holder is not None
         else f"every slot of {leaf_number} leaf cells is claimed by another member"
     )

@@ -74,14 +74,16 @@ class PodCache:
         """Whether a pod of the gang other than `uid` is cached (known, and maybe still alive)."""
         return bool(self._gang_pods.get(gang, set()) - {uid})
 
-    def remember(self, pr: PodRequest, text: str | None) -> None:
-        """Keep the request read from `text` (None: read from no spec text, never a hit for one)."""
+    def remember(self, pr: PodRequest, text: str | None, epoch: int | None = None) -> None:
+        """Keep the request read from `text` (None: read from no spec text, never a hit for one)
+        under the config of `epoch` (the one in force when the read began; default: now)."""
         old = self._pods.get(pr.uid)
         if old is not None and old.request.gang != pr.gang:
             self._unindex(pr.uid, old)
         self._uid_by_name[(pr.namespace, pr.name)] = pr.uid
         self._gang_pods.setdefault(pr.gang, set()).add(pr.uid)
-        for uid, gone in self._pods.put(pr.uid, _Cached(pr, _text_key(text), self.epoch), _cost(pr)):
+        cached = _Cached(pr, _text_key(text), self.epoch if epoch is None else epoch)
+        for uid, gone in self._pods.put(pr.uid, cached, _cost(pr)):
             self._unindex(uid, gone)
 
     def forget(self, uid: str) -> None:

@@ -59,19 +59,20 @@ class Unkept:
 
     def __init__(self, limit: int = 4096) -> None:
         self.limit = limit
-        self._held: dict[str, tuple[PodRequest, str | None]] = {}
+        self._held: dict[str, tuple[PodRequest, str | None, int]] = {}
 
-    def hold(self, pr: PodRequest, text: str | None) -> None:
+    def hold(self, pr: PodRequest, text: str | None, epoch: int) -> None:
+        """`epoch`: the cache's when the read began (a reload may land before the verb keeps it)."""
         if len(self._held) >= self.limit:
             self._held.clear()
-        self._held[pr.uid] = (pr, text)
+        self._held[pr.uid] = (pr, text, epoch)
 
     def settled(self, pr: PodRequest) -> None:
         """The request as its namespace may make it (a PriorityClass's priority settled) replaces
         the one held as read: a bind claims with what it keeps, and the gang was placed as granted."""
         held = self._held.get(pr.uid)
         if held is not None and held[0] is not pr:
-            self._held[pr.uid] = (pr, held[1])
+            self._held[pr.uid] = (pr, held[1], held[2])
 
     def keep(self, pods: PodCache, uid: str) -> None:
         """Cache the request the pod's last read found, as granted (the entitlement is checked again
@@ -95,10 +96,11 @@ async def read(s: Reader, pod: wire.WirePod) -> PodRequest:
 
 async def _read(s: Reader, pod: wire.WirePod) -> PodRequest:
     _, text = spec_text(pod.raw)
+    epoch = s.pods.epoch  # before any await: the config this read is made with
     if text is None:  # gangs from PodGroups, YuniKorn, Spark, GPU pods (extender.conventions)
         got = await s.conventions.request_of(s, pod)
         if got is not None:  # not read from the cache: an elastic member or a Soft gang's may change
-            s.unkept.hold(got, None)
+            s.unkept.hold(got, None, epoch)
             return got
     cached = s.pods.read_from(pod.uid, text)
     if cached is not None:
@@ -110,7 +112,7 @@ async def _read(s: Reader, pod: wire.WirePod) -> PodRequest:
         if fw is None:  # not cached: the Framework may be readable next time
             return pr
         pr = parse(s, pod, fw)
-    s.unkept.hold(pr, text)
+    s.unkept.hold(pr, text, epoch)
     return pr
 
 

@@ -33,7 +33,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from config.against import CONFIRM_FILE, config_digest
-from config.load import ConfigError, LoadedConfig, load_config_text
+from config.load import ConfigError, load_config_bytes
 from extender.gangs import disruption
 from extender.gangs.entitlement import withdraw_promotions
 from extender.http.verbs import Scheduler
@@ -81,15 +81,6 @@ def read_confirmation(config_file: str | Path) -> str:
         return path.read_text(encoding="utf-8", errors="replace").strip()[:64]
     except OSError:
         return ""
-
-
-def load_config_data(path: str | Path, data: bytes) -> LoadedConfig:
-    """`load_config` on bytes already read from `path`."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(str(path), [("", f"not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
-    return load_config_text(text, str(path))
 
 
 def _digest(data: bytes) -> str:
@@ -150,6 +141,9 @@ class ConfigWatcher:
                 self._record("unreadable", [f"{self.path}: cannot read the config file"])
             return "unreadable"
         current = _digest(data)
+        if current == self.status.applied_hash and self.status.last_result not in ("initial", "applied"):
+            self._record("applied", [])  # the file in force is back after a rejected or refused edit
+            return "applied"
         if current in (self.status.applied_hash, self.rejected_hash):
             return None
         confirmation = self._confirmation()
@@ -158,7 +152,7 @@ class ConfigWatcher:
         try:
             # the bytes just hashed, not the file read again: an update landing in between would be
             # applied under the hash and text of the one before it
-            loaded = await asyncio.to_thread(load_config_data, self.path, data)
+            loaded = await asyncio.to_thread(load_config_bytes, data, str(self.path))
         except ConfigError as err:
             self.rejected_hash = current  # reported once, not on every poll
             self._record("rejected", err.lines())

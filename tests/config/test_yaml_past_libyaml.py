@@ -20,11 +20,20 @@ def _bomb(levels: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def test_an_alias_bomb_behind_a_lone_surrogate_is_still_counted() -> None:
-    # 10^12 nodes: without the surrogate this is refused at once; with it, check_yaml passed it and
-    # load_config_text then walked it (duplicate keys) for hours
-    with pytest.raises(UntrustedError):  # the surrogate itself, or the expansion: either way, refused
-        check_yaml(SURROGATE + _bomb(12) + BASE, CONFIG_LIMITS)
+PAIR = 'x-note: "\\ud83d\\ude00"\n'  # a surrogate pair: libyaml refuses it, the pure-Python parser reads it
+
+
+def test_an_alias_bomb_behind_a_surrogate_pair_is_still_counted() -> None:
+    # 10^12 nodes: without the escape this is refused at once by libyaml's walk; behind it, only the
+    # walk as the pure-Python parser reads it counts the expansion (load_config_text once walked it
+    # for hours)
+    with pytest.raises(UntrustedError, match="expands to more than"):
+        check_yaml(PAIR + _bomb(12) + BASE, CONFIG_LIMITS, pure=True)
+
+
+def test_an_alias_bomb_behind_a_lone_surrogate_is_refused() -> None:
+    with pytest.raises(UntrustedError):  # the surrogate itself, before the expansion
+        check_yaml(SURROGATE + _bomb(12) + BASE, CONFIG_LIMITS, pure=True)
 
 
 def test_deep_nesting_behind_a_lone_surrogate_is_a_config_error_not_a_recursion_error() -> None:

@@ -73,11 +73,11 @@ def test_a_config_too_large_to_load_is_rejected_once_and_said(
         watcher = ConfigWatcher(s, path, clock=Clock())
         loads: list[str] = []
 
-        def too_big(file: object, data: bytes) -> None:
+        def too_big(data: bytes, file: object) -> None:
             loads.append(str(file))
             raise MemoryError
 
-        monkeypatch.setattr("extender.http.reload.load_config_data", too_big)
+        monkeypatch.setattr("extender.http.reload.load_config_bytes", too_big)
         path.write_text(base + "# edited\n", encoding="utf-8")
         assert await watcher.check() == "rejected"
         assert watcher.status.last_errors == [f"{path}: too large to load (MemoryError)"]

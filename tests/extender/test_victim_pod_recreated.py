@@ -29,7 +29,7 @@ def test_a_victims_recreated_pod_is_told_its_gang_is_being_preempted() -> None:
         reply = await s.filter(args(again))
         assert not reply["NodeNames"], reply
         texts = set(reply["FailedAndUnresolvableNodes"].values())
-        assert len(texts) == 1 and "is being evicted or preempted" in texts.pop(), reply
+        assert len(texts) == 1 and "the gang is being preempted" in texts.pop(), reply
         assert s.core.gang_of_pod("again") is None  # it holds nothing of the victim's
         assert violations(s.core) == []
 
