@@ -7,24 +7,46 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from extender.gangs.podspec import PodRequest
+from extender.http import wire
 from tests.extender.helpers import Clock, args, pod, run, spec
 from tests.extender.watched import EXAMPLE, watched
 
 
+@pytest.mark.parametrize("lands", ["after the read", "during the read"])
 def test_a_gang_reserved_after_a_reload_gets_the_new_ttl_even_if_its_pod_was_read_before(
-    tmp_path: Path,
+    tmp_path: Path, lands: str
 ) -> None:
+    """`during the read`: the read awaits outside the lock (a Framework or pod lookup), and a request
+    made with the old config must not be cached as if read under the new one."""
+
     async def go() -> None:
-        base = EXAMPLE
         s, watcher, path = watched(tmp_path, ttl_seconds=300.0)
         clock = s.clock
         assert isinstance(clock, Clock)
         filler = [pod(f"f{i}", f"fill-{i}", "nlp", spec("nlp", 8, 3, "nlp/fill")) for i in range(3)]
         assert (await s.filter(args(filler[0])))["NodeNames"]  # nlp's 3 nodes reserved
         late = pod("l0", "late-0", "nlp", spec("nlp", 8, 2, "nlp/late"))
+
+        async def reload() -> None:
+            path.write_text(EXAMPLE.replace("reservationTtlSeconds: 300", "reservationTtlSeconds: 60"))
+            assert await watcher.check() == "applied"
+
+        read = s.request_of
+
+        async def read_then_reload(p: wire.WirePod) -> PodRequest:
+            got = await read(p)  # read with the TTL of 300 s, and the reload lands before the lock
+            await reload()
+            return got
+
+        if lands == "during the read":
+            s.request_of = read_then_reload  # type: ignore[method-assign,assignment]
         assert not (await s.filter(args(late)))["NodeNames"]  # waits: nlp is full
-        path.write_text(base.replace("reservationTtlSeconds: 300", "reservationTtlSeconds: 60"))
-        assert await watcher.check() == "applied"
+        s.request_of = read  # type: ignore[method-assign]
+        if lands == "after the read":
+            await reload()
         assert s.ttl_seconds == 60.0
         await s.pod_gone("f0")  # the filler's only known pod goes: its reservation with it
         assert s.core.gang("nlp/fill") is None
