@@ -122,18 +122,7 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
     for g in gangs:
         if g.phase is GangPhase.PREEMPTING:
             continue
-        pods = [
-            AdoptedPod(
-                s.pod_uid or "",
-                old.topo.node_names[s.node],
-                tuple(old.topo.gpu_index[x] for x in s.leaves),
-                s.pod_name,
-                s.key,
-                old.quota_cell_types(g, s.leaves),
-            )
-            for s in g.slots
-            if not s.released_early
-        ]
+        pods = _pods_of(old, g)
         new.adopt(g.request, pods, now, evicting=g.evicting)  # an unverified hold stays no one's victim
         adopted = new.gang(g.name)
         if adopted is not None:
@@ -159,23 +148,30 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         else:
             report.kept.append(g.name)
     for g in preempting:  # after its victims: reserved over them again, as a restart restores it
-        slots = [
-            AdoptedPod(
-                "",
-                old.topo.node_names[s.node],
-                tuple(old.topo.gpu_index[x] for x in s.leaves),
-                None,
-                s.key,
-                old.quota_cell_types(g, s.leaves),
-            )
-            for s in g.slots
-        ]
-        got = new.restore(g.request, slots, now, g.deadline)
+        got = new.restore(g.request, _pods_of(old, g), now, g.deadline)  # no pod of it is bound
         if isinstance(got, str):
             report.dropped.append(g.name)
         else:
             report.kept.append(g.name)
     return new, report
+
+
+def _pods_of(old: Core, g: Gang) -> list[AdoptedPod]:
+    """Where each slot of `g` holds GPUs in `old`, as adoption and restoring read them (a restart
+    reads them from the bind info and the reservation objects): its pod, if one is bound, and the
+    quota cell type of each GPU."""
+    return [
+        AdoptedPod(
+            s.pod_uid or "",
+            old.topo.node_names[s.node],
+            tuple(old.topo.gpu_index[x] for x in s.leaves),
+            s.pod_name,
+            s.key,
+            old.quota_cell_types(g, s.leaves),
+        )
+        for s in g.slots
+        if not s.released_early
+    ]
 
 
 def _keep_finished(new: Core, adopted: Gang, old: Core, g: Gang) -> None:

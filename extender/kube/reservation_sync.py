@@ -184,23 +184,21 @@ class ReservationStore:
         a reservation nothing is bound in and no listed pod may still claim is dropped too: its
         gang was released just before the restart or fail-over, faster than the sync deletes
         objects, and would otherwise hold its cells until its TTL for nobody. Report lines."""
-        items, _ = await self.kube.list(rsv.collection_path(self.namespace))
-        # higher priority first: a preemptor's reservation comes back before its victim's, so a
-        # victim whose every pod went while no one led is not restored on the GPUs it was preempted
-        # from (the preemptor restored over it would wait for a victim with no pod until a TTL)
-        items = sorted(items, key=_restore_order)
+        listed, _ = await self.kube.list(rsv.collection_path(self.namespace))
+        # each object read once, outside the lock; higher priority first: a preemptor's reservation
+        # comes back before its victim's, so a victim whose every pod went while no one led is not
+        # restored on the GPUs it was preempted from (the preemptor restored over it would wait for
+        # a victim with no pod until a TTL)
+        items = sorted((_read_back(obj) for obj in listed), key=_restore_order)
         claimers: Claimers | None = None  # read from the pods once a reservation asks (at 60,000 pods,
         # seconds of a restart that has no reservation with nothing bound to restore)
         lines: list[str] = []
         restored = 0
         async with self.s.lock:
             core, now, wall = self.s.core, self.s.clock(), self.wall()
-            for obj in items:
-                name = str((obj.get("metadata") or {}).get("name", ""))
-                try:
-                    r = rsv.decode(obj)
-                except rsv.BadReservationError as err:
-                    lines.append(f"gang reservation {name} unreadable, dropped: {err}")
+            for name, r in items:
+                if isinstance(r, rsv.BadReservationError):
+                    lines.append(f"gang reservation {name} unreadable, dropped: {r}")
                     self.written[name] = rsv.UNKNOWN
                     continue
                 self.written[name] = rsv.UNKNOWN  # known to exist: the next sync rewrites or deletes it
@@ -251,11 +249,18 @@ class ReservationStore:
         return [f"gang {name} stays downgraded to opportunistic by {by}, as recorded: not promoted"]
 
 
-def _restore_order(obj: Mapping[str, Any]) -> int:
+def _read_back(obj: Mapping[str, Any]) -> tuple[str, rsv.Restorable | rsv.BadReservationError]:
+    """A listed object's name, and what it records or why it cannot be read."""
+    name = str((obj.get("metadata") or {}).get("name", ""))
     try:
-        return -rsv.decode(obj).request.priority
-    except rsv.BadReservationError:
-        return 0
+        return name, rsv.decode(obj)
+    except rsv.BadReservationError as err:
+        return name, err
+
+
+def _restore_order(item: tuple[str, rsv.Restorable | rsv.BadReservationError]) -> int:
+    r = item[1]
+    return 0 if isinstance(r, rsv.BadReservationError) else -r.request.priority
 
 
 class Claimers:
