@@ -175,10 +175,8 @@ class Conventions:
             return _single(pr, SOLO, None)
         if g is None or not r.elastic or g.slot_of(pr.uid) is not None or g.pending:
             return pr
-        if core.being_preempted(g.id):  # a pod of it waits with it, not as an extra outside it
-            return pr
-        if core.open_slots(pr.gang, pr.leaf_number):
-            return pr
+        if core.being_preempted(g.id) or core.open_slots(pr.gang, pr.leaf_number):
+            return pr  # a member (one of a gang being preempted waits with it, not as an extra)
         return _single(pr, EXTRA, domain_nodes(core, g))
 
     # ------------------------------------------------------------------------------ timeouts
