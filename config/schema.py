@@ -206,6 +206,7 @@ class TopogangModel(_Model):
     reservation_ttl_seconds: int = Field(
         default=300,
         gt=0,
+        le=2**31 - 1,  # a deadline past it is one no GangReservation or ledger timestamp can write
         description="A gang reservation whose members have not all arrived expires after this many seconds.",
     )
     listen_address: OptionalText = Field(

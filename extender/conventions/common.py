@@ -16,6 +16,9 @@ STYLE = "topogang.io/gang-scheduling-style"  # Hard (default) | Soft, as YuniKor
 VIRTUAL_CLUSTER = "topogang.io/virtual-cluster"  # label or annotation; else the namespace's VC
 
 MAX_GANG_PODS = 100_000
+# the longest timeout a pod or PodGroup may ask for: coscheduling's scheduleTimeoutSeconds is an int32,
+# and a deadline past it (doubled for Soft) is one no GangReservation or ledger timestamp can write
+MAX_TIMEOUT_SECONDS = float(2**31 - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +115,8 @@ def seconds(value: object, field: str) -> float | None:
         raise UserError(field, f"expected a number of seconds, got {value!r}") from None
     if not s > 0 or s != s or s == float("inf"):
         raise UserError(field, f"expected a positive number of seconds, got {value!r}")
+    if s > MAX_TIMEOUT_SECONDS:
+        raise UserError(field, f"expected at most {MAX_TIMEOUT_SECONDS:.0f} seconds, got {value!r}")
     return s
 
 
