@@ -130,6 +130,9 @@ checksum/verbs-tls: {{ get .Values._verbsCerts.server "ca.crt" | default (get .V
 {{- if and .Values.extender.tls.enabled (not .Values.extender.tls.secretName) $m.enabled (eq $m.certificates "secrets") -}}
 {{- fail "topogang: extender.tls.enabled with extender.verbs.mtls.certificates=secrets needs extender.tls.secretName (a kubernetes.io/tls Secret for the read listener)" -}}
 {{- end -}}
+{{- if and (not $m.enabled) .Values.extender.tls.enabled -}}
+{{- fail "topogang: extender.verbs.mtls.enabled=false with extender.tls.enabled=true: the verbs listener would serve HTTPS with the read port's certificate while kube-scheduler calls it over plain HTTP; keep extender.verbs.mtls.enabled=true (or turn extender.tls off too)" -}}
+{{- end -}}
 {{- if not (has $m.certificates (list "helm" "cert-manager" "secrets")) -}}
 {{- fail (printf "topogang: extender.verbs.mtls.certificates is %q: expected helm, cert-manager or secrets" $m.certificates) -}}
 {{- end -}}
