@@ -35,6 +35,7 @@ from extender.http import wire
 from extender.http.turned_away import TurnedAway, can_ever_run
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
+from extender.kube.client import ApiError
 from topology.decisions import UserError, WaitCode, WaitReason
 
 log = logging.getLogger("topogang.kube")
@@ -66,6 +67,11 @@ async def recall(s: Scheduler, pods: Iterable[Mapping[str, Any]]) -> int:
             pr = await s.request_of(wire.parse_pod(pod))
         except (UserError, wire.WireError):
             continue  # the filter says why, to the pod, when kube-scheduler asks
+        except (ApiError, TimeoutError, OSError) as err:  # its read needs the API server (DRA claims)
+            log.warning(
+                "pod %s/%s not read at the start of the lead: %s", kpods.namespace(pod), kpods.name(pod), err
+            )
+            continue  # its first filter notes its gang
         by_gang.setdefault(pr.gang, []).append(pr)
     noted = 0
     async with s.lock:
