@@ -66,6 +66,9 @@ class Holders:
         self._by_vc: dict[str, dict[str, Waiting]] = {}
         self._by_namespace: dict[str, dict[str, Waiting]] = {}  # the waits held by their namespace's bound
         self.wall = wall  # the API server's clock, which `creationTimestamp` is read on
+        # when a pod's owner let it in (removed the last scheduling gate not topogang's), on `wall`'s
+        # clock (Kubernetes mode: `ClusterSync.askable`): a pod kept out of the queue buys no place
+        self.askable: Callable[[str], float | None] = lambda uid: None
 
     def joined(self, pr: PodRequest, now: float, old: Waiting | None) -> float:
         """When `pr`'s gang joined its VC's queue, on the scheduler's clock (`now`'s): its newest
@@ -81,6 +84,9 @@ class Holders:
         wall clock's now, so a pod's is the same at every read. An API server whose clock runs
         ahead of this one's shifts every pod's alike, which keeps their order. None: it has none."""
         at = None if pr.created is None else wall_time(pr.created)
+        let_in = self.askable(pr.uid)
+        if let_in is not None:
+            at = let_in if at is None else max(at, let_in)
         return None if at is None else now - (self.wall() - at)
 
     def note(self, w: Waiting, old: Waiting | None = None) -> None:

@@ -50,12 +50,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from extender.gangs.identity import split_key
 from extender.gangs.podspec import PodRequest, is_enabled
+from extender.gangs.vc_order import Holders
 from extender.http import wire
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
@@ -98,17 +100,39 @@ def lift_patch(pod: Mapping[str, Any]) -> dict[str, Any]:
 
 class GatedPods:
     """The pods the watch shows with the gate, by UID (`ClusterSync` keeps it from every pod event
-    and list, leader or not, so a new leader starts with them)."""
+    and list, leader or not, so a new leader starts with them); and when a pod the watch showed
+    behind a gate not topogang's (its owner's, another controller's) was let in, on the API
+    server's clock (`wall`): its gang's place in its VC's queue is no earlier
+    (`vc_order.Holders.askable`), or a tenant would buy the head of a shared VC's queue by keeping a
+    whole gang out of it, its pods created early, and letting it in later. topogang's own gate
+    keeps the pod's creation as its place: the pod was in the queue all along."""
 
-    def __init__(self) -> None:
+    def __init__(self, holders: Holders | None = None) -> None:
         # in the order the watch first showed them (a dict keeps it; an update keeps its place):
         # creation order within a creationTimestamp's second, as kube-scheduler's queue takes them
         self.pods: dict[str, Mapping[str, Any]] = {}
         self.wake = asyncio.Event()  # a pod joins, or a VC's holder goes (`Requeue.vc_moved`)
         self.lifted: set[str] = set()  # pods lifted, until the watch shows them bound or gone
         self.landed: set[str] = set()  # of those, the ones it has shown so (the keeper takes them)
+        self.wall: Callable[[], float] = time.time if holders is None else holders.wall
+        self.held_out: set[str] = set()  # pods seen behind a gate not topogang's
+        self.let_in: dict[str, float] = {}  # of those, the ones seen without it since, and when
+        if holders is not None:
+            holders.askable = self.let_in.get  # a gang let in is queued from then
+
+    def _let_in(self, kind: str, pod: Mapping[str, Any]) -> None:
+        uid = kpods.uid(pod)
+        if kind == "DELETED":
+            self.held_out.discard(uid)
+            self.let_in.pop(uid, None)
+        elif any(not isinstance(g, dict) or g.get("name") != GATE for g in gates(pod)):
+            self.held_out.add(uid)
+        elif uid in self.held_out:
+            self.held_out.discard(uid)
+            self.let_in[uid] = self.wall()
 
     def saw(self, kind: str, pod: Mapping[str, Any]) -> None:
+        self._let_in(kind, pod)
         uid = kpods.uid(pod)
         if uid in self.lifted and (kind == "DELETED" or kpods.node_name(pod) or kpods.finished(pod)):
             self.lifted.discard(uid)
@@ -127,6 +151,13 @@ class GatedPods:
 
     def listed(self, pods: Iterable[Mapping[str, Any]]) -> None:
         """A full list: the gated pods are these, whatever the watch said before."""
+        pods = list(pods)
+        uids = {kpods.uid(p) for p in pods}
+        self.held_out &= uids
+        for uid in [u for u in self.let_in if u not in uids]:  # in place: `Holders.askable` reads it
+            del self.let_in[uid]
+        for p in pods:
+            self._let_in("ADDED", p)
         listed = {kpods.uid(p): kpods.kept(p) for p in pods if gated(p)}
         known = {uid: listed[uid] for uid in self.pods if uid in listed}  # their places kept
         self.pods = known | listed

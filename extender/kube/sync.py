@@ -90,7 +90,7 @@ class ClusterSync:
         self.on_outside: Callable[[Held], None] = lambda held: None  # told once per such pod
         self.after_recovery: Callable[[], None] | None = None  # before ready (`serve`: `gc.freeze`)
         self.on_recovered: Callable[[RecoveryReport], Awaitable[None]] | None = None  # `start_config`
-        self.gated = GatedPods()  # pods behind topogang's admission gate (`extender.kube.admission_gate`)
+        self.gated = GatedPods(scheduler.holders)  # pods behind scheduling gates (`admission_gate`)
 
     def refresh_ready(self) -> None:
         """Ready = synced with the cluster and nothing else holding back (e.g. not the leader)."""

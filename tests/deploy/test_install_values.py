@@ -40,7 +40,9 @@ def test_verbs_without_mtls_speak_the_scheme_kube_scheduler_calls(helm: Path) ->
     (c,) = ext["spec"]["template"]["spec"]["containers"]
     args = serve_parser().parse_args(c["args"])
     tls = TlsSettings(args.tls_cert, args.tls_key, args.client_ca, args.verbs_tls_cert, args.verbs_tls_key)
-    cfg = yaml.safe_load(one(docs, "ConfigMap", "topogang-scheduler-config")["data"]["kube-scheduler-config.yaml"])
+    cfg = yaml.safe_load(
+        one(docs, "ConfigMap", "topogang-scheduler-config")["data"]["kube-scheduler-config.yaml"]
+    )
     (call,) = cfg["extenders"]
     scheduler_https = call["urlPrefix"].startswith("https://")
     # what `topogang serve` hands uvicorn for the verbs listener (extender.cli.run)

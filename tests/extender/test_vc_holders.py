@@ -104,11 +104,12 @@ def test_the_index_answers_as_a_scan_of_every_wait(
         elif (w := waiting.pop(x, None)) is not None:
             holders.drop(x, w.vc)
     ns = gang.split("/")[0]
-    # what `ahead_of` reads of a pod's request: its gang, namespace, VC and priority
+    # what `ahead_of` reads of a pod's request: its gang, namespace, VC and priority (and its UID
+    # and creation, for when it joined the queue)
     pr = cast(
         PodRequest,
         SimpleNamespace(
-            gang=gang, namespace=ns, request=SimpleNamespace(vc=vc, priority=priority), created=None
+            uid="u", gang=gang, namespace=ns, request=SimpleNamespace(vc=vc, priority=priority), created=None
         ),
     )
     for now, since in ((10.0, 0.0), (25.0, 12.0), (40.0, 30.0)):
