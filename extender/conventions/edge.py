@@ -241,6 +241,14 @@ class Conventions:
             len(g.slots),
         )
 
+    def left(self, core: Core, gang: str, known: Callable[[str], bool]) -> None:
+        """A pod of `gang` is gone. Once no pod of a softened gang is left (none bound, none known
+        under its name or its solo/extra gangs: `known`), the name is free again: a job re-created
+        under it is a gang, not pods run alone for the rest of `SOFTENED_FOR`."""
+        base = base_gang(gang)
+        if base in self.softened and core.gang(base) is None and not known(base):
+            del self.softened[base]
+
     async def run(self, s: Host, interval: float = 0.25) -> None:
         await every(interval, lambda: self.tick(s), "gang timeouts")
 

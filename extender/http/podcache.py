@@ -74,6 +74,13 @@ class PodCache:
         """Whether a pod of the gang other than `uid` is cached (known, and maybe still alive)."""
         return bool(self._gang_pods.get(gang, set()) - {uid})
 
+    def others_under(self, gang: str, uid: str) -> bool:
+        """`others_in` for the gang or a one-pod gang derived from it (`<gang>/solo/...`, `/extra/`)."""
+        if self.others_in(gang, uid):
+            return True
+        heads = (f"{gang}/solo/", f"{gang}/extra/")
+        return any(g.startswith(heads) and bool(pods - {uid}) for g, pods in self._gang_pods.items())
+
     def remember(self, pr: PodRequest, text: str | None, epoch: int | None = None) -> None:
         """Keep the request read from `text` (None: read from no spec text, never a hit for one)
         under the config of `epoch` (the one in force when the read began; default: now)."""

@@ -389,12 +389,9 @@ class Scheduler:
         return replies.binding_result(error)
 
     async def _bind(self, args: wire.BindingArgs) -> str:
-        pr = self.cached(args.pod_uid)
-        if pr is None:
-            got = await podrequests.for_bind(self, args)
-            if isinstance(got, str):
-                return got
-            pr = got
+        pr = self.cached(args.pod_uid) or await podrequests.for_bind(self, args)
+        if isinstance(pr, str):
+            return pr  # why the API server's pod cannot be read or bound
         if (pr.namespace, pr.name) != (args.pod_namespace, args.pod_name):
             return (
                 f"topogang: pod UID {args.pod_uid} belongs to {pr.namespace}/{pr.name}, "
@@ -448,8 +445,10 @@ class Scheduler:
             if released is None and cached is not None:  # finished or not: a pod that held no slot
                 released = letgo.abandoned(self, cached.gang, uid)
             self._released(released)
-            if cached is not None and not self.pods.others_in(cached.gang, uid):
-                self._stop_waiting(cached.gang)  # its last pod is gone: nothing waits any more
+            if cached is not None:  # its gang's last pod gone: nothing waits, a softened name is free
+                if not self.pods.others_in(cached.gang, uid):
+                    self._stop_waiting(cached.gang)
+                self.conventions.left(self.core, cached.gang, lambda g: self.pods.others_under(g, uid))
             self.gang_ledger.pod_gone(self.core, uid, self.waiting_of)
         self.forget_pod(uid)
         return released
