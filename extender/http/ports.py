@@ -16,6 +16,16 @@ class BindError(Exception):
     """The Binding could not be written; the message says why."""
 
 
+class FencedError(BindError):
+    """This replica may not write to the cluster now (a standby, or a leader whose Lease lapsed):
+    nothing was tried, and the leader writes it."""
+
+
+class BindUnknownError(BindError):
+    """The Binding got no answer and the pod could not be read back: it may have been applied, so
+    its slot stays claimed (the pod may run there) until the pod is bound again or goes."""
+
+
 @dataclass(frozen=True, slots=True)
 class BindTarget:
     namespace: str

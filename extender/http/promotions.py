@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 from extender.gangs.bindsig import BindSigner, signed_bind_annotations
 from extender.gangs.ledger import GangLedger
 from extender.http.podcache import PodCache
-from extender.http.ports import BindTarget
+from extender.http.ports import BindTarget, FencedError
 from extender.ops.metrics import Metrics
 from topology.core import Core
 from topology.decisions import Bind
@@ -124,6 +124,8 @@ class PromotionWriter:
             try:
                 await self.annotator.annotate(target, patch)
                 self.writes.labels("ok").inc()
+            except FencedError:
+                return  # not this replica's to write now (a standby): its passes as leader write them
             except Exception as exc:  # the next pass tries again
                 self.failures += 1
                 self.writes.labels("failed").inc()

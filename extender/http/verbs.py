@@ -33,12 +33,20 @@ from extender.gangs.ledger_records import Known
 from extender.gangs.podspec import PodRequest, annotation_of, is_enabled
 from extender.gangs.vc_order import STRICT_FIFO, Holders, VcQueueing
 from extender.gangs.waiting import Waiting
-from extender.http import filtercall, letgo, podrequests, replies, versionlock, views, wire
+from extender.http import filtercall, inflight, letgo, podrequests, replies, versionlock, views, wire
 from extender.http.answers import VerbError, slot_rejected, slots_taken, user_error, wait_text, waiting_nodes
 from extender.http.nodelists import NodeLists, budget_for
 from extender.http.podcache import PodCache
 from extender.http.podrequests import may_preempt, member_ask
-from extender.http.ports import Binder, BindTarget, Evictor, FrameworkLookup, PodLookup, WaitNotifier
+from extender.http.ports import (
+    Binder,
+    BindTarget,
+    BindUnknownError,
+    Evictor,
+    FrameworkLookup,
+    PodLookup,
+    WaitNotifier,
+)
 from extender.http.promises import Promises
 from extender.http.promotions import PromotionWriter, known_names
 from extender.http.turned_away import Requeue, TurnedAway, holds_vc
@@ -372,20 +380,8 @@ class Scheduler:
         if not self.ready:
             self._count("bind", "error")
             return replies.binding_result(f"topogang: not ready: {self.not_ready_reason}")
-        running = self.inflight.get(args.pod_uid)
-        if running is not None:  # a duplicate of a bind still in progress: same answer
-            error = await asyncio.shield(running)
-            self._count("bind", "duplicate" if not error else "error")
-            return replies.binding_result(error)
-        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self.inflight[args.pod_uid] = fut
-        error = "topogang: the bind did not complete (the request was cancelled)"
-        try:
-            error = await self._bind(args)
-        finally:
-            fut.set_result(error)
-            del self.inflight[args.pod_uid]
-        self._count("bind", "bound" if not error else "error")
+        error, again = await inflight.once(self.inflight, args.pod_uid, lambda: self._bind(args))
+        self._count("bind", "error" if error else "duplicate" if again else "bound")
         return replies.binding_result(error)
 
     async def _bind(self, args: wire.BindingArgs) -> str:
@@ -424,7 +420,7 @@ class Scheduler:
             self.gang_ledger.bound(self.core, pr.gang, pr.uid, self.waiting_of, Known(gang))
         except BaseException as exc:
             self.gang_ledger.inflight.discard(pr.uid)
-            if claimed.fresh:  # a member that never came is no member leaving: the reservation stays
+            if claimed.fresh and not isinstance(exc, BindUnknownError):  # (unknown: it may run there)
                 async with self.lock:
                     if not gang.gone:  # the same reservation: give its slot back
                         self.core.unclaim(pr.gang, pr.uid, self.clock(), deadline=claimed.deadline)
@@ -477,10 +473,11 @@ class Scheduler:
                 self.gang_ledger.released(self.core, r, self.waiting_of)
                 self.promises.drop_gang(r.gang)
 
-    async def expire(self) -> list[Released]:
-        """Release reservations past their TTL; evict members already bound to freed cells."""
+    async def expire(self, lag: float = 0.0) -> list[Released]:
+        """Release reservations past their TTL (`lag` seconds past it: a standby's); evict members
+        already bound to freed cells."""
         async with self.lock:
-            now = self.clock()
+            now = self.clock() - lag
             released = self.core.expire(now)
             self._released(*released)
             for g in self.gang_ledger.stale_waits(self.waiting, now - self.ttl_seconds):

@@ -8,11 +8,11 @@ the pod, read back, shows it there.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS
-from extender.http.ports import BindError, BindTarget
+from extender.http.ports import BindError, BindTarget, BindUnknownError, FencedError
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
 
@@ -35,8 +35,14 @@ def binding_body(target: BindTarget, node: str, annotations: Mapping[str, str]) 
 class KubeBinder:
     def __init__(self, kube: AsyncKube) -> None:
         self.kube = kube
+        self.fence: Callable[[], bool] = lambda: True  # may this replica write now (its Lease held)
+
+    def fenced(self, target: BindTarget) -> None:
+        if not self.fence():
+            raise FencedError(f"pod {target.namespace}/{target.name} not written: this replica does not lead")
 
     async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None:
+        self.fenced(target)
         path = pod_path(target.namespace, target.name) + "/binding"
         try:
             done = await self.kube.request("POST", path, body=binding_body(target, node, annotations))
@@ -45,8 +51,11 @@ class KubeBinder:
                 return
             raise BindError(f"the API server refused the Binding: {err}") from None
         except Exception as exc:  # no answer (a timeout, a dropped connection): it may have been applied
-            if await self._read_back(target, node, annotations):
+            there = await self._read_back(target, node, annotations)
+            if there:
                 return
+            if there is None:
+                raise BindUnknownError(f"the Binding got no answer, nor did its read back: {exc}") from exc
             raise BindError(f"the Binding got no answer: {exc}") from exc
         if done is None:
             raise BindError(f"pod {target.namespace}/{target.name} does not exist")
@@ -54,6 +63,7 @@ class KubeBinder:
     async def annotate(self, target: BindTarget, annotations: Mapping[str, str]) -> None:
         """Re-write a bound pod's bind info (a promoted gang's new quota cell types) with a merge
         patch; the UID precondition keeps it off a re-created pod of the same name."""
+        self.fenced(target)
         body = {"metadata": {"uid": target.uid, "annotations": dict(annotations)}}
         try:
             done = await self.kube.request("PATCH", pod_path(target.namespace, target.name), body=body)
@@ -62,13 +72,14 @@ class KubeBinder:
         if done is None:
             raise BindError(f"pod {target.namespace}/{target.name} does not exist")
 
-    async def _read_back(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> bool:
-        """Whether a Binding that got no answer took effect. Its slot must not go back to the gang
-        if it did: the pod already runs there, and the GPUs would be given out twice."""
+    async def _read_back(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> bool | None:
+        """Whether a Binding that got no answer took effect (None: the read failed too, so no one
+        knows). Its slot must not go back to the gang unless it did not: the pod may already run
+        there, and the GPUs would be given out twice."""
         try:
             return await self._already_on(target, node, annotations)
         except Exception:
-            return False
+            return None
 
     async def _already_on(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> bool:
         """Whether the pod is bound by this very decision: same UID, node and GPUs (on other GPUs

@@ -42,7 +42,7 @@ from extender.dra.devices import (
 from extender.dra.extended import claim_body, claim_name, container_requests, reusable
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS, decode_isolation
 from extender.gangs.optin import GPU_RESOURCE
-from extender.http.ports import BindError, BindTarget
+from extender.http.ports import BindError, BindTarget, BindUnknownError
 from extender.kube import pods as kpods
 from extender.kube.binder import KubeBinder
 from extender.kube.client import ApiError, AsyncKube, NoAnswerError, pod_path
@@ -231,6 +231,7 @@ class DraBinder(KubeBinder):
         self.catalog = catalog
 
     async def bind(self, target: BindTarget, node: str, annotations: Mapping[str, str]) -> None:
+        self.fenced(target)  # before any claim is written
         pod = await self.kube.request("GET", pod_path(target.namespace, target.name))
         if pod is None or kpods.uid(pod) != target.uid:
             raise BindError(f"pod {target.namespace}/{target.name} ({target.uid}) does not exist")
@@ -242,6 +243,8 @@ class DraBinder(KubeBinder):
         written = await self.allocate(pod, target, node, _slot_gpus(annotations))
         try:
             await super().bind(target, node, annotations)
+        except BindUnknownError:
+            raise  # the pod may be bound with these claims: they stay, as its slot does
         except BaseException:
             await self.undo(target, written)
             raise

@@ -137,6 +137,7 @@ class EvictionRetries:
         self.pending: dict[str, Retry] = {}
         self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid: a replacement's
         self.wake = asyncio.Event()
+        self.may_act: Callable[[], bool] = lambda: True  # the Lease still held (`LeaderElector.holds`)
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -264,6 +265,8 @@ class EvictionRetries:
         """Try the pods whose time has come, as many as `rate` allows at once; how many were tried."""
         batch = self.due()[: max(1, int(self.rate))]
         for retry in batch:
+            if not self.may_act():
+                break
             if self.pending.get(retry.uid) is not retry:
                 continue  # gone, replaced or tried meanwhile
             log.info(

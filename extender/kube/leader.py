@@ -183,6 +183,13 @@ class LeaderElector:
                 log.error("lost Lease %s (holder now %r)", self.path, self.holder)
                 return
 
+    def holds(self) -> bool:
+        """Whether this replica may act on the cluster now: leading, and its last renewal that held
+        began within `renew_deadline`. Asked at each write, not only when `hold` wakes: a process
+        paused past its deadline (a VM freeze, CPU starvation, a long synchronous step) wakes with
+        `leading` still set, and what it serves first would write beside the Lease's new holder."""
+        return self.leading and self.clock() - self.renewed_at < self.cfg.renew_deadline
+
     async def release(self) -> None:
         """Give the Lease up on a clean shutdown so a standby takes over at once, not after it expires."""
         if not self.leading:

@@ -57,6 +57,7 @@ class ReservationStore:
         self.write_lock = asyncio.Lock()
         self.failures = 0
         self.seen_id = 0  # gangs up to this id have been considered for a write-through
+        self.may_act: Callable[[], bool] = lambda: True  # the Lease still held, at each write
 
     async def flush_new(self) -> None:
         """Write through the reservations made since the last call (O(1) when there are none), and
@@ -135,6 +136,8 @@ class ReservationStore:
 
     # ------------------------------------------------------------------ writes
     async def _put(self, name: str, body: dict[str, Any]) -> None:
+        if not self.may_act():
+            return  # not this replica's to write now: the next sync, leading, writes it
         path = rsv.object_path(self.namespace, name)
         body = {**body, "metadata": {**body["metadata"], "namespace": self.namespace}}
         try:
@@ -164,6 +167,8 @@ class ReservationStore:
             self.s.metrics.reservation_writes.labels("ok").inc()
 
     async def _delete(self, name: str) -> None:
+        if not self.may_act():
+            return
         try:
             await self.kube.request("DELETE", rsv.object_path(self.namespace, name))
         except (ApiError, NoAnswerError) as err:

@@ -59,6 +59,8 @@ from topology.core import Core
 
 log = logging.getLogger("topogang.kube")
 
+STANDBY_EXPIRY_LAG = 10.0  # seconds a standby lets a reservation outlive its deadline (watch lag)
+
 FRAMEWORK_TTL = 30.0
 NOT_ENTITLED = "NotEntitled"  # Event reason: the pod asks for a VC, pinned cell or priority it may not use
 DEFAULT_NAMESPACE = os.environ.get("POD_NAMESPACE", "topogang-system")
@@ -189,11 +191,22 @@ def kube_service(
         dra_mode.attach(scheduler, sync, kube, loaded, dra, recorder, metrics) if dra is not None else []
     )
 
+    def may_act() -> bool:
+        """Whether this replica may write to the cluster now, asked at each write (`holds`)."""
+        return elector is None or elector.holds()
+
+    for binder in {id(b): b for b in (scheduler.binder, scheduler.promotions.annotator)}.values():
+        if isinstance(binder, KubeBinder):
+            binder.fence = may_act
+    sync.retries.may_act = may_act
+
     async def evict(uids: Sequence[str], why: Disruption) -> None:
         """Evictions are the leader's: a standby sees the same reloads and departures, and keeps its
         view only (a start that evicts nothing for it leaves the gang to its reservation's TTL)."""
-        if elector is None or elector.leading:
-            await sync.evict(uids, why)
+        for uid in uids:
+            if not may_act():
+                return
+            await sync.evict([uid], why)
 
     def evicted(namespace: str, name: str, uid: str, why: Disruption) -> None:
         """What `kubectl describe pod` shows of it: kube-scheduler's `Preempted` for a preemption."""
@@ -206,6 +219,7 @@ def kube_service(
     scheduler.gang_ledger.on_transition = gang_events(recorder)
     gangs = scheduler.conventions
     store = ReservationStore(scheduler, kube, namespace)
+    store.may_act = may_act
     own_pod = ObjectRef("Pod", namespace, os.environ.get("POD_NAME", instance))
     start_config = StartConfig(
         loaded,
@@ -244,6 +258,21 @@ def kube_service(
         keeper.run,
         sync.retries.run,  # evictions that failed, tried again
     ]
+
+    async def standby_expiry() -> None:
+        """A standby's reservations expire as the leader's do, `STANDBY_EXPIRY_LAG` later (the
+        evictions that follow are the leader's): kept, a gang the leader let go stayed at its old
+        placement in the standby's core, and the pods the leader binds when it places the gang again
+        read as pods of an earlier placement, held apart as being evicted, which the standby kept
+        when it took over. The lag leaves the watch time to show a member the leader bound just
+        before the deadline, so the standby does not let go a gang the leader made whole."""
+
+        async def once() -> None:
+            if elector is not None and not elector.leading and sync.synced:
+                await scheduler.expire(lag=STANDBY_EXPIRY_LAG)
+
+        await every(expiry_interval(ttl), once, "a standby's reservation expiry")
+
     # the Lease is judged against other processes: real time, whatever clock the scheduler runs on
     elector = LeaderElector(kube, lease, instance, clock=time.monotonic) if lease is not None else None
 
@@ -356,7 +385,7 @@ def kube_service(
 
     return Service(
         scheduler=scheduler,
-        background=[sync.run, lead, forget_old_events, watcher.run, *dra_tasks],
+        background=[sync.run, lead, standby_expiry, forget_old_events, watcher.run, *dra_tasks],
         on_stop=[step_down],
         routes=[
             watcher.route(),
