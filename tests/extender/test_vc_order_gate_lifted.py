@@ -8,7 +8,7 @@ the moment the watch saw such a gate go (`ClusterSync._let_in`, `Holders.askable
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from extender.kube.client import pod_path
 from tests.extender.helpers import Clock, run, spec
@@ -17,6 +17,11 @@ from tests.extender.test_kube_vc_order import NLP, cluster_on, reasons, start_on
 
 RIVAL = "speech"  # another team, also allowed VC nlp (the example config has no `tenants`)
 HOLD = {"name": "example.com/hold"}  # a gate of the tenant's own
+
+
+def known(r: Any) -> dict[str, Any]:
+    """The pods the replica's watch holds (`ClusterSync.pods`, behind its pod lookup)."""
+    return cast(Any, r.service.pod_source).__self__.pods  # type: ignore[no-any-return]
 
 
 def test_a_gang_let_in_late_by_its_owner_does_not_jump_ahead_of_gangs_that_waited_meanwhile() -> None:
@@ -32,9 +37,7 @@ def test_a_gang_let_in_late_by_its_owner_does_not_jump_ahead_of_gangs_that_waite
             p = submit(kube, f"r{i}", f"rival-{i}", spec(NLP, 8, 3, "rival"), ns=RIVAL)
             p["spec"]["schedulingGates"] = [HOLD]
             stash.append(kube.server.put(pod_path(RIVAL, f"rival-{i}"), p))
-        await until(
-            "the stash seen", lambda: all(f"r{i}" in r.service.pod_source.__self__.pods for i in range(3))
-        )
+        await until("the stash seen", lambda: all(f"r{i}" in known(r) for i in range(3)))
 
         # an hour later nlp's own 3 x 8-GPU gang arrives and waits for quota: the VC's oldest waiter
         clock.t += 3600.0
@@ -53,10 +56,7 @@ def test_a_gang_let_in_late_by_its_owner_does_not_jump_ahead_of_gangs_that_waite
             kube.server.put(pod_path(RIVAL, f"rival-{i}"), p)
         await until(
             "ungated seen",
-            lambda: all(
-                not r.service.pod_source.__self__.pods[f"r{i}"]["spec"].get("schedulingGates")
-                for i in range(3)
-            ),
+            lambda: all(not known(r)[f"r{i}"]["spec"].get("schedulingGates") for i in range(3)),
         )
         rival = await reasons(r, kube.server.at(pod_path(RIVAL, "rival-0")))
         why = await reasons(r, big[1])
