@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
 
+from topology import node_layout
 from topology.core import Core
 from topology.health import doomed_of
 from topology.reservations import Gang, GangPhase
@@ -79,6 +80,11 @@ def node_unheld_gpus(core: Core, node: str) -> tuple[int, ...]:
     return tuple(
         topo.gpu_index[x] for x in topo.machine_leaves(node) if lg[x] == NO_GANG and lr[x] == NO_GANG
     )
+
+
+def node_halves(core: Core, node: str) -> dict[int, str]:
+    """GPU index -> its half of the node, in the config in force (`topology.node_layout`)."""
+    return node_layout.node_halves(core.topo, node)
 
 
 # ------------------------------------------------------------------------------------ HiveD shapes

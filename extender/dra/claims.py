@@ -85,6 +85,8 @@ def gpu_requests(spec: Mapping[str, Any], device_class: str, where: str) -> list
     topogang cannot allocate (any other class: nothing else allocates it in topogang's profile)."""
     devices = spec.get("devices") if isinstance(spec.get("devices"), dict) else {}
     assert isinstance(devices, dict)
+    if devices.get("constraints"):
+        raise UserError(f"{where}.spec.devices.constraints", "topogang does not allocate by constraints")
     out: list[tuple[str, int]] = []
     for i, r in enumerate(devices.get("requests") or []):
         field = f"{where}.spec.devices.requests[{i}]"
@@ -146,9 +148,26 @@ def node_selector(node: str) -> dict[str, Any]:
     return {"nodeSelectorTerms": [term]}
 
 
-def allocation(results: Sequence[Result], node: str) -> dict[str, Any]:
+def allocation(
+    results: Sequence[Result], node: str, config: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     rs = [{"request": r.request, "driver": r.driver, "pool": r.pool, "device": r.device} for r in results]
-    return {"devices": {"results": rs}, "nodeSelector": node_selector(node)}
+    devices: dict[str, Any] = {"results": rs}
+    if config:
+        devices["config"] = list(config)
+    return {"devices": devices, "nodeSelector": node_selector(node)}
+
+
+def claim_config(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The claim's `spec.devices.config` as the allocation carries it (`source: FromClaim`): the
+    driver reads a claim's configuration from its allocation only."""
+    devices = claim_spec(claim).get("devices")
+    got = devices.get("config") if isinstance(devices, dict) else None
+    return [
+        {"source": "FromClaim", **{k: c[k] for k in ("requests", "opaque") if k in c}}
+        for c in (got if isinstance(got, list) else [])
+        if isinstance(c, dict)
+    ]
 
 
 def reserved_for(pod_name: str, pod_uid: str) -> dict[str, str]:
@@ -242,7 +261,7 @@ def reserved(
     kept), for a status update at the version read."""
     body = dict(claim)
     status = dict(claim.get("status") or {})
-    status["allocation"] = allocation(results, node)
+    status["allocation"] = allocation(results, node, claim_config(claim))
     others = [r for r in status.get("reservedFor") or [] if isinstance(r, dict) and r.get("uid") != uid]
     status["reservedFor"] = [*others, reserved_for(pod, uid)]
     body["status"] = status

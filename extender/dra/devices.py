@@ -147,7 +147,12 @@ def node_devices(slices: Iterable[Slice], driver: str, node: str) -> tuple[Devic
         want = max(s.slice_count for s in current)
         if len(current) < want:
             return Mismatch(node, f"pool {pool} generation {newest}: {len(current)} of {want} slices seen")
-        out.extend(d for s in sorted(current, key=lambda s: s.name) for d in s.devices)
+        devices = [d for s in sorted(current, key=lambda s: s.name) for d in s.devices]
+        names = [d.name for d in devices]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            return Mismatch(node, f"pool {pool} generation {newest}: device {twice[0]} published twice")
+        out.extend(devices)
     return tuple(out)
 
 
@@ -232,7 +237,7 @@ def parse_taint_rule(obj: Mapping[str, Any]) -> TaintRule | None:
     if not isinstance(spec, dict) or not isinstance(meta, dict):
         return None
     taint = spec.get("taint")
-    sel = spec.get("deviceSelector") if isinstance(spec.get("deviceSelector"), dict) else {}
+    sel = spec.get("deviceSelector")  # none matches no device (the API's rule); {} matches all
     if not isinstance(taint, dict) or taint.get("effect") not in BAD_EFFECTS or not isinstance(sel, dict):
         return None
     if sel.get("selectors") or sel.get("deviceClassName"):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from extender.dra import claims as dc
@@ -82,6 +82,8 @@ class DraCatalog:
         self.on_change: Callable[[str], Awaitable[None]] | None = None  # node health again
         self.on_remap: list[Callable[[str], Awaitable[None]]] = []  # a node's devices mapped anew
         self.on_mismatch: Callable[[Mismatch], None] = lambda m: None
+        # (namespace, claim) -> the node's GPUs other schedulers' claims hold (`ForeignClaims`)
+        self.claims_holding: Callable[[str], dict[tuple[str, str], tuple[int, ...]]] = lambda node: {}
         self._specs: dict[tuple[str, str, str], tuple[float, Mapping[str, Any] | None]] = {}
         self.listed = asyncio.Event()  # the slices were listed once: devices can be told from GPUs
 
@@ -112,6 +114,22 @@ class DraCatalog:
         elif self.reported.pop(node, None) is not None:
             log.info("DRA: node %s: its devices match the config again", node)
         return changed
+
+    def reconfigured(self, nodes: Iterable[str]) -> list[str]:
+        """A reload: the config's nodes now (`halves` reads the config in force); every node
+        mapped again, those gone forgotten; the nodes whose map changed."""
+        self.nodes = set(nodes)
+        for node in [n for n in self.maps if n not in self.nodes]:
+            del self.maps[node]
+            self.reported.pop(node, None)
+        return [node for node in sorted(self.nodes) if self.remap(node)]
+
+    async def after_remap(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            if self.on_change is not None:
+                await self.on_change(node)
+            for hook in self.on_remap:
+                await hook(node)
 
     async def _changed(self, nodes: set[str]) -> None:
         for node in sorted(nodes):
@@ -264,6 +282,11 @@ class DraBinder(KubeBinder):
             if d is None:
                 raise BindError(f"node {node} publishes no device for GPU {g}")
             devices.append((d.pool, d.name))
+        own = {(target.namespace, pc.claim) for pc in dc.pod_claims(pod) if pc.claim is not None}
+        own |= {(target.namespace, x)} if (x := claim_name(pod)) is not None else set()
+        for (ns, name), held in self.catalog.claims_holding(node).items():
+            if (ns, name) not in own and (both := sorted(set(held) & set(gpus))):
+                raise BindError(f"node {node}: GPUs {both} are allocated to ResourceClaim {ns}/{name}")
         plan: list[tuple[Mapping[str, Any], list[tuple[str, int]]]] = []
         for i, pc in enumerate(dc.pod_claims(pod)):
             if pc.claim is None:

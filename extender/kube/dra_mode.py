@@ -28,8 +28,9 @@ from extender.kube.recovery import Claimed
 from extender.kube.sync import ClusterSync
 from extender.kube.unverified import Unverified, hold_unverified
 from extender.ops.metrics import Metrics
+from topology import inspect
+from topology.core import Core
 from topology.model import Topology
-from topology.node_layout import node_halves
 
 log = logging.getLogger("topogang.dra")
 
@@ -44,15 +45,31 @@ def attach(
     settings: DraSettings,
     recorder: EventRecorder,
     metrics: Metrics,
+    on_reload: list[Callable[[Core], None]] | None = None,
+    holds: list[Callable[[], str]] | None = None,
 ) -> list[Callable[[], Coroutine[Any, Any, None]]]:
-    """Wire DRA mode in; the background tasks to run (the watches)."""
-    topo = Topology(loaded.spec)
-    nodes = list(topo.machines)
-    catalog = DraCatalog(kube, settings, lambda node: node_halves(topo, node), nodes)
+    """Wire DRA mode in; the background tasks to run (the watches). `on_reload`: where to put the
+    hook a reload calls with its new core (`extender.kube.node_changes.NodeChanges`); `holds`: where
+    to put why the extender may not serve yet (the readiness check's)."""
+    nodes = list(Topology(loaded.spec).machines)
+    # the config in force, a reload's included (`reconfigured` below)
+    catalog = DraCatalog(kube, settings, lambda node: inspect.node_halves(scheduler.core, node), nodes)
     scheduler.binder = DraBinder(kube, catalog)
     scheduler.conventions.claim_gpus = catalog.claim_gpus
     sync.extra_bad = catalog.bad_gpus
     catalog.on_change = sync.refresh_node
+    pending: set[asyncio.Task[None]] = set()
+
+    def reconfigured(new: Core) -> None:
+        """A reload (under the scheduler's lock): nodes added or taken out, layouts changed."""
+        changed = catalog.reconfigured(new.node_names())
+        if changed:
+            task = asyncio.get_running_loop().create_task(catalog.after_remap(changed))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
+    if on_reload is not None:
+        on_reload.append(reconfigured)
 
     def on_mismatch(m: Mismatch) -> None:
         metrics.dra_mismatch.set(sum(isinstance(v, Mismatch) for v in catalog.maps.values()))
@@ -98,10 +115,24 @@ def attach(
     async def watch_rules() -> None:
         await sync.watch(TAINT_RULES, "", catalog.on_rule, catalog.relist_rules)
 
+    claims_held = asyncio.Event()  # other schedulers' claims held once: topogang may serve
+
+    def not_held() -> str:
+        return "" if claims_held.is_set() else "holding the devices other schedulers' ResourceClaims hold"
+
+    if holds is not None:
+        holds.append(not_held)
+
+    async def relist_claims(items: list[dict[str, Any]]) -> None:
+        await foreign.relist(items)
+        if not claims_held.is_set():
+            claims_held.set()
+            sync.refresh_ready()
+
     async def watch_claims() -> None:
         await sync.synced_event.wait()  # pods recovered: claims of pods holding slots are theirs
         await catalog.listed.wait()  # devices mapped: a claim's devices can be told as GPUs
-        await sync.watch(CLAIMS, "", foreign.on_claim, foreign.relist)
+        await sync.watch(CLAIMS, "", foreign.on_claim, relist_claims)
 
     log.info(
         "DRA mode: driver %s, device class %s, GPUs in %s order",
@@ -129,6 +160,14 @@ class ForeignClaims:
         self.watched: dict[str, tuple[dict[str, Any], str | None]] = {}
         self.lock = asyncio.Lock()  # the watch, a relist and a remap judge one claim at a time
         catalog.on_remap.append(self.remapped)
+        catalog.claims_holding = self.holding
+
+    def holding(self, node: str) -> dict[tuple[str, str], tuple[int, ...]]:
+        """The GPUs of `node` each held claim's allocation names, whether or not the core could
+        hold them all (a gang's reservation may have them): no bind may write them."""
+        return {
+            (u.namespace, u.name.removeprefix("claim-")): u.gpus for u in self.held.values() if u.node == node
+        }
 
     def _gpus(self, claim: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | str | None:
         """(node, GPUs) the claim's devices of the driver are; None: it holds none of topogang's
@@ -193,7 +232,10 @@ class ForeignClaims:
             self.watched[uid] = (claim, dc.allocation_node(claim))
             return
         if got is None or self._ours(claim, *got):
-            self.watched.pop(uid, None)
+            if got is None:
+                self.watched.pop(uid, None)
+            else:  # ours now: judged again when its node's devices are mapped anew
+                self.watched[uid] = (claim, got[0])
             await self._let_go(uid)
             return
         node, gpus = got

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from extender.kube import pods as kpods
@@ -35,9 +36,10 @@ PODS = "/api/v1/pods"
 class NodeChanges:
     """Fences the nodes a reload adds and lets them in once read; one per sync."""
 
-    def __init__(self, sync: ClusterSync) -> None:
+    def __init__(self, sync: ClusterSync, hooks: list[Callable[[Core], None]] | None = None) -> None:
         self.sync = sync
         self.tasks: set[asyncio.Task[None]] = set()
+        self.hooks = hooks if hooks is not None else []  # the new core, under the lock (DRA mode)
 
     def reconfigured(self, old: Core, new: Core) -> None:
         """Called under the scheduler's lock, right after `new` replaced `old`."""
@@ -47,6 +49,8 @@ class NodeChanges:
             sync.health.pop(gone, None)
         added = frozenset(after - before)
         sync.off_config.nodes_changed(before - after, added)  # pods there run outside it, or in it again
+        for hook in self.hooks:
+            hook(new)
         if not added:
             return
         for node in added:  # (a node the config lacked has no health record: `apply_nodes` skips it)

@@ -187,8 +187,12 @@ def kube_service(
         recorder.record(ObjectRef("Pod", held.namespace, held.name, held.uid), "GpusHeldOutside", text)
 
     sync.on_outside = on_outside
+    reload_hooks: list[Callable[[Core], None]] = []
+    dra_holds: list[Callable[[], str]] = []  # why DRA mode may not serve yet
     dra_tasks = (
-        dra_mode.attach(scheduler, sync, kube, loaded, dra, recorder, metrics) if dra is not None else []
+        dra_mode.attach(scheduler, sync, kube, loaded, dra, recorder, metrics, reload_hooks, dra_holds)
+        if dra is not None
+        else []
     )
 
     def may_act() -> bool:
@@ -287,7 +291,7 @@ def kube_service(
             return f"standby: the Lease is held by {elector.holder or 'nobody yet'}"
         if not store_ready[0]:
             return "restoring persisted gang reservations"
-        return ""
+        return next((why for hold in dra_holds if (why := hold())), "")
 
     store_ready = [False]
     sync.hold_reason = hold_reason
@@ -369,7 +373,7 @@ def kube_service(
     nodes = len(scheduler.core.node_names())
     watcher = ConfigWatcher(scheduler, loaded.file, clock=clock)
     watcher.on_result = on_reload
-    watcher.on_applied = NodeChanges(sync).reconfigured
+    watcher.on_applied = NodeChanges(sync, reload_hooks).reconfigured
     authority = KubeAuthority(
         kube,
         audience=audience,
