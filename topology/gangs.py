@@ -399,7 +399,11 @@ def keep_until_gone(cluster: Cluster, gang: Gang, now: float) -> None:
     counts: dict[int, int] = {}
     for s in live:
         counts[s.leaf_number] = counts.get(s.leaf_number, 0) + 1
-    name = f"{gang.name}/evicted/{gang.id}"
+    # a name no gang has: a reload numbers the gangs afresh and keeps their names, so the gang an
+    # earlier eviction of this one left running may be `<gang>/evicted/<its id now>` already
+    suffix = gang.id
+    while (name := f"{gang.name}/evicted/{suffix}") in cluster.reservations.by_name:
+        suffix += 1
     members = tuple(Member(n, k) for k, n in counts.items())
     keep = Gang(
         id=cluster.reservations.new_id(),

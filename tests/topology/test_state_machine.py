@@ -281,7 +281,12 @@ class CoreMachine(RuleBasedStateMachine):
         written outside the lock) the unsettled gangs are read, as the durable reservations' sync
         may: a gang the claim made whole is then not whole again, and must be read so."""
         gangs = [
-            g for g in self.core.gangs() if not g.pending and not g.evicting and g.phase is GangPhase.RESERVED
+            g
+            for g in self.core.gangs()
+            if not g.pending
+            and not g.evicting
+            and not self.core.being_preempted(g.id)  # no new pod of a victim binds (`gangs.claim`)
+            and g.phase is GangPhase.RESERVED
         ]
         if not gangs:
             return
