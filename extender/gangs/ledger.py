@@ -132,6 +132,11 @@ class GangLedger:
                 pr.request.opportunistic,
             )
             self._bump(rec)
+        elif fc and task is not None and rec.ident.attempt is None:
+            # made before any member was filtered (a reservation restored after a restart, read by
+            # `_record_for` from the gang's key): the framework's identity, which its barriers ask by
+            rec.ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
+            self._bump(rec)
         rec.last_seen = self.clock()
         rec.user_error = None
         rec.pods.add(pr.uid)
@@ -203,11 +208,10 @@ class GangLedger:
                 task.role if task is not None else None,
                 task.index if task is not None else None,
             )
-            if gang.name not in self.records:
-                rec = self._record_for(core, gang)
-                if task is not None and gang.name == task.gang:
-                    rec.ident = Identity(task.namespace, task.framework, framework_uid(pod), task.attempt)
-                    self.frameworks.listed(task, gang.name, pod)  # in any order: `Frameworks.listed`
+            rec = self.records.get(gang.name) or self._record_for(core, gang)
+            if rec.ident.attempt is None and task is not None and gang.name == task.gang:
+                rec.ident = Identity(task.namespace, task.framework, framework_uid(pod), task.attempt)
+                self.frameworks.listed(task, gang.name, pod)  # in any order: `Frameworks.listed`
             self.records[gang.name].pods.add(uid)
         status = pod.get("status")
         status = status if isinstance(status, dict) else {}

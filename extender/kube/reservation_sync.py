@@ -31,6 +31,7 @@ from extender.http import podrequests, wire
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, NoAnswerError
+from extender.kube.opt_in import SPENT
 from topology.decisions import UserError
 
 log = logging.getLogger("topogang.kube")
@@ -194,6 +195,7 @@ class ReservationStore:
         # comes back before its victim's, so a victim whose every pod went while no one led is not
         # restored on the GPUs it was preempted from (the preemptor restored over it would wait for
         # a victim with no pod until a TTL)
+        listed = [o for o in listed if (o.get("metadata") or {}).get("name") != SPENT]  # no gang's
         items = sorted((_read_back(obj) for obj in listed), key=_restore_order)
         claimers: Claimers | None = None  # read from the pods once a reservation asks (at 60,000 pods,
         # seconds of a restart that has no reservation with nothing bound to restore)

@@ -45,7 +45,9 @@ from extender.kube.events import REPEAT_SECONDS, EventRecorder, ObjectRef, quote
 from extender.kube.invalid import Invalid
 from extender.kube.leader import LeaderElector, LeaseSettings
 from extender.kube.node_changes import NodeChanges
+from extender.kube.opt_in import UnsignedOptIn
 from extender.kube.outside import Held
+from extender.kube.recovery_report import RecoveryReport
 from extender.kube.requeue import Requeuer
 from extender.kube.reservation_sync import ReservationStore
 from extender.kube.reviews import DEFAULT_AUDIENCE, KubeAuthority
@@ -164,7 +166,7 @@ def kube_service(
     sync.on_invalid = on_invalid
     if signing_key is not None:
         scheduler.promotions.signer = sync.signer = BindSigner(signing_key)  # binds and write-backs
-        sync.adopt_unsigned = adopt_unsigned_bind_info
+        sync.opt_in = UnsignedOptIn(kube, namespace, adopt_unsigned_bind_info)  # spent once, for good
     else:
         log.warning("no bind signing key: bind info read back after a restart is adopted unchecked")
 
@@ -231,7 +233,14 @@ def kube_service(
         lambda text: recorder.record(own_pod, "ConfigRejected", text, warning=True),
         on_config_refused,
     )
-    sync.on_recovered = start_config.judge
+
+    async def recovered(report: RecoveryReport) -> None:
+        """The start's judgement of the config; a start it let through spends the opt-in."""
+        await start_config.judge(report)
+        if not start_config.refusal:
+            await sync.opt_in.spend()
+
+    sync.on_recovered = recovered
 
     async def forget_old_events() -> None:
         while True:

@@ -42,8 +42,9 @@ from extender.kube.eviction_retry import EvictionRetries
 from extender.kube.invalid import Invalid, fingerprint, invalid
 from extender.kube.nodes import node_health, node_name
 from extender.kube.off_config import OffConfig
+from extender.kube.opt_in import UnsignedOptIn
 from extender.kube.outside import Held, OutsidePods
-from extender.kube.recovery import Claimed, Verify, recover
+from extender.kube.recovery import Claimed, recover
 from extender.kube.recovery_report import RecoveryReport
 from extender.kube.unverified import Claims, Unverified, holder
 from extender.ops.collector import collector_paused
@@ -68,7 +69,7 @@ class ClusterSync:
         self.on_invalid: Callable[[Mapping[str, Any], Invalid], None] = lambda pod, bad: None
         # bind info is adopted only when this signer vouches for it (None: taken as it is)
         self.signer: BindSigner | None = None
-        self.adopt_unsigned = False  # the admin's opt-in: unsigned bind info at the first start
+        self.opt_in = UnsignedOptIn()  # the admin's opt-in: unsigned bind info at the first start
         self.on_unverified: Callable[[Unverified], None] = lambda u: None
         self.claims = Claims.guarding(scheduler)  # unverified pods' claims on GPUs another gang held
         self.synced = False
@@ -128,6 +129,7 @@ class ClusterSync:
         if self.recovery_claims is not None:
             self.s.not_ready_reason = "reading ResourceSlices and ResourceClaims to recover allocations"
             claimed = await self.recovery_claims()
+        verify = recovery_verifier(self.signer, pods, adopt_unsigned=await self.opt_in.armed())
         async with self.s.lock:
             report = recover(
                 self.s.core,
@@ -135,7 +137,7 @@ class ClusterSync:
                 now=self.s.clock(),
                 namespace_vcs=self.s.namespace_vcs,
                 ttl_seconds=self.s.ttl_seconds,
-                verify=self._verify(pods, first=True),
+                verify=verify,
                 claimed=claimed,
                 entitle=self._entitle,
             )
@@ -348,7 +350,7 @@ class ClusterSync:
                     now=self.s.clock(),
                     namespace_vcs=self.s.namespace_vcs,
                     ttl_seconds=self.s.ttl_seconds,
-                    verify=self._verify([], first=False),
+                    verify=recovery_verifier(self.signer, [], adopt_unsigned=False),
                     entitle=self._entitle,
                 )
             self.claims.tell(self.s.core, report.unverified, self.on_unverified)
@@ -424,9 +426,6 @@ class ClusterSync:
     def _entitle(self, pr: PodRequest, pod: Mapping[str, Any], held: int | None) -> PodRequest:
         """A recovered pod's request held to the entitlements in force (no Event: it is bound)."""
         return grant(self.s.entitlement.rules, pr, pod, held=held)
-
-    def _verify(self, pods: Sequence[Mapping[str, Any]], *, first: bool) -> Verify | None:
-        return recovery_verifier(self.signer, pods, adopt_unsigned=first and self.adopt_unsigned)
 
     def _held(self, uid: str) -> bool:
         """Whether the core has this pod in a gang slot, or its claim waits for GPUs (`Claims`)."""
