@@ -116,26 +116,23 @@ class GangLedger:
             superseded = got.superseded
             self.frameworks.take(task, pr.gang, pod)
         self.parked.drop(pr.uid)  # a member again: counted in its gang
+        framework = Identity(task.namespace, task.framework, fw_uid, task.attempt) if fc and task else None
         if rec is None or rec.tombstone is not None:
             if rec is not None:
                 self._wake(rec, phase=True)
-            if fc and task is not None:
-                ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
-            else:
-                ident = Identity(pr.namespace, _short(pr.gang, pr.namespace))
             rec = self.records[pr.gang] = Record(
                 pr.gang,
-                ident,
+                framework or Identity(pr.namespace, _short(pr.gang, pr.namespace)),
                 pr.request.vc,
                 pr.request.pod_count,
                 pr.request.leaf_total,
                 pr.request.opportunistic,
             )
             self._bump(rec)
-        elif fc and task is not None and rec.ident.attempt is None:
+        elif framework is not None and rec.ident.attempt is None:
             # made before any member was filtered (a reservation restored after a restart, read by
             # `_record_for` from the gang's key): the framework's identity, which its barriers ask by
-            rec.ident = Identity(task.namespace, task.framework, fw_uid, task.attempt)
+            rec.ident = framework
             self._bump(rec)
         rec.last_seen = self.clock()
         rec.user_error = None
