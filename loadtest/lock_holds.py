@@ -111,13 +111,18 @@ async def run(config: Path, fill: float, seconds: float, scrapes: int) -> None:
                 assert (await c.get("/metrics")).status_code == 200
         # the copies the admins' reads (inspect, the UI, explain) are answered from, as their routes
         # take them: the first a full copy, the next ones sharing what did not change since
-        copies: list[float] = []
-        snaps = Snapshots(s, on_copy=copies.append, min_interval=0.0)
+        # (the first of a series in steps of at most `GANGS_PER_STEP` gangs, the verbs free between)
+        copies: list[str] = []
+        snaps = Snapshots(s, min_interval=0.0)
         for _ in range(3):
             async with s.lock:  # as a verb's release: a new generation to copy
                 pass
             await snaps.get()
-        print("copies of the state for the admins' reads: " + ", ".join(f"{t * 1e3:.1f} ms" for t in copies))
+            held = snaps.last_holds
+            copies.append(
+                f"{max(held) * 1e3:.1f} ms" + (f" (longest of {len(held)} holds)" if len(held) > 1 else "")
+            )
+        print("copies of the state for the admins' reads: " + ", ".join(copies))
     for who in [w for w in holds if w.startswith("lock_holds.")]:  # this script's own changes
         del holds[who]
     print(f"the verbs' lock over {seconds:.0f} s after ready, and {scrapes} scrapes of /metrics:")

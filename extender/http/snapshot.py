@@ -8,7 +8,9 @@ document from the live core under the scheduler's lock, and a 1,000-node cluster
   reader knows for free whether anything may have changed since its copy;
 - `Snapshots.get` takes one copy per generation (`topology.snapshot.clone_since`: a few
   milliseconds under the lock, never the render, as it copies afresh only the gangs changed since
-  the copy before and shares the rest with it), and every reader of that generation shares it; a
+  the copy before and shares the rest with it; the first copy after a start or a reload, which has
+  no copy before it, is taken in steps of a bounded number of gangs, `StepwiseCopy`, the verbs
+  running between them), and every reader of that generation shares it; a
   copy is only ever read (a what-if runs on a `private_core`); copies are taken at
   most every `min_interval` seconds, so a flood of readers during busy scheduling costs the verbs a
   bounded share of the lock whatever its size;
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from extender.gangs.waiting import Waiting
 from topology.core import Core
-from topology.snapshot import clone, clone_since
+from topology.snapshot import GANGS_PER_STEP, StepwiseCopy, clone
 
 if TYPE_CHECKING:
     from extender.http.verbs import Scheduler
@@ -61,10 +63,13 @@ class Snapshots:
         *,
         min_interval: float = DEFAULT_MIN_INTERVAL,
         on_copy: Callable[[float], None] | None = None,
+        gangs_per_step: int = GANGS_PER_STEP,
     ) -> None:
         self.s = scheduler
         self.min_interval = min_interval
-        self.on_copy = on_copy  # told how long each copy held the lock (metrics)
+        self.on_copy = on_copy  # told how long each hold of the lock by a copy lasted (metrics)
+        self.gangs_per_step = gangs_per_step
+        self.last_holds: list[float] = []  # the last copy's holds of the lock, in order
         self.copies = 0
         self._current: Snapshot | None = None
         self._taking = asyncio.Lock()  # one copy at a time: readers of one generation share it
@@ -95,26 +100,39 @@ class Snapshots:
         return cur is not None and (cur.generation, cur.ledger_version) >= wanted
 
     async def _copy(self) -> Snapshot:
+        """A copy taken in steps under the lock (`StepwiseCopy`: one for a copy in the series, many
+        for the first of one), the event loop and the verbs running between two steps."""
         s = self.s
-        async with s.lock.quietly():
-            t0 = time.perf_counter()
-            generation, ledger_version = self._version()
-            previous = self._current.core if self._current is not None else None
-            snap = Snapshot(
-                generation,
-                ledger_version,
-                clone_since(s.core, previous),
-                dict(s.waiting),
-                s.ready,
-                s.not_ready_reason,
-                s.clock(),
-                _ledger_phases(s),
-            )
-            held = time.perf_counter() - t0
+        copier: StepwiseCopy | None = None
+        self.last_holds = []
+        while True:
+            async with s.lock.quietly():
+                t0 = time.perf_counter()
+                if copier is None or copier.core is not s.core:  # a reload between steps: anew
+                    previous = self._current.core if self._current is not None else None
+                    copier = StepwiseCopy(s.core, previous, self.gangs_per_step)
+                core = copier.step()
+                if core is not None:
+                    generation, ledger_version = self._version()
+                    snap = Snapshot(
+                        generation,
+                        ledger_version,
+                        core,
+                        dict(s.waiting),
+                        s.ready,
+                        s.not_ready_reason,
+                        s.clock(),
+                        _ledger_phases(s),
+                    )
+                held = time.perf_counter() - t0
+            self.last_holds.append(held)
+            if self.on_copy is not None:
+                self.on_copy(held)
+            if core is not None:
+                break
+            await asyncio.sleep(0)  # the lock had no waiter yet: let a request that came be read
         self._last_copy = time.monotonic()
         self.copies += 1
-        if self.on_copy is not None:
-            self.on_copy(held)
         return snap
 
     async def render(self, snap: Snapshot, key: str | None, build: Callable[[Snapshot], Any]) -> Any:

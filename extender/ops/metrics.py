@@ -170,8 +170,9 @@ class Metrics:
         )
         self.snapshot_hold = Histogram(
             "topogang_read_snapshot_lock_seconds",
-            "How long each copy of the state for readers (inspect, cluster view, explain) held the "
-            "verbs' lock; the documents are rendered from the copy outside it.",
+            "How long each hold of the verbs' lock by a copy of the state for readers (inspect, "
+            "cluster view, explain) lasted: one per copy, several for the first after a start or a "
+            "reload, which is taken in steps; the documents are rendered from the copy outside it.",
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )

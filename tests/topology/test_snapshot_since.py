@@ -18,7 +18,7 @@ from tests.topology.test_state_machine import CoreMachine
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangPlacement
 from topology.reservations import Gang, Slot
-from topology.snapshot import clone, clone_since
+from topology.snapshot import StepwiseCopy, clone, clone_since
 
 _COPIED = [f.name for f in dataclasses.fields(Gang) if f.name != "placement"]  # a cache (`placement_of`)
 
@@ -143,3 +143,64 @@ def test_a_pod_gone_from_a_gang_still_running_is_in_the_next_copy() -> None:
     taken = clone_since(core, first)
     assert registry(taken) == registry(core)
     assert [s.pod_uid for s in first.gang("g").slots] == ["p0", "p1"]  # type: ignore[union-attr]
+
+
+class SteppingMachine(CopyingMachine):
+    """The first copy of a series taken in steps (`StepwiseCopy`, one gang a step here), the
+    core's state machine changing the core between two steps: the copy it ends with holds exactly
+    what the core holds then, shares no live gang or cell list, and is the series' next `previous`.
+    A change between two steps that the core does not note leaves the step's copy of a gang stale,
+    and fails here. Every other copy starts a new series, so most of them take several steps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stepping: StepwiseCopy | None = None
+        self.steps = 0
+
+    @invariant()
+    def a_copy_since_the_last_is_the_core(self) -> None:  # replaces the one-step copies' check
+        if self.stepping is not None and self.stepping.core is not self.core:
+            self.stepping = None  # a reload replaced the core between two steps: a copy of the new one
+        if self.stepping is None:
+            series = self.copied is not None and self.steps % 2 == 0
+            previous = self.copied[0] if self.copied is not None and series else None
+            self.stepping = StepwiseCopy(self.core, previous, gangs_per_step=1)
+        self.steps += 1
+        taken = self.stepping.step()
+        if taken is None:
+            return
+        self.stepping = None
+        if self.copied is not None:
+            assert registry(self.copied[0]) == self.copied[1], "a live change showed in a reader's copy"
+        assert registry(taken) == registry(self.core), "a copy taken in steps missed a change to a gang"
+        live = {id(g) for g in self.core.reservations.by_id.values()}
+        assert not any(id(g) in live for g in taken.reservations.by_id.values()), "a live gang shared"
+        cells = _cells(self.core)
+        assert not any(v is cells[n] for n, v in _cells(taken).items()), "a live cell list shared"
+        self.copied = (taken, registry(taken))
+
+
+SteppingMachine.TestCase.settings = CoreMachine.TestCase.settings
+TestStepwiseCopies = SteppingMachine.TestCase
+
+
+def test_a_stepwise_copy_takes_a_step_per_gangs_and_shares_with_the_next() -> None:
+    """Five gangs two a step: three steps of gangs and the last (the cells), then a copy in the
+    series in one step, sharing every gang the stepwise copy holds; a gang changed between two
+    steps is copied afresh by the last one."""
+    core = Core(rack_cluster())
+    for i in range(5):
+        assert isinstance(core.reserve(gang(f"g{i}", "a", (1, 1)), 0.0), GangPlacement)
+    copier = StepwiseCopy(core, None, gangs_per_step=2)
+    assert copier.step() is None
+    g0 = core.gang("g0")
+    assert g0 is not None
+    core.claim("g0", "p0", g0.slots[0].leaf_number, 0.0, node=None)  # g0 copied already: changed
+    results = [copier.step() for _ in range(3)]
+    assert results[:2] == [None, None] and results[2] is not None
+    taken = results[2]
+    assert registry(taken) == registry(core)
+    assert taken.gang("g0").slots[0].pod_uid == "p0"  # type: ignore[union-attr]
+    following = StepwiseCopy(core, taken, gangs_per_step=2).step()
+    assert following is not None
+    assert all(following.gang(f"g{i}") is taken.gang(f"g{i}") for i in range(5))
