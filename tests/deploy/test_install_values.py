@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from extender.cli import _parser as serve_parser
@@ -71,3 +72,12 @@ def test_the_kept_signing_key_survives_an_uninstall(helm: Path) -> None:
             f"the kept Secret {ns}/topogang-bind-signing-key lives in the Namespace {ns} the release "
             "itself creates and deletes on uninstall: the key does not survive it"
         )
+
+
+@pytest.mark.parametrize("port", ["extender.port", "extender.verbs.port"])
+def test_an_admin_port_that_is_another_listeners_is_refused(helm: Path, port: str) -> None:
+    """An admin listener on the read or the verbs port could not listen: the extender would not
+    start. The chart refuses the values, naming the one to change."""
+    with pytest.raises(manifests.HelmError, match="adminPort"):
+        render(helm, "--set-file", f"config={EXAMPLE}", "--set", f"{port}=9097")
+    assert render(helm, "--set-file", f"config={EXAMPLE}", "--set", "extender.readers.adminPort=0")

@@ -142,4 +142,8 @@ checksum/verbs-tls: {{ get .Values._verbsCerts.server "ca.crt" | default (get .V
 {{- if eq (int .Values.extender.verbs.port) (int .Values.extender.port) -}}
 {{- fail "topogang: extender.verbs.port must differ from extender.port (the verbs have a listener of their own)" -}}
 {{- end -}}
+{{- $admin := int (.Values.extender.readers.adminPort | default 0) -}}
+{{- if and $admin (has $admin (list (int .Values.extender.port) (int .Values.extender.verbs.port))) -}}
+{{- fail (printf "topogang: extender.readers.adminPort %d is extender.port or extender.verbs.port: the admin listener needs a port of its own (the extender could not listen and would not start)" $admin) -}}
+{{- end -}}
 {{- end -}}
