@@ -254,14 +254,33 @@ def unprotected(claim: Mapping[str, Any]) -> dict[str, Any] | None:
     return _with_finalizers(claim, [f for f in have if f != FINALIZER])
 
 
+def class_config(requests: Sequence[str], config: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The DeviceClass's `spec.config` as the allocation carries it, per request of the class
+    (`source: FromClass`), as kube-scheduler's allocator writes it."""
+    return [
+        {"source": "FromClass", "requests": [r], **{k: c[k] for k in ("opaque",) if k in c}}
+        for r in requests
+        for c in config
+        if isinstance(c, Mapping)
+    ]
+
+
 def reserved(
-    claim: Mapping[str, Any], results: Sequence[Result], node: str, pod: str, uid: str
+    claim: Mapping[str, Any],
+    results: Sequence[Result],
+    node: str,
+    pod: str,
+    uid: str,
+    device_class_config: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The claim allocated to `results` on `node` and reserved for the pod (other pods' reservations
-    kept), for a status update at the version read."""
+    kept), for a status update at the version read; the allocation's config is the class's, then
+    the claim's."""
     body = dict(claim)
     status = dict(claim.get("status") or {})
-    status["allocation"] = allocation(results, node, claim_config(claim))
+    requests = list(dict.fromkeys(r.request for r in results))
+    config = [*class_config(requests, device_class_config), *claim_config(claim)]
+    status["allocation"] = allocation(results, node, config)
     others = [r for r in status.get("reservedFor") or [] if isinstance(r, dict) and r.get("uid") != uid]
     status["reservedFor"] = [*others, reserved_for(pod, uid)]
     body["status"] = status

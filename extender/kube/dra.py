@@ -222,6 +222,13 @@ class DraCatalog:
                 total += sum(n for _, n in dc.gpu_requests(spec, self.settings.device_class, where))
         return total
 
+    async def class_config(self) -> list[dict[str, Any]]:
+        """The admin's DeviceClass `spec.config` (each allocation carries it, `source: FromClass`)."""
+        got = await self._spec("class", "", self.settings.device_class)
+        spec = got.get("spec") if isinstance(got, Mapping) else None
+        cfg = spec.get("config") if isinstance(spec, Mapping) else None
+        return [c for c in cfg if isinstance(c, dict)] if isinstance(cfg, list) else []
+
     async def extended_class(self) -> bool:
         """Whether the admin's DeviceClass serves `nvidia.com/gpu` (KEP-5004's `extendedResourceName`)."""
         got = await self._spec("class", "", self.settings.device_class)
@@ -353,7 +360,8 @@ class DraBinder(KubeBinder):
                 claim = await self.kube.request("PUT", path, body=body) or {}
                 if not claim:
                     raise BindError(f"{where} does not exist")
-            body = dc.reserved(claim, results, node, target.name, target.uid)
+            config = await self.catalog.class_config()
+            body = dc.reserved(claim, results, node, target.name, target.uid, config)
             await self.kube.request("PUT", path + "/status", body=body)
         except (ApiError, NoAnswerError) as err:
             raise BindError(f"allocating {where}: {err}") from None

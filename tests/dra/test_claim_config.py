@@ -9,6 +9,7 @@ does not allocate, never silently ignored."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from extender.dra import claims as dc
 from tests.dra.test_kube_dra import ISO, NODE, NS, claim, make, pod, setup, target
 from topology.decisions import UserError
 
-OPAQUE = {
+OPAQUE: dict[str, Any] = {
     "driver": "gpu.nvidia.com",
     "parameters": {
         "apiVersion": "resource.nvidia.com/v1beta1",
