@@ -75,11 +75,12 @@ def restore(
     A leaf still held by a lower-priority gang is reserved over it again (a preemption in flight:
     that gang is a victim once more); a leaf held by an equal or higher priority, missing from the
     config, or a VC that no longer exists refuses the restore. A gang already known (its bound
-    members were adopted first, with a fresh TTL) keeps its place and takes the persisted deadline
-    when that is earlier: a restart must not extend how long a gang stays not whole."""
+    members were adopted first, with a fresh TTL of the config's) keeps its place and takes the
+    persisted deadline, which the gang's own timeout set: a restart must neither extend how long a
+    gang stays not whole, nor cut short a gang that asked for longer than the config's TTL."""
     existing = cluster.reservations.by_name.get(req.name)
     if existing is not None:
-        if deadline is not None and existing.deadline is not None and deadline < existing.deadline:
+        if deadline is not None and existing.deadline is not None and deadline != existing.deadline:
             cluster.reservations.touch(existing).deadline = deadline
         return placement_of(cluster, existing)
     if req.vc not in cluster.vc_owner:

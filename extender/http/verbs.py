@@ -473,10 +473,12 @@ class Scheduler:
                 self.gang_ledger.released(self.core, r, self.waiting_of)
                 self.promises.drop_gang(r.gang)
 
-    async def expire(self, lag: float = 0.0) -> list[Released]:
-        """Release reservations past their TTL (`lag` seconds past it: a standby's); evict members
-        already bound to freed cells."""
+    async def expire(self, lag: float = 0.0, before: Callable[[], None] | None = None) -> list[Released]:
+        """Release reservations past their TTL (`lag` seconds past it: a standby's, after `before`
+        under the lock); evict members already bound to freed cells."""
         async with self.lock:
+            if before is not None:
+                before()
             now = self.clock() - lag
             released = self.core.expire(now)
             self._released(*released)

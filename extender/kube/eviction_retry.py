@@ -181,6 +181,14 @@ class EvictionRetries:
         self.wake.set()
         return retry
 
+    def keep(self, uid: str, namespace: str, name: str, why: Disruption) -> None:
+        """An eviction decided but not tried (a standby's: `may_act` said no), due at once when
+        this replica leads; dropped as any kept pod is once the watch shows it go."""
+        if uid in self.pending or len(self.pending) >= self.limit:
+            return
+        self.pending[uid] = Retry(uid, namespace, name, why, 0, self.clock())
+        self.by_name[(namespace, name)] = uid
+
     def inherit(self) -> int:
         """Keep every watched pod that runs with topogang's own mark (`own_mark`), due at once: a
         lead taking over the evictions a leader before it (or this process before a restart) began

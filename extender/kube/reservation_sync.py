@@ -179,10 +179,31 @@ class ReservationStore:
                 return
         self.written.pop(name, None)
 
+    # ------------------------------------------------------------------ a standby's
+    async def leader_kept(self) -> list[rsv.Restorable] | None:
+        """The reservations the leader persists now (a standby reads them; None: not read)."""
+        try:
+            listed, _ = await self.kube.list(rsv.collection_path(self.namespace))
+        except (ApiError, NoAnswerError) as err:
+            log.warning("a standby's read of gang reservations failed: %s", err)
+            return None
+        return [r for _, r in map(_read_back, listed) if not isinstance(r, rsv.BadReservationError)]
+
+    def follow(self, kept: list[rsv.Restorable]) -> None:
+        """Under the lock: each gang the leader still keeps, at the placement the standby holds,
+        takes the leader's deadline (`Core.restore` of a gang known: the standby's copy, adopted
+        from bind info, has the config's TTL, not the timeout the gang asked for)."""
+        core, now, wall = self.s.core, self.s.clock(), self.wall()
+        for r in kept:
+            g = core.gang(r.request.name)
+            if g is None or g.deadline is None or not r.same_gang(core.placement_of(g)):
+                continue
+            core.restore(r.request, r.slots, now, rsv.deadline_of(r, clock_now=now, wall_now=wall))
+
     # ------------------------------------------------------------------ start
     async def restore(self, pods: Iterable[Mapping[str, Any]] | None = None) -> list[str]:
         """Read every object back into the core (after bound pods were adopted, so a gang with a
-        bound member is already there: it takes the object's deadline when that is earlier, and a
+        bound member is already there: it takes the object's deadline, the leader's, and a
         whole gang's object is dropped at the next sync unless the gang is downgraded). An object
         that records a downgrade puts it back on its gang (`_downgraded`); a whole gang's object is
         only that record, so it brings back no reservation when its gang runs no more. An object

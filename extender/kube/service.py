@@ -27,7 +27,7 @@ from config.load import LoadedConfig
 from extender.conventions import edge as conventions
 from extender.dra.devices import DraSettings
 from extender.gangs.bindsig import BindSigner
-from extender.gangs.disruption import Disruption
+from extender.gangs.disruption import RESERVATION_EXPIRED, Disruption
 from extender.gangs.entitlement import EntitlementError
 from extender.gangs.ledger_records import Record, TransitionHook
 from extender.gangs.podspec import PodRequest
@@ -209,8 +209,15 @@ def kube_service(
     async def evict(uids: Sequence[str], why: Disruption) -> None:
         """Evictions are the leader's: a standby sees the same reloads and departures, and keeps its
         view only (a start that evicts nothing for it leaves the gang to its reservation's TTL)."""
-        for uid in uids:
+        for i, uid in enumerate(uids):
             if not may_act():
+                if elector is not None and not elector.leading and why.reason == RESERVATION_EXPIRED:
+                    # a standby's own expiry (`standby_expiry`): the leader's to do, and done there
+                    # unless it died first; kept for this replica's lead, dropped when the watch
+                    # shows the pod go
+                    for later in uids[i:]:
+                        if (where := sync.live.get(later)) is not None:
+                            sync.retries.keep(later, *where, why)
                 return
             await sync.evict([uid], why)
 
@@ -282,7 +289,9 @@ def kube_service(
 
         async def once() -> None:
             if elector is not None and not elector.leading and sync.synced:
-                await scheduler.expire(lag=STANDBY_EXPIRY_LAG)
+                kept = await store.leader_kept()  # the leader's deadlines, not the config's TTL
+                if kept is not None:
+                    await scheduler.expire(lag=STANDBY_EXPIRY_LAG, before=lambda: store.follow(kept))
 
         await every(expiry_interval(ttl), once, "a standby's reservation expiry")
 
