@@ -21,6 +21,7 @@ from typing import Any
 
 from config.diff import config_diff
 from config.load import LoadedConfig
+from config.untrusted import printable
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangRequest, Member
 from topology.reconfigure import ReconfigureReport, reconfigure
@@ -106,8 +107,14 @@ def diff_against(
     return out
 
 
+def _shown(name: object) -> str:
+    """A name a tenant chose, as the admin's terminal prints it (a reservation made before names
+    were held to printable text may still carry an escape)."""
+    return printable(str(name), 1_000)
+
+
 def format_running(d: Mapping[str, Any]) -> list[str]:
-    """The running gangs' part of `diff --against`, as text lines."""
+    """The running gangs' part of `diff --against`, as text lines (names a tenant chose, escaped)."""
     r = d["runningGangs"]
     lines = [f"Running gangs: {r['checked']} checked"]
     by_name: dict[str, dict[str, Any]] = {}
@@ -118,11 +125,13 @@ def format_running(d: Mapping[str, Any]) -> list[str]:
         if i["losesGuarantee"]:
             what.append("loses its guarantee: moved to opportunistic, preemptible by any guaranteed gang")
         if i["keptGpus"] < i["gpus"]:
-            pods = f" (pods {', '.join(i['lostPods'])})" if i["lostPods"] else ""
+            pods = f" (pods {', '.join(_shown(p) for p in i['lostPods'])})" if i["lostPods"] else ""
             lost = "all" if i["keptGpus"] == 0 else f"{i['gpus'] - i['keptGpus']} of"
             what.append(f"loses {lost} its GPUs: they are on hardware the new config does not have{pods}")
-        lines.append(f"  ! {i['gang']} (VC {i['vc']}, {i['gpus']} GPUs): {'; '.join(what)}")
-    lines += [f"  ~ {g}: its preemption in flight is dropped (retried)" for g in r["droppedPreemptions"]]
+        lines.append(f"  ! {_shown(i['gang'])} (VC {i['vc']}, {i['gpus']} GPUs): {'; '.join(what)}")
+    lines += [
+        f"  ~ {_shown(g)}: its preemption in flight is dropped (retried)" for g in r["droppedPreemptions"]
+    ]
     if d["refusedUnlessConfirmed"]:
         lines.append(
             "A hot reload refuses this config unless confirmed: put "

@@ -364,3 +364,14 @@ def check_depth(doc: object, max_depth: int, path: str = "") -> None:
         for child in children:
             if type(child) is dict or type(child) is list:
                 todo.append((child, depth + 1))
+
+
+def printable(text: str, limit: int) -> str:
+    """`text` a tenant or a caller controls, as a line of ours may carry it (an Event, the log, a
+    report printed on an admin's terminal): valid UTF-8 (a lone surrogate is written as its escape),
+    control characters escaped (a NUL, a newline or an ANSI escape is named, never sent), at most
+    `limit` characters."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -22,6 +22,18 @@ from __future__ import annotations
 from topology.decisions import UserError
 
 ONE_POD_PREFIX = "pod:"
+# a gang key's longest honest form: a namespace (63), a Framework's name (253), an attempt's UID (36)
+MAX_KEY = 400
+
+
+def check_text(value: str, field: str) -> None:
+    """A name a tenant writes that topogang repeats (logs, Events, filter answers on every node,
+    GangReservation objects): bounded, and printable, so it can neither forge a log line nor make
+    every answer about it huge."""
+    if len(value) > MAX_KEY:
+        raise UserError(field, f"is {len(value)} characters long; names have at most {MAX_KEY}")
+    if not value.isprintable():
+        raise UserError(field, f"{value[:80]!r} holds a control character; names are printable text")
 
 
 def gang_key(namespace: str, name: str) -> str:
@@ -51,6 +63,7 @@ def explicit_key(namespace: str, name: str, field: str) -> str:
     """The key of a gang a tenant names (`field`: where the name was written, for the error): its
     namespace's, and never a one-pod gang's."""
     key = gang_key(namespace, name)
+    check_text(key, field)
     if is_one_pod(key):
         raise UserError(
             field,

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from config.untrusted import SPEC_LIMITS, UntrustedError, read_flat_json, read_yaml, text_size, whole_number
-from extender.gangs.identity import explicit_key, one_pod_key
+from extender.gangs.identity import check_text, explicit_key, one_pod_key
 from extender.gangs.optin import gpu_opt_in
 from extender.gangs.specfields import (
     at_most,
@@ -417,6 +417,9 @@ def _gang_part(
     pinned = spec_str(spec, "pinnedCellId", "pinnedCellId")
     leaf_type = None if pinned is not None else spec_str(spec, "leafCellType", "leafCellType")
     _check_framework_namespace(pod, namespace)
+    if task is not None:  # what its gang's key and slot key are made of: annotations, the tenant's
+        for value, key in ((task.framework, FC_FRAMEWORK), (task.attempt, FC_ATTEMPT), (task.role, FC_ROLE)):
+            check_text(value, key)
     group = spec.get("affinityGroup")
     slot_keys: tuple[str, ...] | None = None
     if group is None:
@@ -450,6 +453,8 @@ def _gang_part(
                 f"{r}/{i}" for r, m in zip(named, members, strict=True) for i in range(m.pod_number)
             )
         gang = task.gang if task is not None else explicit_key(namespace, group_name, "affinityGroup.name")
+        for i, r in enumerate(roles):
+            check_text(r or "", f"affinityGroup.members[{i}].taskRole")
     request = GangRequest(
         name=gang,
         vc=vc,

@@ -60,6 +60,7 @@ from extender.http.snapshot import Snapshots
 from extender.http.trusted import UnknownPodError, trusted_args, trusted_preemption
 from extender.http.ui import ui_routes
 from extender.http.verbs import Scheduler
+from extender.ops.logtext import shown
 from extender.ops.metrics import CONTENT_TYPE, Metrics
 
 log = logging.getLogger("topogang.extender")
@@ -411,10 +412,10 @@ class Guard:
         try:
             await self.app(scope, receive, tracked)
         except ClientStalledError as exc:  # the client's doing, not an error of ours: the server closes it
-            log.info("%s %s: %s", scope.get("method", ""), scope.get("path", ""), exc)
+            log.info("%s %s: %s", scope.get("method", ""), shown(scope.get("path", "")), exc)
         except Exception as exc:
             path = scope.get("path", "")
-            log.exception("%s %s failed", scope.get("method", ""), path)
+            log.exception("%s %s failed", scope.get("method", ""), shown(path))
             self.metrics.internal_errors.labels(_route_label(path)).inc()
             if started:
                 return  # the answer is on its way: nothing valid can follow it

@@ -38,6 +38,8 @@ import orjson
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from extender.ops.logtext import shown
+
 log = logging.getLogger("topogang.extender")
 
 FRAMEWORK_PATH = "/apis/frameworkcontroller.microsoft.com/v1/namespaces/{namespace}/frameworks/{name}"
@@ -255,7 +257,7 @@ class Doors:
         except AuthorityUnavailableError as err:
             return 503, "ServiceUnavailable", f"topogang: {err}"
         denied = f"{caller.describe()} may not {rule.verb} {rule.resource}.topogang.io"
-        log.info("refused %s %s: %s", scope.get("method"), scope.get("path"), why or denied)
+        log.info("refused %s %s: %s", scope.get("method"), shown(scope.get("path", "")), shown(why or denied))
         return 403, "Forbidden", f"topogang: {why or denied}"
 
     @staticmethod

@@ -23,8 +23,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+from config.untrusted import printable
 from extender.kube.client import ApiError, AsyncKube, NoAnswerError
-from extender.kube.invalid import printable
 from extender.ops.background import spawn
 from extender.ops.metrics import Metrics
 

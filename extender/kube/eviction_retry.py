@@ -30,13 +30,13 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from config.untrusted import printable
 from extender.gangs.disruption import MARK_PREFIX, OWN_REASONS, PREEMPTED, Disruption, preempted_by
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import AsyncKube
 from extender.kube.events import MAX_MESSAGE
 from extender.kube.evictions import FAILED, NOT_DELETED, evict_pod
-from extender.kube.invalid import printable
 
 log = logging.getLogger("topogang.kube")
 

@@ -15,12 +15,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from config.untrusted import printable
 from extender.gangs.disruption import Disruption
 from extender.gangs.ledger_records import rfc3339
 from extender.kube import pods as kpods
 from extender.kube.client import ApiError, AsyncKube, pod_path
 from extender.kube.events import MAX_MESSAGE
-from extender.kube.invalid import printable
 
 log = logging.getLogger("topogang.kube")
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from config.untrusted import printable
 from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, decode_bind_info
 from extender.gangs.podspec import MAX_PODS, SPEC_ANNOTATIONS, pod_request, spec_text
 from extender.kube import pods as kpods
@@ -44,15 +45,6 @@ class Invalid:
         else:
             tail = "topogang does not schedule this pod until the annotation is fixed"
         return f"annotation {self.annotation}{detail}; {tail}"
-
-
-def printable(text: str, limit: int) -> str:
-    """`text` as an Event can carry it: valid UTF-8 (a lone surrogate is written as its escape),
-    control characters escaped (a NUL in a spec is named, not sent), at most `limit` characters."""
-    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    if not text.isprintable():
-        text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def fingerprint(pod: Mapping[str, Any]) -> int:

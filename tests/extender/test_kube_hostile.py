@@ -13,11 +13,12 @@ from typing import Any
 
 import pytest
 
+from config.untrusted import printable
 from extender.gangs.bindinfo import BIND_INFO_ANNOTATIONS, ISOLATION_ANNOTATIONS, encode_bind_info
 from extender.gangs.framework import FrameworkError, barrier_passed, task_role_statuses, with_ips_hidden
 from extender.gangs.podspec import framework_task
 from extender.kube.client import pod_path
-from extender.kube.invalid import INVALID_BIND_INFO, INVALID_SPEC, invalid, printable
+from extender.kube.invalid import INVALID_BIND_INFO, INVALID_SPEC, invalid
 from extender.kube.recovery import recover
 from extender.kube.service import kube_service
 from tests.extender.helpers import SPEC, Clock, example, fc_annotations, nodes, pod, run, spec
