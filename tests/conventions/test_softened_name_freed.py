@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from extender.conventions import edge
 from extender.http import wire
 from tests.conventions.manifests import pod
@@ -24,7 +26,11 @@ def member(name: str, style: str, run_id: str) -> dict[str, Any]:
     return pod(name, "vision", gpus=8, labels={COSCHED: "train"}, annotations=ann, uid=f"{run_id}-{name}")
 
 
-def test_a_hard_job_recreated_under_a_softened_name_is_still_placed_all_or_nothing() -> None:
+@pytest.mark.parametrize("style", ["Hard", "Soft"])
+def test_a_job_recreated_under_a_softened_name_is_placed_all_or_nothing(style: str) -> None:
+    """A Soft run times out and is deleted; the job re-created under the same PodGroup name, Hard or
+    Soft (its own timeout not yet passed), is a gang of 2 again."""
+
     async def go() -> None:
         clock = Clock()
         conv = edge.Conventions(clock=clock)
@@ -41,9 +47,8 @@ def test_a_hard_job_recreated_under_a_softened_name_is_still_placed_all_or_nothi
         assert "vision/train" in conv.softened
         await s.pod_gone(old["metadata"]["uid"])  # the user deletes the job
 
-        # the job is re-created under the same PodGroup name, now asking for Hard
         clock.t += 10
-        new = member("train-0", "Hard", "new")
+        new = member("train-0", style, "new")
         assert (await filter_(new))["NodeNames"]
         pr = s.cached(new["metadata"]["uid"])
         gang = pr.gang if pr is not None else None
@@ -53,31 +58,6 @@ def test_a_hard_job_recreated_under_a_softened_name_is_still_placed_all_or_nothi
         )
         g = s.core.gang("vision/train")
         assert g is not None and len(g.slots) == 2
-
-    run(go())
-
-
-def test_a_soft_job_recreated_under_the_same_name_is_a_gang_again() -> None:
-    """The same with a Soft re-run: the new run's timeout has not passed, so it is a gang."""
-
-    async def go() -> None:
-        clock = Clock()
-        conv = edge.Conventions(clock=clock)
-        s = scheduler(clock=clock, conventions=conv)
-
-        async def filter_(p: dict[str, Any]) -> dict[str, Any]:
-            return await s.filter(wire.parse_extender_args({"Pod": p, "NodeNames": nodes()}))
-
-        old = member("train-0", "Soft", "old")
-        assert (await filter_(old))["NodeNames"]
-        clock.t += 61
-        await conv.tick(s)
-        await s.pod_gone(old["metadata"]["uid"])
-        clock.t += 10
-        new = member("train-0", "Soft", "new")
-        assert (await filter_(new))["NodeNames"]
-        g = s.core.gang("vision/train")
-        assert g is not None and len(g.slots) == 2, "the re-run's first pod was placed alone"
 
     run(go())
 

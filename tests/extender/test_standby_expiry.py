@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
+from config.load import LoadedConfig
 from extender.kube.leader import LeaseSettings
 from extender.kube.service import kube_service
 from loadtest.kubefake import FakeKube
@@ -19,21 +20,29 @@ from tests.extender.test_kube_durable import NS, Running, cluster, submit, until
 LEASE = LeaseSettings(NS, "lead", lease_seconds=0.3, renew_deadline=0.2, retry_seconds=0.05)
 
 
+async def leader_and_standby(
+    shared: FakeKube, loaded: LoadedConfig, clock: Clock, lease: LeaseSettings = LEASE
+) -> tuple[Running, Running]:
+    """Replica "a" leading and replica "b" its standby, on one API server and one clock."""
+
+    def replica(name: str) -> Running:
+        return Running(
+            kube_service(
+                loaded, FakeKube(shared.server), clock=clock, namespace=NS, lease=lease, identity=name
+            )
+        )
+
+    a = replica("a")
+    await until("a leads", lambda: a.s.ready)
+    b = replica("b")
+    await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
+    return a, b
+
+
 def test_a_standby_takes_over_with_the_gang_the_leader_placed_again_as_a_gang() -> None:
     async def go() -> None:
         shared, clock = cluster(), Clock()
-        a = Running(
-            kube_service(
-                example(), FakeKube(shared.server), clock=clock, namespace=NS, lease=LEASE, identity="a"
-            )
-        )
-        await until("a leads", lambda: a.s.ready)
-        b = Running(
-            kube_service(
-                example(), FakeKube(shared.server), clock=clock, namespace=NS, lease=LEASE, identity="b"
-            )
-        )
-        await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
+        a, b = await leader_and_standby(shared, example(), clock)
         text = spec("nlp", 4, 2, "nlp/pair")
         await a.place(submit(shared, "p0", "w-0", "nlp", text))  # its peer never comes
         await until("b adopted w-0", lambda: b.s.core.holds_slot("p0"))

@@ -18,11 +18,12 @@ from config.load import LoadedConfig, load_config_text
 from extender.kube import reservation_sync
 from extender.kube.client import pod_path
 from extender.kube.leader import LeaseSettings
-from extender.kube.service import STANDBY_EXPIRY_LAG, kube_service
+from extender.kube.service import STANDBY_EXPIRY_LAG
 from extender.standalone import EXAMPLE_CONFIG
 from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, run, spec
-from tests.extender.test_kube_durable import Running, cluster, submit, until
+from tests.extender.test_kube_durable import cluster, submit, until
+from tests.extender.test_standby_expiry import leader_and_standby
 
 NS = "topogang-system"
 TTL = 2
@@ -67,18 +68,7 @@ def test_a_gang_expired_while_the_leader_was_dead_has_its_member_evicted_by_the_
 
     async def go() -> None:
         shared, loaded = cluster(), config()
-        a = Running(
-            kube_service(
-                loaded, FakeKube(shared.server), clock=clock, namespace=NS, lease=LEASE, identity="a"
-            )
-        )
-        await until("a leads", lambda: a.s.ready)
-        b = Running(
-            kube_service(
-                loaded, FakeKube(shared.server), clock=clock, namespace=NS, lease=LEASE, identity="b"
-            )
-        )
-        await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
+        a, b = await leader_and_standby(shared, loaded, clock, LEASE)
         await a.place(submit(shared, "p0", "w-0", "nlp", spec("nlp", 4, 2, "nlp/pair")))  # w-1 never comes
         await until("b adopted w-0", lambda: b.s.core.holds_slot("p0"))
         for t in a.tasks:  # a dies: no release of the Lease, no expiry pass of its own

@@ -19,7 +19,7 @@ from loadtest.kubefake import FakeKube
 from tests.conventions.manifests import pod
 from tests.extender.helpers import Clock, run
 from tests.extender.test_kube_durable import Running, cluster, until
-from tests.extender.test_standby_expiry import LEASE
+from tests.extender.test_standby_expiry import LEASE, leader_and_standby
 
 COSCHED = "scheduling.x-k8s.io/pod-group"
 NS = "topogang-system"
@@ -46,18 +46,7 @@ async def standby_passes(b: Running) -> None:
 def test_a_standby_takes_over_a_gang_with_its_own_timeout_whole() -> None:
     async def go() -> None:
         shared, clock, loaded = cluster(), Clock(), config()
-        a = Running(
-            kube_service(
-                loaded, FakeKube(shared.server), clock=clock, namespace=NS, lease=LEASE, identity="a"
-            )
-        )
-        await until("a leads", lambda: a.s.ready)
-        b = Running(
-            kube_service(
-                loaded, FakeKube(shared.server), clock=clock, namespace=NS, lease=LEASE, identity="b"
-            )
-        )
-        await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
+        a, b = await leader_and_standby(shared, loaded, clock, LEASE)
         await a.place(shared.server.put("/api/v1/namespaces/vision/pods/train-0", member(0)))
         await until("b adopted train-0", lambda: b.s.core.holds_slot("t0"))
         clock.t += 60 + STANDBY_EXPIRY_LAG  # a minute: far within the gang's hour
