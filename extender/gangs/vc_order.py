@@ -67,7 +67,7 @@ class Holders:
         self._by_namespace: dict[str, dict[str, Waiting]] = {}  # the waits held by their namespace's bound
         self.wall = wall  # the API server's clock, which `creationTimestamp` is read on
         # when a pod's owner let it in (removed the last scheduling gate not topogang's), on `wall`'s
-        # clock (Kubernetes mode: `ClusterSync.askable`): a pod kept out of the queue buys no place
+        # clock (Kubernetes mode: `GatedPods.let_in`): a pod kept out of the queue buys no place
         self.askable: Callable[[str], float | None] = lambda uid: None
 
     def joined(self, pr: PodRequest, now: float, old: Waiting | None) -> float:

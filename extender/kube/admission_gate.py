@@ -105,7 +105,9 @@ class GatedPods:
     server's clock (`wall`): its gang's place in its VC's queue is no earlier
     (`vc_order.Holders.askable`), or a tenant would buy the head of a shared VC's queue by keeping a
     whole gang out of it, its pods created early, and letting it in later. topogang's own gate
-    keeps the pod's creation as its place: the pod was in the queue all along."""
+    keeps the pod's creation as its place: the pod was in the queue all along. A let-in time is
+    known to the replicas whose watch saw the gate go; one started later (a restart, a rollout)
+    has the pod's creation only."""
 
     def __init__(self, holders: Holders | None = None) -> None:
         # in the order the watch first showed them (a dict keeps it; an update keeps its place):
