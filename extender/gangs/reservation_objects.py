@@ -55,9 +55,12 @@ def object_path(namespace: str, name: str) -> str:
 
 def object_name(gang: str) -> str:
     """A valid object name for any gang name (`ns/name/attempt` has slashes, may be long): a readable
-    prefix plus a hash of the whole name, so two gangs never share an object."""
-    digest = hashlib.sha256(gang.encode()).hexdigest()[:12]
-    stem = re.sub(r"[^a-z0-9-]+", "-", gang.lower()).strip("-")[:50].strip("-")
+    prefix plus a hash of the whole name, so two gangs never share an object. The stem drops the
+    namespace's slash (`team-a/train` and `team/a-train` read alike), so the hash alone tells such
+    gangs apart: 128 bits of it, as a tenant who names its gang may search for one whose hash
+    matches another team's (48 bits, as before, are a few hours of one GPU); at most 63 characters."""
+    digest = hashlib.sha256(gang.encode()).hexdigest()[:32]
+    stem = re.sub(r"[^a-z0-9-]+", "-", gang.lower()).strip("-")[:30].strip("-")
     return f"{stem}-{digest}" if stem else f"gang-{digest}"
 
 

@@ -18,7 +18,7 @@ from extender.kube.client import ApiError, AsyncKube
 
 log = logging.getLogger("topogang.kube")
 
-SPENT = "topogang-unsigned-bind-info-adopted"  # no gang's object name (those end in -<12 hex>)
+SPENT = "topogang-unsigned-bind-info-adopted"  # no gang's object name (those end in -<32 hex>)
 
 
 def marker(namespace: str) -> dict[str, Any]:
