@@ -22,8 +22,10 @@ from __future__ import annotations
 from topology.decisions import UserError
 
 ONE_POD_PREFIX = "pod:"
-# a gang key's longest honest form: a namespace (63), a Framework's name (253), an attempt's UID (36)
-MAX_KEY = 400
+# a gang key's longest honest form: a Workload API pod's `<ns>/<workload>/<podGroup>/<replicaKey>`,
+# a namespace (63), a DNS subdomain (253) and two DNS labels (63 each), 445 with the slashes; a
+# FrameworkController gang's `<ns>/<framework>/<attempt uid>` is shorter
+MAX_KEY = 512
 
 
 def check_text(value: str, field: str) -> None:

@@ -420,6 +420,7 @@ def _gang_part(
     if task is not None:  # what its gang's key and slot key are made of: annotations, the tenant's
         for value, key in ((task.framework, FC_FRAMEWORK), (task.attempt, FC_ATTEMPT), (task.role, FC_ROLE)):
             check_text(value, key)
+        check_text(task.gang, FC_FRAMEWORK)  # the key they make, bounded as every gang's
     group = spec.get("affinityGroup")
     slot_keys: tuple[str, ...] | None = None
     if group is None:

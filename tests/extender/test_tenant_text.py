@@ -1,5 +1,5 @@
 """Text a tenant writes (a gang's name, a Framework's, a task role's) reaching the platform team's
-logs and kube-scheduler's filter answers is bounded and printable: a name of more than 400
+logs and kube-scheduler's filter answers is bounded and printable: a key of more than 512
 characters or with a control character is the pod's error (`identity.check_text`), and a request
 path a caller sends is logged escaped (`extender.ops.logtext.shown`). Before, a name could forge
 whole log lines (newlines, ANSI escapes), make 60 KB log lines, and make every filter answer about a
