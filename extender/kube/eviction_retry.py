@@ -136,6 +136,7 @@ class EvictionRetries:
         self.first, self.cap, self.limit, self.rate = first, cap, limit, rate
         self.pending: dict[str, Retry] = {}
         self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid: a replacement's
+        self.kept: dict[str, str] = {}  # a standby's own decisions (`keep`): uid -> the gang let go
         self.wake = asyncio.Event()
         self.may_act: Callable[[], bool] = lambda: True  # the Lease still held (`LeaderElector.holds`)
 
@@ -171,6 +172,7 @@ class EvictionRetries:
             )
             return None
         attempts = last.attempts + 1 if last is not None else 1
+        self.kept.pop(uid, None)  # tried: this replica's own eviction from now on
         delay = backoff(attempts, self.first, self.cap)
         retry = Retry(uid, namespace, name, why, attempts, self.clock() + delay)
         self.pending[uid] = retry
@@ -181,13 +183,21 @@ class EvictionRetries:
         self.wake.set()
         return retry
 
-    def keep(self, uid: str, namespace: str, name: str, why: Disruption) -> None:
+    def keep(self, uid: str, namespace: str, name: str, why: Disruption, gang: str) -> None:
         """An eviction decided but not tried (a standby's: `may_act` said no), due at once when
-        this replica leads; dropped as any kept pod is once the watch shows it go."""
+        this replica leads; dropped as any kept pod is once the watch shows it go, and when the
+        leader no longer lists `gang`'s reservation (`forget_kept`)."""
         if uid in self.pending or len(self.pending) >= self.limit:
             return
         self.pending[uid] = Retry(uid, namespace, name, why, 0, self.clock())
         self.by_name[(namespace, name)] = uid
+        self.kept[uid] = gang
+
+    def forget_kept(self, listed: Container[str]) -> None:
+        """A standby's pass: a kept eviction whose gang the leader no longer keeps a reservation of
+        was not the leader's to do (it made the gang whole, or let it go and evicted it itself)."""
+        for uid in [u for u, gang in self.kept.items() if gang not in listed]:
+            self.drop(uid)
 
     def inherit(self) -> int:
         """Keep every watched pod that runs with topogang's own mark (`own_mark`), due at once: a
@@ -238,6 +248,7 @@ class EvictionRetries:
         return taken
 
     def drop(self, uid: str) -> None:
+        self.kept.pop(uid, None)
         retry = self.pending.pop(uid, None)
         if retry is not None and self.by_name.get((retry.namespace, retry.name)) == uid:
             del self.by_name[(retry.namespace, retry.name)]

@@ -59,6 +59,10 @@ class ReservationStore:
         self.failures = 0
         self.seen_id = 0  # gangs up to this id have been considered for a write-through
         self.may_act: Callable[[], bool] = lambda: True  # the Lease still held, at each write
+        # a standby's, from its last `follow`: the gangs the leader lists, and the standby's pods of
+        # those it holds at the listed placement (pod uid -> gang)
+        self.leader_gangs: set[str] = set()
+        self.leader_pods: dict[str, str] = {}
 
     async def flush_new(self) -> None:
         """Write through the reservations made since the last call (O(1) when there are none), and
@@ -194,9 +198,14 @@ class ReservationStore:
         takes the leader's deadline (`Core.restore` of a gang known: the standby's copy, adopted
         from bind info, has the config's TTL, not the timeout the gang asked for)."""
         core, now, wall = self.s.core, self.s.clock(), self.wall()
+        self.leader_gangs = {r.request.name for r in kept}
+        self.leader_pods = {}
         for r in kept:
             g = core.gang(r.request.name)
-            if g is None or g.deadline is None or not r.same_gang(core.placement_of(g)):
+            if g is None or not r.same_gang(core.placement_of(g)):
+                continue
+            self.leader_pods.update((s.pod_uid, g.name) for s in g.slots if s.pod_uid is not None)
+            if g.deadline is None:
                 continue
             core.restore(r.request, r.slots, now, rsv.deadline_of(r, clock_now=now, wall_now=wall))
 

@@ -216,8 +216,9 @@ def kube_service(
                     # unless it died first; kept for this replica's lead, dropped when the watch
                     # shows the pod go
                     for later in uids[i:]:
-                        if (where := sync.live.get(later)) is not None:
-                            sync.retries.keep(later, *where, why)
+                        where, gang = sync.live.get(later), store.leader_pods.get(later)
+                        if where is not None and gang is not None:  # a gang the leader lists
+                            sync.retries.keep(later, *where, why, gang)
                 return
             await sync.evict([uid], why)
 
@@ -292,6 +293,7 @@ def kube_service(
                 kept = await store.leader_kept()  # the leader's deadlines, not the config's TTL
                 if kept is not None:
                     await scheduler.expire(lag=STANDBY_EXPIRY_LAG, before=lambda: store.follow(kept))
+                    sync.retries.forget_kept(store.leader_gangs)  # the leader kept them whole, or evicted
 
         await every(expiry_interval(ttl), once, "a standby's reservation expiry")
 
