@@ -37,6 +37,7 @@ from extender.http.app import Service, build_apps
 from extender.http.httpproto import JSONErrorsHttpTools
 from extender.http.limits import ProtectedHttpTools, ServerLimits, parse_hosts, raise_open_files
 from extender.http.tls import CertifiedHttpTools, TlsSettings, VerbsDoor
+from extender.ops import logtext
 from extender.standalone import EXAMPLE_CONFIG, build_standalone
 
 
@@ -196,11 +197,7 @@ def serve_main(argv: Sequence[str] | None = None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 2
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logtext.configure(args.log_level, sys.stderr)
     kube = args.kube or args.kubeconfig is not None
     config = args.config or (None if kube else str(EXAMPLE_CONFIG))
     if config is None:
