@@ -136,9 +136,11 @@ class EvictionRetries:
         self.first, self.cap, self.limit, self.rate = first, cap, limit, rate
         self.pending: dict[str, Retry] = {}
         self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid: a replacement's
-        self.kept: dict[str, str] = {}  # a standby's own decisions (`keep`): uid -> the gang let go
+        # a standby's own decisions (`keep`): uid -> the gang let go, and the slots the leader listed
+        self.kept: dict[str, tuple[str, frozenset[Any]]] = {}
         self.wake = asyncio.Event()
         self.may_act: Callable[[], bool] = lambda: True  # the Lease still held (`LeaderElector.holds`)
+        self.vet: Callable[[], None] = lambda: None  # a lead's first look at what it kept (`forget_kept`)
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -183,7 +185,15 @@ class EvictionRetries:
         self.wake.set()
         return retry
 
-    def keep(self, uid: str, namespace: str, name: str, why: Disruption, gang: str) -> None:
+    def keep(
+        self,
+        uid: str,
+        namespace: str,
+        name: str,
+        why: Disruption,
+        gang: str,
+        places: frozenset[Any] = frozenset(),
+    ) -> None:
         """An eviction decided but not tried (a standby's: `may_act` said no), due at once when
         this replica leads; dropped as any kept pod is once the watch shows it go, and when the
         leader no longer lists `gang`'s reservation (`forget_kept`)."""
@@ -191,12 +201,16 @@ class EvictionRetries:
             return
         self.pending[uid] = Retry(uid, namespace, name, why, 0, self.clock())
         self.by_name[(namespace, name)] = uid
-        self.kept[uid] = gang
+        self.kept[uid] = (gang, places)
 
-    def forget_kept(self, listed: Container[str]) -> None:
-        """A standby's pass: a kept eviction whose gang the leader no longer keeps a reservation of
-        was not the leader's to do (it made the gang whole, or let it go and evicted it itself)."""
-        for uid in [u for u, gang in self.kept.items() if gang not in listed]:
+    def forget_kept(self, listed: Container[str], made_whole: Callable[[str, frozenset[Any]], bool]) -> None:
+        """A standby's pass: a kept eviction whose gang the leader no longer keeps a reservation of,
+        and which the standby's core holds again where the leader had it (`made_whole`: its other
+        members bound), was not the leader's to do. A gang the leader stopped listing because it let
+        it go keeps its evictions: the leader deletes the object at its next sync, before the
+        evictions are through (a refused one waits in its book, which dies with it), and a pod
+        it evicted leaves the book when the watch shows it go."""
+        for uid in [u for u, (g, at) in self.kept.items() if g not in listed and made_whole(g, at)]:
             self.drop(uid)
 
     def inherit(self) -> int:
@@ -307,6 +321,7 @@ class EvictionRetries:
         """The leader's task: take over what an earlier leader left marked (`inherit`), then try pods
         as they fall due, `rate` a second at most; asleep while the book is empty, until a failure
         wakes it."""
+        self.vet()
         self.inherit()
         while True:
             try:

@@ -205,6 +205,9 @@ def kube_service(
         if isinstance(binder, KubeBinder):
             binder.fence = may_act
     sync.retries.may_act = may_act
+    # what this replica kept as a standby, looked at once more as its lead begins: the leader's
+    # gang whole where it was, its members bound since the standby's last pass
+    sync.retries.vet = lambda: sync.retries.forget_kept((), store.made_whole)
 
     async def evict(uids: Sequence[str], why: Disruption) -> None:
         """Evictions are the leader's: a standby sees the same reloads and departures, and keeps its
@@ -216,9 +219,11 @@ def kube_service(
                     # unless it died first; kept for this replica's lead, dropped when the watch
                     # shows the pod go
                     for later in uids[i:]:
-                        where, gang = sync.live.get(later), store.leader_pods.get(later)
-                        if where is not None and gang is not None:  # a gang the leader lists
-                            sync.retries.keep(later, *where, why, gang)
+                        held = scheduler.core.gang_of_pod(later)  # `<gang>/evicted/<n>` by now
+                        gang = held.name.partition("/evicted/")[0] if held is not None else None
+                        where, at = sync.live.get(later), store.leader_places.get(gang or "")
+                        if where is not None and at is not None:  # a gang the leader listed there
+                            sync.retries.keep(later, *where, why, gang or "", at)
                 return
             await sync.evict([uid], why)
 
@@ -293,7 +298,7 @@ def kube_service(
                 kept = await store.leader_kept()  # the leader's deadlines, not the config's TTL
                 if kept is not None:
                     await scheduler.expire(lag=STANDBY_EXPIRY_LAG, before=lambda: store.follow(kept))
-                    sync.retries.forget_kept(store.leader_gangs)  # the leader kept them whole, or evicted
+                    sync.retries.forget_kept(store.leader_gangs, store.made_whole)  # the leader made it whole
 
         await every(expiry_interval(ttl), once, "a standby's reservation expiry")
 

@@ -69,11 +69,13 @@ class StartConfig:
             await self.evict(report.evict, disruption.off_placement(OFF_PLACEMENT_WHY))
 
     def _refuse(self, file: str, costs: list[str], digest: str) -> None:
+        # the digest and what to do first: the log cuts a record at `logtext.MAX_LINE` and an Event
+        # at 512 characters, and the costs of a few dozen gangs run past either
         self.refusal = (
-            f"config {file} refused at the start: it costs running gangs GPUs ("
+            f"config {file} refused at the start: it costs running gangs GPUs; to take it up, write "
+            f"{digest} to the file confirm-capacity-loss beside it (Helm: --set-string "
+            f"confirmCapacityLoss={digest}), or put back the config they run under. The costs: "
             + "; ".join(costs)
-            + f"); to take it up, write {digest} to the file confirm-capacity-loss beside it "
-            f"(Helm: --set-string confirmCapacityLoss={digest}), or put back the config they run under"
         )
         self.reason = (
             f"config refused at the start: it costs running gangs GPUs (see the log or the ConfigRejected "

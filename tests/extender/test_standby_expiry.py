@@ -17,7 +17,9 @@ from loadtest.kubefake import FakeKube
 from tests.extender.helpers import Clock, example, run, spec
 from tests.extender.test_kube_durable import NS, Running, cluster, submit, until
 
-LEASE = LeaseSettings(NS, "lead", lease_seconds=0.3, renew_deadline=0.2, retry_seconds=0.05)
+# a Lease of real seconds no loaded machine misses a renewal of (a replica that loses its lead does
+# not lead again): a leader stopped without a release is taken over ~2.5 s later
+LEASE = LeaseSettings(NS, "lead", lease_seconds=2.5, renew_deadline=1.5, retry_seconds=0.1)
 
 
 async def leader_and_standby(
