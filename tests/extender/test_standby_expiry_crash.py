@@ -49,22 +49,25 @@ def ended(shared: FakeKube, ns: str, name: str) -> bool:
     )
 
 
-def test_a_gang_expired_while_the_leader_was_dead_has_its_member_evicted_by_the_next_leader(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = Clock()
+def wall_follows(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> None:
+    """The wall clock the GangReservations are written and read on, moving with the test's clock
+    as a real one does with the monotonic one (the standby follows the deadlines the leader wrote,
+    `ReservationStore.follow`)."""
     start = datetime.now(UTC)
 
     class Wall(datetime):
-        """The wall clock the GangReservations are written and read on, moving with the test's
-        clock as a real one does with the monotonic one (the standby follows the deadlines the
-        leader wrote, `ReservationStore.follow`)."""
-
         @classmethod
         def now(cls, tz: tzinfo | None = None) -> Wall:
             return cast(Wall, start + timedelta(seconds=clock.t))
 
     monkeypatch.setattr(reservation_sync, "datetime", Wall)
+
+
+def test_a_gang_expired_while_the_leader_was_dead_has_its_member_evicted_by_the_next_leader(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = Clock()
+    wall_follows(monkeypatch, clock)
 
     async def go() -> None:
         shared, loaded = cluster(), config()

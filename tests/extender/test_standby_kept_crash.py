@@ -10,44 +10,28 @@ member apart as being evicted, for good, its GPUs held."""
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta, tzinfo
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
-from extender.kube import reservation_sync
-from extender.kube.service import STANDBY_EXPIRY_LAG, kube_service
-from loadtest.kubefake import FakeKube
+from extender.kube.service import STANDBY_EXPIRY_LAG
 from loadtest.kubefake.client import Fault
 from tests.extender.helpers import Clock, run, spec
-from tests.extender.test_kube_durable import NS, Running, cluster, submit, until
-from tests.extender.test_standby_expiry_crash import LEASE, TTL, config, ended
+from tests.extender.test_kube_durable import cluster, submit, until
+from tests.extender.test_standby_expiry import leader_and_standby
+from tests.extender.test_standby_expiry_crash import LEASE, TTL, config, ended, wall_follows
 
 
 def test_a_member_the_dead_leader_failed_to_evict_after_deleting_its_reservation_is_evicted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = Clock()
-    start = datetime.now(UTC)
-
-    class Wall(datetime):
-        @classmethod
-        def now(cls, tz: tzinfo | None = None) -> Wall:
-            return cast(Wall, start + timedelta(seconds=clock.t))
-
-    monkeypatch.setattr(reservation_sync, "datetime", Wall)
+    wall_follows(monkeypatch, clock)
 
     async def go() -> None:
         shared, loaded = cluster(), config()
-        a_kube = FakeKube(shared.server)
-        a = Running(kube_service(loaded, a_kube, clock=clock, namespace=NS, lease=LEASE, identity="a"))
-        await until("a leads", lambda: a.s.ready)
-        b = Running(
-            kube_service(
-                loaded, FakeKube(shared.server), clock=clock, namespace=NS, lease=LEASE, identity="b"
-            )
-        )
-        await until("b is standby", lambda: b.s.not_ready_reason.endswith("held by a"))
+        a, b = await leader_and_standby(shared, loaded, clock, LEASE)
+        a_kube = cast(Any, a.s.binder).kube  # the leader's own API client (its binder's)
         await a.place(submit(shared, "p0", "w-0", "nlp", spec("nlp", 4, 2, "nlp/pair")))  # w-1 never comes
         await until("b adopted w-0", lambda: b.s.core.holds_slot("p0"))
         await until(

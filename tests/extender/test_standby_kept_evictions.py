@@ -12,14 +12,13 @@ from typing import Any, cast
 
 from config.load import LoadedConfig, load_config_text
 from extender.kube import pods as kpods
-from extender.kube.client import pod_path
 from extender.kube.service import STANDBY_EXPIRY_LAG
 from extender.standalone import EXAMPLE_CONFIG
-from loadtest.kubefake import FakeKube
 from tests.conventions.manifests import pod
 from tests.extender.helpers import Clock, run
 from tests.extender.test_kube_durable import cluster, until
 from tests.extender.test_standby_expiry import LEASE, leader_and_standby
+from tests.extender.test_standby_expiry_crash import ended
 
 COSCHED = "scheduling.x-k8s.io/pod-group"
 NS = "topogang-system"
@@ -36,17 +35,6 @@ def config() -> LoadedConfig:
 def member(i: int) -> dict[str, Any]:
     ann = {"topogang.io/min-member": "2"}
     return pod(f"train-{i}", "vision", gpus=8, labels={COSCHED: "train"}, annotations=ann, uid=f"t{i}")
-
-
-def ended(shared: FakeKube, ns: str, name: str) -> bool:
-    try:
-        p = shared.server.at(pod_path(ns, name))
-    except KeyError:
-        return True
-    conds = (p.get("status") or {}).get("conditions") or []
-    return bool(p["metadata"].get("deletionTimestamp")) or any(
-        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in conds
-    )
 
 
 def test_a_standby_whose_watch_lagged_does_not_evict_a_whole_gang_when_it_takes_over() -> None:
