@@ -126,19 +126,19 @@ class DraCatalog:
 
     async def after_remap(self, nodes: Iterable[str]) -> None:
         for node in nodes:
-            if self.on_change is not None:
-                await self.on_change(node)
-            for hook in self.on_remap:
-                await hook(node)
+            await self._remapped(node)
 
     async def _changed(self, nodes: set[str]) -> None:
         for node in sorted(nodes):
-            if not self.remap(node):
-                continue
-            if self.on_change is not None:
-                await self.on_change(node)
-            for hook in self.on_remap:
-                await hook(node)
+            if self.remap(node):
+                await self._remapped(node)
+
+    async def _remapped(self, node: str) -> None:
+        """Tell what follows a node's map (its health, the claims judged by it) that it changed."""
+        if self.on_change is not None:
+            await self.on_change(node)
+        for hook in self.on_remap:
+            await hook(node)
 
     async def on_slice(self, kind: str, obj: dict[str, Any]) -> None:
         name = kpods.meta(obj).get("name")

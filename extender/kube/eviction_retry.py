@@ -136,8 +136,8 @@ class EvictionRetries:
         self.first, self.cap, self.limit, self.rate = first, cap, limit, rate
         self.pending: dict[str, Retry] = {}
         self.by_name: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid: a replacement's
-        # a standby's own decisions (`keep`): uid -> the gang let go, and the slots the leader listed
-        self.kept: dict[str, tuple[str, frozenset[Any]]] = {}
+        # a standby's own decisions (`keep`): uid -> the gang let go, and what the leader listed of it
+        self.kept: dict[str, tuple[str, object]] = {}
         self.wake = asyncio.Event()
         self.may_act: Callable[[], bool] = lambda: True  # the Lease still held (`LeaderElector.holds`)
         self.vet: Callable[[], None] = lambda: None  # a lead's first look at what it kept (`forget_kept`)
@@ -185,25 +185,18 @@ class EvictionRetries:
         self.wake.set()
         return retry
 
-    def keep(
-        self,
-        uid: str,
-        namespace: str,
-        name: str,
-        why: Disruption,
-        gang: str,
-        places: frozenset[Any] = frozenset(),
-    ) -> None:
+    def keep(self, uid: str, namespace: str, name: str, why: Disruption, gang: str, listed: object) -> None:
         """An eviction decided but not tried (a standby's: `may_act` said no), due at once when
-        this replica leads; dropped as any kept pod is once the watch shows it go, and when the
-        leader no longer lists `gang`'s reservation (`forget_kept`)."""
+        this replica leads; dropped as any kept pod is once the watch shows it go, and once the
+        leader no longer lists `gang`'s reservation and made the gang whole where it had listed it
+        (`listed`, what it last listed of the gang: `forget_kept`)."""
         if uid in self.pending or len(self.pending) >= self.limit:
             return
         self.pending[uid] = Retry(uid, namespace, name, why, 0, self.clock())
         self.by_name[(namespace, name)] = uid
-        self.kept[uid] = (gang, places)
+        self.kept[uid] = (gang, listed)
 
-    def forget_kept(self, listed: Container[str], made_whole: Callable[[str, frozenset[Any]], bool]) -> None:
+    def forget_kept(self, listed: Container[str], made_whole: Callable[[str, Any], bool]) -> None:
         """A standby's pass: a kept eviction whose gang the leader no longer keeps a reservation of,
         and which the standby's core holds again where the leader had it (`made_whole`: its other
         members bound), was not the leader's to do. A gang the leader stopped listing because it let

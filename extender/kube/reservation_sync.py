@@ -59,11 +59,10 @@ class ReservationStore:
         self.failures = 0
         self.seen_id = 0  # gangs up to this id have been considered for a write-through
         self.may_act: Callable[[], bool] = lambda: True  # the Lease still held, at each write
-        # a standby's, from its last `follow`: the gangs the leader lists, and the standby's pods of
-        # those it holds at the listed placement (pod uid -> gang)
+        # a standby's, from its last `follow`: the gangs the leader lists, and the reservation it
+        # last listed of each gang the core holds at that placement (kept while the core holds it)
         self.leader_gangs: set[str] = set()
-        self.leader_pods: dict[str, str] = {}
-        self.leader_places: dict[str, frozenset[tuple[str, tuple[int, ...]]]] = {}  # gang -> its slots
+        self.leader_places: dict[str, rsv.Restorable] = {}
 
     async def flush_new(self) -> None:
         """Write through the reservations made since the last call (O(1) when there are none), and
@@ -200,28 +199,23 @@ class ReservationStore:
         from bind info, has the config's TTL, not the timeout the gang asked for)."""
         core, now, wall = self.s.core, self.s.clock(), self.wall()
         self.leader_gangs = {r.request.name for r in kept}
-        self.leader_pods = {}
-        # the placement the leader last listed a gang at, kept while the core holds that gang: the
+        # the reservation the leader last listed of a gang, kept while the core holds that gang: the
         # standby's expiry of it may come after the leader stopped listing it (let go, or whole)
-        self.leader_places = {n: at for n, at in self.leader_places.items() if core.gang(n) is not None}
+        self.leader_places = {n: r for n, r in self.leader_places.items() if core.gang(n) is not None}
         for r in kept:
             g = core.gang(r.request.name)
             if g is None or not r.same_gang(core.placement_of(g)):
                 continue
-            self.leader_pods.update((s.pod_uid, g.name) for s in g.slots if s.pod_uid is not None)
-            self.leader_places[g.name] = frozenset((s.node, tuple(sorted(s.gpu_indices))) for s in r.slots)
+            self.leader_places[g.name] = r
             if g.deadline is None:
                 continue
             core.restore(r.request, r.slots, now, rsv.deadline_of(r, clock_now=now, wall_now=wall))
 
-    def made_whole(self, gang: str, places: frozenset[tuple[str, tuple[int, ...]]]) -> bool:
-        """Whether the core holds `gang` again, at (part of) the placement the leader listed for it:
-        the leader bound its other members (the watch shows them), it did not let it go."""
+    def made_whole(self, gang: str, listed: rsv.Restorable) -> bool:
+        """Whether the core holds `gang` again, at (part of) the placement the leader listed for it
+        (`listed`): the leader bound its other members (the watch shows them), it did not let it go."""
         g = self.s.core.gang(gang)
-        if g is None or g.evicting:
-            return False
-        held = {(p.node, tuple(sorted(p.gpu_indices))) for p in self.s.core.placement_of(g).pods}
-        return bool(held) and held <= places
+        return g is not None and not g.evicting and listed.same_gang(self.s.core.placement_of(g))
 
     # ------------------------------------------------------------------ start
     async def restore(self, pods: Iterable[Mapping[str, Any]] | None = None) -> list[str]:

@@ -5,22 +5,31 @@ kube-scheduler's retry, offered only that slot's node."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from extender.gangs.bindinfo import ISOLATION_ANNOTATIONS
+from extender.http.verbs import Scheduler
 from extender.kube.client import pod_path
 from extender.kube.service import kube_service
-from loadtest.kubefake import Fault
+from loadtest.kubefake import FakeKube, Fault
 from tests.extender.helpers import args, bind_args, example, pod, run, spec
 from tests.extender.test_kube_edge import BINDING, apiserver
 
 
+async def first_member_placed() -> tuple[list[dict[str, Any]], FakeKube, Scheduler, str]:
+    """A gang of two on an API server, its first member filtered: the pods, the API server, the
+    scheduler and the node the filter offered first."""
+    pods = [pod(f"u{i}", f"w-{i}", "nlp", spec("nlp", 4, 2, "nlp/pair")) for i in range(2)]
+    kube = apiserver(pods)
+    s = kube_service(example(), kube).scheduler
+    s.ready = True
+    r = await s.filter(args(pods[0]))
+    return pods, kube, s, r["NodeNames"][0]
+
+
 def test_a_binding_with_no_answer_and_no_read_back_does_not_give_its_gpus_twice() -> None:
     async def go() -> None:
-        pods = [pod(f"u{i}", f"w-{i}", "nlp", spec("nlp", 4, 2, "nlp/pair")) for i in range(2)]
-        kube = apiserver(pods)
-        s = kube_service(example(), kube).scheduler
-        s.ready = True
-        r = await s.filter(args(pods[0]))
-        node = r["NodeNames"][0]
+        pods, kube, s, node = await first_member_placed()
         # the Binding is applied but its reply is lost, and the read back gets no answer either
         kube.inject(Fault("POST", BINDING, "lost-reply"))
         kube.inject(Fault("GET", r"/pods/w-0$", "timeout"))
@@ -49,12 +58,7 @@ def test_a_binding_kept_for_an_unknown_outcome_is_bound_again_by_the_retry() -> 
     kube-scheduler, and the retry binds the pod on the slot it kept."""
 
     async def go() -> None:
-        pods = [pod(f"u{i}", f"w-{i}", "nlp", spec("nlp", 4, 2, "nlp/pair")) for i in range(2)]
-        kube = apiserver(pods)
-        s = kube_service(example(), kube).scheduler
-        s.ready = True
-        r = await s.filter(args(pods[0]))
-        node = r["NodeNames"][0]
+        pods, kube, s, node = await first_member_placed()
         kube.inject(Fault("POST", BINDING, "timeout"))  # never arrived
         kube.inject(Fault("GET", r"/pods/w-0$", "timeout"))
         assert (await s.bind(bind_args(pods[0], node)))["Error"]
