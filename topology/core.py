@@ -1,13 +1,12 @@
 """The scheduling core's façade: plain requests in, decisions out, time passed in as `now`.
 
-The extender, the simulator and the tests all drive the core through this class only. The
-extender's verbs each ask one question (`filter`, `prioritize`, `preempt_member`, `bind`: see
-`topology.asks`) and get one answer they can reply with. It validates
-requests (a `UserError` names the field), reserves whole gangs, hands out their slots, releases and
-expires them. It does no I/O and reads no clock. Each call is carried out by the module named for
-its concept (`requests`, `gangs`, `preemption`, `recovery`, `health`). The edge reads the core
-through the read-only queries at the end of the class, and every cell through `topology.inspect`;
-nothing outside `topology/` reads its data (`Cluster`'s fields) directly.
+The extender, the simulator and the tests all drive the core through this class only. The extender's
+verbs each ask one question (`filter`, `prioritize`, `preempt_member`, `bind`: see `topology.asks`)
+and get one answer to reply with. It validates requests (a `UserError` names the field), reserves
+whole gangs, hands out their slots, releases and expires them; no I/O, no clock. Each call is carried
+out by the module named for its concept (`requests`, `gangs`, `preemption`, `recovery`, `health`).
+The edge reads the core through the read-only queries at the end of the class, and every cell through
+`topology.inspect`; nothing outside `topology/` reads its data (`Cluster`'s fields) directly.
 """
 
 from __future__ import annotations
@@ -121,22 +120,20 @@ class Core(Cluster):
         slot_key: str | None = None,
         pod_name: str | None = None,
     ) -> Bind:
-        """Give `pod_uid` a slot of the gang (on `node` when given); see `gangs.claim`. Raises
-        `UserError` when it has none to give."""
+        """Give `pod_uid` a slot of the gang (on `node` if given), or `UserError` (`gangs.claim`)."""
         return gangs.claim(
             self, gang_name, pod_uid, leaf_number, now, node=node, slot_key=slot_key, pod_name=pod_name
         )
 
     def unclaim(self, gang_name: str, pod_uid: str, now: float, *, deadline: float | None = None) -> None:
-        """Give a claimed slot back without touching the reservation (a Binding that failed).
-        `deadline`: the reservation's before the claim (one that completed the gang cleared it)."""
+        """Give a claimed slot back, the reservation untouched (a Binding that failed). `deadline`:
+        the reservation's before the claim (one that completed the gang cleared it)."""
         gangs.unclaim(self, gang_name, pod_uid, now, deadline=deadline)
 
     # ------------------------------------------------------------------ release
     def release_pod(self, pod_uid: str, now: float, *, finished: bool = False) -> Released | None:
-        """A pod was deleted (or completed, `finished`). Its slot opens for a retry; the gang is
-        released once none of its pods is alive; with gangReleaseEnable a finished pod's GPUs are
-        freed at once."""
+        """A pod was deleted (or completed, `finished`). Its slot opens for a retry; the gang is released
+        once none of its pods is alive; with gangReleaseEnable a finished pod's GPUs free at once."""
         return self._promoting(gangs.release_pod(self, pod_uid, now, finished=finished))
 
     def delete_gang(self, name: str) -> Released | None:
@@ -144,8 +141,7 @@ class Core(Cluster):
         return self._promoting(gangs.delete_gang(self, name))
 
     def evict_gang(self, name: str, now: float) -> Released | None:
-        """Let a gang go whose pods the caller evicts (a superseded framework attempt): as
-        `delete_gang`, but its running pods keep their GPUs until they are gone."""
+        """`delete_gang` of a gang whose pods the caller evicts: each keeps its GPUs until it is gone."""
         return self._promoting(gangs.evict_gang(self, name, now))
 
     def expire(self, now: float) -> list[Released]:
@@ -191,8 +187,8 @@ class Core(Cluster):
     def adopt(
         self, req: GangRequest, pods: list[AdoptedPod], now: float, *, evicting: bool = False
     ) -> GangPlacement:
-        """Re-create a gang from where its pods already run; never fails (see `recovery.adopt`). `evicting`:
-        its pods are being evicted, so it holds their GPUs until each is gone and never expires."""
+        """Re-create a gang from where its pods already run; never fails (`recovery.adopt`). `evicting`:
+        its pods are being evicted; it holds their GPUs until each is gone, and never expires."""
         return recovery.adopt(self, req, pods, now, evicting=evicting)
 
     def restore(
@@ -200,6 +196,10 @@ class Core(Cluster):
     ) -> GangPlacement | str:
         """Re-create a persisted reservation whole on its recorded cells, or return why not."""
         return recovery.restore(self, req, slots, now, deadline)
+
+    def rejoin(self, name: str, pod_uid: str) -> bool:
+        """A pod held apart as being evicted from gang `name` is its member again (`recovery.rejoin`)."""
+        return recovery.rejoin(self, name, pod_uid)
 
     def keep_downgraded(self, name: str, preemptor: str) -> bool:
         """A rebuilt gang stays downgraded by `preemptor` (`recovery.keep_downgraded`)."""

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from topology.buddy import bind_for
 from topology.cluster import Cluster
 from topology.decisions import OPPORTUNISTIC_PRIORITY, AdoptedPod, GangPlacement, GangRequest, held_no_quota
-from topology.gangs import placement_of
+from topology.gangs import placement_of, release
 from topology.model import Topology
 from topology.preemption import downgrade
 from topology.promotion import PROMOTED_PRIORITY, bind_in_place
@@ -321,3 +321,42 @@ def was_promoted(req: GangRequest, pods: list[AdoptedPod]) -> bool:
 def _held_no_quota(pods: list[AdoptedPod]) -> bool:
     """Rebinding the VC's cells of a gang that held none would take quota its preemptor now holds."""
     return held_no_quota((p.gpu_indices, p.cell_types) for p in pods)
+
+
+def rejoin(cluster: Cluster, name: str, pod_uid: str) -> bool:
+    """Move a pod held apart as being evicted from gang `name` (in `<name>/evicted/<n>`) back into
+    `name`, on the GPUs it runs on; whether it moved. For a view that let go a gang its owner in
+    fact kept (a standby whose watch lagged behind the leader's binds): the gang held again under
+    the name is that gang, adopted from its other members with this member's GPUs counted lost
+    (held apart), and this pod is not being evicted. Its GPUs pass from the kept gang to `name` as
+    they are, at the same owner and priority, so nothing is freed even for a moment; any other
+    case moves nothing."""
+    res, st = cluster.reservations, cluster.state
+    gang = res.by_name.get(name)
+    held = res.by_id.get(res.pod_gang.get(pod_uid, -1))
+    if gang is None or gang.evicting or gang.lost <= 0 or held is None or not held.evicting:
+        return False
+    if held.name.rpartition("/evicted/")[0] != name:
+        return False
+    if (held.owner, held.priority) != (gang.owner, gang.priority):
+        return False
+    slot = held.slot_of(pod_uid)
+    if slot is None or slot.finished or slot.released_early:
+        return False
+    if any(st.leaf_gang[x] != held.id or st.leaf_reserver[x] != NO_GANG for x in slot.leaves):
+        return False
+    res.touch(held)
+    st.hand_over(slot.leaves, gang.id)
+    slot.pod_uid, slot.finished, slot.released_early = None, True, True  # its GPUs are the gang's now
+    res.retally(held)
+    back = Slot(len(gang.slots), slot.leaf_number, slot.key, slot.node, slot.leaves, pod_uid, slot.pod_name)
+    gang.slots.append(back)
+    gang.lost -= 1
+    gang.placement = None
+    res.pod_gang[pod_uid] = gang.id
+    res.retally(gang)
+    if gang.phase is GangPhase.BOUND:
+        gang.deadline = None
+    if not held.live_slots():
+        release(cluster, held, "its pods rejoined their gang")
+    return True

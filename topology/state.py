@@ -301,6 +301,16 @@ class CellState(LeafCounts):
         if self._marks:
             self._log.append(lambda: self._restore_held(held))
 
+    def hand_over(self, leaves: Sequence[int], to_gang: int) -> None:
+        """Leaves held by one gang, held by `to_gang` from now on, at the same priority: no counter
+        moves (a pod held apart from its gang rejoins it, `recovery.rejoin`). Never inside a
+        transaction: nothing undoes it."""
+        assert not self._marks, "a hand-over is not undone"
+        lg = self.leaf_gang
+        for leaf in leaves:
+            assert lg[leaf] != NO_GANG, "leaf not held"
+            lg[leaf] = to_gang
+
     def _free_leaves(self, leaves: Sequence[int]) -> None:
         """Leaves back to free (no undo record: also the undo of an allocation)."""
         lg, lp = self.leaf_gang, self.leaf_priority

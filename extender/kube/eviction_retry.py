@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -69,6 +69,10 @@ class Retry:
     why: Disruption
     attempts: int
     due: float
+
+
+async def _nothing() -> None:
+    """No look at kept evictions (a replica without a Lease keeps none)."""
 
 
 def _done(pod: Mapping[str, Any]) -> bool:
@@ -140,7 +144,8 @@ class EvictionRetries:
         self.kept: dict[str, tuple[str, object]] = {}
         self.wake = asyncio.Event()
         self.may_act: Callable[[], bool] = lambda: True  # the Lease still held (`LeaderElector.holds`)
-        self.vet: Callable[[], None] = lambda: None  # a lead's first look at what it kept (`forget_kept`)
+        # a lead's first look at what it kept (`forget_kept`)
+        self.vet: Callable[[], Awaitable[None]] = _nothing
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -196,15 +201,20 @@ class EvictionRetries:
         self.by_name[(namespace, name)] = uid
         self.kept[uid] = (gang, listed)
 
-    def forget_kept(self, listed: Container[str], made_whole: Callable[[str, Any], bool]) -> None:
+    def forget_kept(
+        self, listed: Container[str], made_whole: Callable[[str, Any], bool]
+    ) -> list[tuple[str, str]]:
         """A standby's pass: a kept eviction whose gang the leader no longer keeps a reservation of,
         and which the standby's core holds again where the leader had it (`made_whole`: its other
         members bound), was not the leader's to do. A gang the leader stopped listing because it let
         it go keeps its evictions: the leader deletes the object at its next sync, before the
         evictions are through (a refused one waits in its book, which dies with it), and a pod
-        it evicted leaves the book when the watch shows it go."""
-        for uid in [u for u, (g, at) in self.kept.items() if g not in listed and made_whole(g, at)]:
+        it evicted leaves the book when the watch shows it go. The (pod, gang) pairs dropped: the
+        caller holds each pod in its gang again (`Core.rejoin`)."""
+        dropped = [(u, g) for u, (g, at) in self.kept.items() if g not in listed and made_whole(g, at)]
+        for uid, _ in dropped:
             self.drop(uid)
+        return dropped
 
     def inherit(self) -> int:
         """Keep every watched pod that runs with topogang's own mark (`own_mark`), due at once: a
@@ -314,7 +324,7 @@ class EvictionRetries:
         """The leader's task: take over what an earlier leader left marked (`inherit`), then try pods
         as they fall due, `rate` a second at most; asleep while the book is empty, until a failure
         wakes it."""
-        self.vet()
+        await self.vet()
         self.inherit()
         while True:
             try:

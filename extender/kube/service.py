@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
@@ -205,9 +205,21 @@ def kube_service(
         if isinstance(binder, KubeBinder):
             binder.fence = may_act
     sync.retries.may_act = may_act
+
+    async def rejoin_kept(listed: Container[str]) -> None:
+        """Drop the kept evictions of gangs the leader no longer lists and made whole
+        (`EvictionRetries.forget_kept`); each such pod, which this replica's own expiry held apart
+        as `<gang>/evicted/<n>`, is a member of its gang again (`Core.rejoin`): else it would lead
+        with a healthy gang split in two, the member held apart and its slot counted lost."""
+        dropped = sync.retries.forget_kept(listed, store.made_whole)
+        if dropped:
+            async with scheduler.lock:
+                for uid, gang in dropped:
+                    scheduler.core.rejoin(gang, uid)
+
     # what this replica kept as a standby, looked at once more as its lead begins: the leader's
     # gang whole where it was, its members bound since the standby's last pass
-    sync.retries.vet = lambda: sync.retries.forget_kept((), store.made_whole)
+    sync.retries.vet = lambda: rejoin_kept(())
 
     async def evict(uids: Sequence[str], why: Disruption) -> None:
         """Evictions are the leader's: a standby sees the same reloads and departures, and keeps its
@@ -298,7 +310,7 @@ def kube_service(
                 kept = await store.leader_kept()  # the leader's deadlines, not the config's TTL
                 if kept is not None:
                     await scheduler.expire(lag=STANDBY_EXPIRY_LAG, before=lambda: store.follow(kept))
-                    sync.retries.forget_kept(store.leader_gangs, store.made_whole)  # the leader made it whole
+                    await rejoin_kept(store.leader_gangs)  # the leader made it whole
 
         await every(expiry_interval(ttl), once, "a standby's reservation expiry")
 

@@ -3,7 +3,9 @@ reservation of, and drops it once the leader no longer does (`EvictionRetries.fo
 leader made the gang whole, or let it go and evicted its pods itself. Before, a kept eviction was
 carried out whenever the standby took the lead, however long after: when the standby's watch lagged
 by more than `STANDBY_EXPIRY_LAG`, or its clock ran ahead of the leader's, it let go a gang the
-leader then made whole, and the next fail-over evicted a running member of a healthy gang."""
+leader then made whole, and the next fail-over evicted a running member of a healthy gang. A
+dropped eviction's pod is a member of its gang again (`Core.rejoin`): before, the new leader held it
+apart as `<gang>/evicted/<n>`, the gang split in two with that member's slot counted lost."""
 
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ def member(i: int) -> dict[str, Any]:
 
 
 def test_a_standby_whose_watch_lagged_does_not_evict_a_whole_gang_when_it_takes_over() -> None:
+    """Nor does it hold the member it had let go apart from the gang (`Core.rejoin`): taking over,
+    it holds one gang, whole."""
+
     async def go() -> None:
         shared, clock, loaded = cluster(), Clock(), config()
         a, b = await leader_and_standby(shared, loaded, clock, LEASE)
@@ -76,12 +81,18 @@ def test_a_standby_whose_watch_lagged_does_not_evict_a_whole_gang_when_it_takes_
             raise AssertionError(f"b never led: {b.s.not_ready_reason}") from None
         await asyncio.sleep(1.0)  # room for the new lead's eviction book to run
         gone = {n: ended(shared, "vision", n) for n in ("train-0", "train-1")}
+        gangs = {u: getattr(b.s.core.gang_of_pod(u), "name", None) for u in ("t0", "t1")}
+        whole = b.s.core.gang("vision/train")
         for t in b.tasks:
             t.cancel()
         assert gone == {"train-0": False, "train-1": False}, (
             f"the leader ran gang vision/train whole; the standby's lagging view let it go and, taking "
             f"over, ended its pods: {gone}"
         )
+        assert gangs == {"t0": "vision/train", "t1": "vision/train"}, (
+            f"the new leader holds the healthy gang's pods apart: {gangs}"
+        )
+        assert whole is not None and whole.deadline is None, "the gang is whole on the new leader"
 
     run(go())
 
@@ -141,11 +152,15 @@ def test_a_standby_whose_clock_runs_ahead_does_not_evict_a_whole_gang_when_it_ta
         await until("b leads", lambda: b.s.ready, 15.0)
         await asyncio.sleep(1.0)
         gone = {n: ended(shared, "vision", n) for n in ("train-0", "train-1")}
+        gangs = {u: getattr(b.s.core.gang_of_pod(u), "name", None) for u in ("t0", "t1")}
         for t in b.tasks:
             t.cancel()
         assert gone == {"train-0": False, "train-1": False}, (
             f"the leader ran gang vision/train whole within its 60 s; the standby, its clock {SKEW:.0f} s "
             f"ahead, let it go early and, taking over, ended its pods: {gone}"
+        )
+        assert gangs == {"t0": "vision/train", "t1": "vision/train"}, (
+            f"the new leader holds the healthy gang's pods apart: {gangs}"
         )
 
     run(go())
