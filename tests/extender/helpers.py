@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -125,8 +126,29 @@ def bind_args(p: Mapping[str, Any], node: str) -> wire.BindingArgs:
     return wire.BindingArgs(m["name"], m["namespace"], m["uid"], node)
 
 
+STUCK_SECONDS = 20.0  # a task still running this long after it was cancelled does not stop
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
+    """`asyncio.run(coro)`, where a task left running that does not stop when cancelled fails the
+    test, naming the task and where it waits, instead of hanging it (`asyncio.run` waits for ever)."""
+
+    async def main() -> T:
+        try:
+            return await coro
+        finally:
+            me = asyncio.current_task()
+            left = [t for t in asyncio.all_tasks() if t is not me]
+            for t in left:
+                t.cancel()
+            _, stuck = await asyncio.wait(left, timeout=STUCK_SECONDS) if left else (set(), set())
+            if stuck:
+                where = io.StringIO()
+                for t in stuck:
+                    t.print_stack(limit=12, file=where)
+                raise AssertionError(f"{len(stuck)} tasks do not stop when cancelled:\n{where.getvalue()}")
+
+    return asyncio.run(main())
 
 
 class InProcess:

@@ -375,6 +375,31 @@ class CoreMachine(RuleBasedStateMachine):
     def flip_health(self, node: str, healthy: bool, bad: set[int]) -> None:
         self.core.set_node_health(node, healthy, bad_gpus=frozenset(bad))
 
+    @precondition(lambda self: any(_splittable(self.core, g) for g in self.core.gangs()))
+    @rule(data=st.data())
+    def split_and_rejoin(self, data: st.DataObject) -> None:
+        """A view behind its owner's binds (a standby whose watch lags): it saw some members of a
+        gang the owner made whole, let the gang go (its members held apart, being evicted), then
+        saw the other members bound and adopted the gang again from their records. Each member
+        held apart rejoins it (`Core.rejoin`): the gang comes back whole on exactly its GPUs."""
+        g = data.draw(st.sampled_from([g for g in self.core.gangs() if _splittable(self.core, g)]))
+        before = sorted(_where(self.core, g))
+        records = _records(self.core, g)
+        uids = [r.pod_uid for r in records]
+        seen = data.draw(st.lists(st.sampled_from(uids), min_size=1, max_size=len(uids) - 1, unique=True))
+        for uid in uids:
+            if uid not in seen:
+                self.core.release_pod(uid, self.now)  # not bound yet, in the lagging view
+        self.core.evict_gang(g.name, self.now)
+        self.core.adopt(g.request, records, self.now)
+        for uid in seen:
+            assert self.core.rejoin(g.name, uid), uid
+        h = self.core.gang(g.name)
+        assert h is not None and h.phase is GangPhase.BOUND and h.lost == 0
+        assert sorted(_where(self.core, h)) == before, "the gang is back on exactly its GPUs"
+        assert [x.name for x in self.core.gangs() if x.name.startswith(f"{g.name}/evicted/")] == []
+        assert violations(self.core) == []
+
     @rule()
     def reconfigure(self) -> None:
         self.spec = SPEC2 if self.spec is SPEC else SPEC
@@ -468,6 +493,22 @@ class CoreMachine(RuleBasedStateMachine):
             self.core.delete_gang(g.name)
         assert violations(self.core) == []
         assert snapshot(self.core) == snapshot(Core(self.spec)), "deleting everything must restore the start"
+
+
+def _splittable(core: Core, g: Gang) -> bool:
+    """A whole gang of two pods or more that a lagging view could split: running at its own
+    priority on its VC's quota, no victim to wait for, no preemptor waiting for its GPUs."""
+    st = core.state
+    return (
+        g.phase is GangPhase.BOUND
+        and len(g.live_slots()) >= 2
+        and len(g.live_slots()) == len(g.slots)
+        and not g.evicting
+        and not g.guest
+        and g.downgraded_by is None
+        and g.priority == g.request.priority
+        and all(st.leaf_reserver[x] == -1 for s in g.slots for x in s.leaves)
+    )
 
 
 def _records(core: Core, g: Gang) -> list[AdoptedPod]:
