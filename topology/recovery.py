@@ -217,8 +217,10 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
     claimed: list[int] = []
     hints: dict[int, str] = {}
     lost = 0
+    lost_at: list[tuple[int, ...]] = []
     for p in pods:
         leaves: list[int] = []
+        found = [leaf for _, leaf, _ in _gpus(topo, p) if leaf is not None]
         for g, leaf, cell_type in _gpus(topo, p):
             if leaf is None:
                 history.append(f"pod {p.pod_uid}: GPU {g} of node {p.node} is not in the cluster")
@@ -230,6 +232,8 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
                 hints[leaf] = cell_type
         if not leaves:
             lost += 1
+            if found and len(found) == len(p.gpu_indices):  # every GPU there, held by another gang
+                lost_at.append(tuple(sorted(found)))
             continue
         slots.append(Slot(len(slots), len(leaves), p.slot_key, topo.cell_node[leaves[0]], tuple(leaves)))
     if owner != NO_OWNER and not bind_for(cluster.state, owner, claimed, hints):
@@ -253,6 +257,7 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
         history=history,
         lost=lost + max(0, req.pod_count - len(pods)),
         guest=guest,
+        lost_at=lost_at,
     )
     if not slots:
         gang.history.append("nothing left to adopt")
@@ -294,6 +299,8 @@ def _adopt_slot(cluster: Cluster, gang: Gang, p: AdoptedPod) -> Slot | None:
     cluster.reservations.retally(gang)
     gang.placement = None
     gang.lost -= 1
+    if (at := tuple(sorted(found))) in gang.lost_at:  # the member itself: nothing may rejoin there
+        gang.lost_at.remove(at)
     return slot
 
 
@@ -343,6 +350,11 @@ def rejoin(cluster: Cluster, name: str, pod_uid: str) -> bool:
     slot = held.slot_of(pod_uid)
     if slot is None or slot.finished or slot.released_early:
         return False
+    # only where the gang's adoption found a recorded slot held by another: a gang of that name
+    # placed again elsewhere (its lost slot on other GPUs) is not the gang this pod left
+    at = tuple(sorted(slot.leaves))
+    if at not in gang.lost_at:
+        return False
     if any(st.leaf_gang[x] != held.id or st.leaf_reserver[x] != NO_GANG for x in slot.leaves):
         return False
     res.touch(held)
@@ -352,6 +364,7 @@ def rejoin(cluster: Cluster, name: str, pod_uid: str) -> bool:
     back = Slot(len(gang.slots), slot.leaf_number, slot.key, slot.node, slot.leaves, pod_uid, slot.pod_name)
     gang.slots.append(back)
     gang.lost -= 1
+    gang.lost_at.remove(at)
     gang.placement = None
     res.pod_gang[pod_uid] = gang.id
     res.retally(gang)

@@ -56,6 +56,9 @@ class Gang:
     evicting: bool = False  # its pods are being evicted: each slot's GPUs are freed as its pod goes
     gone: bool = False  # let go (released, expired, cancelled): an answer holding it is out of date
     guest: bool = False  # guaranteed, started as a guest in free room instead of preempting (`room`)
+    # the leaves of recorded slots an adoption counted `lost` because another gang held them all
+    # (sorted): the only GPUs a member held apart may rejoin the gang on (`recovery.rejoin`)
+    lost_at: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def phase(self) -> GangPhase:

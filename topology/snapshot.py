@@ -135,6 +135,7 @@ GANG_FIELDS: dict[str, Callable[[Any], Any]] = {
     "evicting": _same,
     "gone": _same,
     "guest": _same,
+    "lost_at": _flat,  # tuples: immutable values
 }
 
 

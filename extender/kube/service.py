@@ -56,6 +56,7 @@ from extender.kube.sync import ClusterSync
 from extender.kube.unverified import Unverified
 from extender.ops.background import every, expiry_interval
 from extender.ops.collector import collector_paused
+from extender.ops.logtext import shown
 from extender.ops.metrics import Metrics
 from topology.core import Core
 
@@ -207,15 +208,15 @@ def kube_service(
     sync.retries.may_act = may_act
 
     async def rejoin_kept(listed: Container[str]) -> None:
-        """Drop the kept evictions of gangs the leader no longer lists and made whole
-        (`EvictionRetries.forget_kept`); each such pod, which this replica's own expiry held apart
-        as `<gang>/evicted/<n>`, is a member of its gang again (`Core.rejoin`): else it would lead
-        with a healthy gang split in two, the member held apart and its slot counted lost."""
+        """Drop the kept evictions of gangs the leader no longer lists and made whole (`forget_kept`);
+        each such pod, held apart by this replica's own expiry as `<gang>/evicted/<n>`, rejoins its
+        gang (`Core.rejoin`): else it would lead with a healthy gang split, a member's slot lost."""
         dropped = sync.retries.forget_kept(listed, store.made_whole)
         if dropped:
             async with scheduler.lock:
                 for uid, gang in dropped:
-                    scheduler.core.rejoin(gang, uid)
+                    if not scheduler.core.rejoin(gang, uid):  # e.g. the gang placed again elsewhere
+                        log.info("pod %s stays held apart from gang %s until it is gone", uid, shown(gang))
 
     # what this replica kept as a standby, looked at once more as its lead begins: the leader's
     # gang whole where it was, its members bound since the standby's last pass
@@ -232,7 +233,7 @@ def kube_service(
                     # shows the pod go
                     for later in uids[i:]:
                         held = scheduler.core.gang_of_pod(later)  # `<gang>/evicted/<n>` by now
-                        gang = held.name.partition("/evicted/")[0] if held is not None else None
+                        gang = held.name.rpartition("/evicted/")[0] if held is not None else None
                         where, at = sync.live.get(later), store.leader_places.get(gang or "")
                         if where is not None and at is not None:  # a gang the leader listed there
                             sync.retries.keep(later, *where, why, gang or "", at)

@@ -73,3 +73,49 @@ def test_nothing_moves_when_the_gang_is_not_held_or_the_pod_is_not_its_own() -> 
     assert not standby.rejoin("g", "p0")  # the gang is not held
     assert standby.gang_of_pod("p0") is not None and not violations(standby)
     assert snapshot(standby) != before  # (the deletion itself changed the core)
+
+
+def _pods(p: GangPlacement) -> list[tuple[str, tuple[int, ...]]]:
+    return [(x.node, tuple(x.gpu_indices)) for x in p.pods]
+
+
+def test_a_pod_being_evicted_does_not_take_the_lost_slot_of_its_gang_placed_again_elsewhere() -> None:
+    """A member rejoins only on GPUs its gang's adoption found held by another gang (`Gang.lost_at`).
+    Here the leader let gang g go (its deadline passed with p1 not come; p0 evicted) and placed it again
+    under the same name: one slot on the GPUs of the old slot p1 never came to (S1), one on GPUs X of
+    another gang k's open slot that expired on the leader too, but that this standby, whose expiry
+    runs `STANDBY_EXPIRY_LAG` behind, still holds. The standby adopts the new g from p1's bind info:
+    S1 bound, X counted lost (already held). Its `made_whole` sees g at (part of) the placement listed
+    when it kept p0's eviction (S0, S1), and the leader no longer lists g (p0' bound on X, the watch
+    not there yet), so the edge calls rejoin(g, p0): p0, which the leader is evicting, takes g's
+    lost slot on S0 without that rule; when k expires here and the watch shows p0' bound on X, p0'
+    matches no slot, and this core holds X for nobody while p0' runs on it."""
+    spec = rack_cluster()
+    req = gang("ns/g", "a", (2, 4))
+    leader = Core(spec)
+    first = leader.reserve(req, 0.0)
+    assert isinstance(first, GangPlacement)
+    (n0, s0), (n1, s1) = _pods(first)
+    standby = Core(spec)
+    standby.adopt(req, [AdoptedPod("p0", n0, s0, "p0"), AdoptedPod("", n1, s1)], 0.0)
+    # gang k: one member bound, its other slot X open; it expires on the leader with g
+    kreq = gang("other/k", "a", (2, 4))
+    kfirst = leader.reserve(kreq, 0.0)
+    assert isinstance(kfirst, GangPlacement)
+    (kn0, ks0), (nx, sx) = _pods(kfirst)
+    standby.adopt(kreq, [AdoptedPod("kp", kn0, ks0, "kp"), AdoptedPod("", nx, sx)], 0.0)
+    standby.evict_gang("ns/g", 5.0)  # the standby's own expiry of g: p0 held apart, its eviction kept
+    # the leader's new g: S1 (p1 bound) and X (p0' about to bind); k still held here
+    standby.adopt(req, [AdoptedPod("p1", n1, s1, "p1"), AdoptedPod("", nx, sx)], 6.0)
+    g = standby.gang("ns/g")
+    assert g is not None and g.lost == 1
+    assert set(_pods(standby.placement_of(g))) <= {(n0, s0), (n1, s1)}, "made_whole would say yes"
+    rejoined = standby.rejoin("ns/g", "p0")
+    # k expires here too (its member evicted); the watch shows p0' bound on X
+    standby.evict_gang("other/k", 7.0)
+    standby.adopt(req, [AdoptedPod("p1", n1, s1, "p1"), AdoptedPod("p0x", nx, sx, "p0x")], 8.0)
+    assert not violations(standby)
+    assert not rejoined and standby.gang_of_pod("p0x") is g, (
+        f"rejoin={rejoined}: p0 (being evicted) took g's lost slot on {n0} {s0}; p0' runs on {nx} {sx}, "
+        f"which this core holds for nobody: {g.history[-1:]}"
+    )
