@@ -127,6 +127,7 @@ def reconfigure(old: Core, spec: ClusterSpec, now: float) -> tuple[Core, Reconfi
         adopted = new.gang(g.name)
         if adopted is not None:
             _keep_finished(new, adopted, old, g)
+            _keep_lost_at(new, adopted, old, g)
         if g.phase is not GangPhase.BOUND and any(p.node not in new.topo.node_index for p in pods):
             _let_go(new, report, g, pods, adopted, now)
             continue
@@ -192,6 +193,17 @@ def _keep_finished(new: Core, adopted: Gang, old: Core, g: Gang) -> None:
             s.finished = True
     if adopted.phase is GangPhase.BOUND:
         adopted.deadline = None
+
+
+def _keep_lost_at(new: Core, adopted: Gang, old: Core, g: Gang) -> None:
+    """Where `g`'s adoption counted a recorded slot lost to another gang (`Gang.lost_at`), on the
+    new config's leaves: the slot is still lost (not rebuilt: the adoption counts it from the
+    request's pod count), and a member held apart may still rejoin there (`recovery.rejoin`)."""
+    topo = old.topo
+    for at in g.lost_at:
+        leaves = [new.topo.leaf_of(topo.node_names[topo.cell_node[x]], topo.gpu_index[x]) for x in at]
+        if len(adopted.lost_at) < adopted.lost and all(x is not None for x in leaves):
+            adopted.lost_at.append(tuple(sorted(x for x in leaves if x is not None)))
 
 
 def _judge(report: ReconfigureReport, old: Gang, pods: list[AdoptedPod], new: Gang | None) -> None:

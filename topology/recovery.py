@@ -299,6 +299,7 @@ def _adopt_slot(cluster: Cluster, gang: Gang, p: AdoptedPod) -> Slot | None:
     cluster.reservations.retally(gang)
     gang.placement = None
     gang.lost -= 1
+    gang.lca_level = topo.lca_level(gang.held_leaves())
     if (at := tuple(sorted(found))) in gang.lost_at:  # the member itself: nothing may rejoin there
         gang.lost_at.remove(at)
     return slot
@@ -365,6 +366,7 @@ def rejoin(cluster: Cluster, name: str, pod_uid: str) -> bool:
     gang.slots.append(back)
     gang.lost -= 1
     gang.lost_at.remove(at)
+    gang.lca_level = cluster.topo.lca_level(gang.held_leaves())
     gang.placement = None
     res.pod_gang[pod_uid] = gang.id
     res.retally(gang)

@@ -9,6 +9,7 @@ from tests.topology.fixtures import gang, rack_cluster
 from topology.core import Core
 from topology.decisions import AdoptedPod, GangPlacement
 from topology.invariants import snapshot, violations
+from topology.reconfigure import reconfigure
 from topology.reservations import GangPhase
 
 
@@ -119,3 +120,43 @@ def test_a_pod_being_evicted_does_not_take_the_lost_slot_of_its_gang_placed_agai
         f"rejoin={rejoined}: p0 (being evicted) took g's lost slot on {n0} {s0}; p0' runs on {nx} {sx}, "
         f"which this core holds for nobody: {g.history[-1:]}"
     )
+
+
+def test_a_reload_between_the_adoption_and_the_rejoin_keeps_where_the_slot_was_lost() -> None:
+    """A standby sees the same reloads as the leader: a config edit (here the same spec) between the
+    re-adoption of g (p0's slot lost, p0 held apart) and the standby's next `rejoin_kept` rebuilds
+    every gang (`reconfigure`); g keeps where its slot was lost (`lost_at`), so p0 still rejoins."""
+    leader, standby, _ = _split()
+    g = standby.gang("g")
+    assert g is not None and g.lost == 1 and g.lost_at, "recorded on the first adoption"
+    new, report = reconfigure(standby, rack_cluster(), 6.5)
+    assert not report.loses_capacity and not violations(new)
+    g2 = new.gang("g")
+    assert g2 is not None and g2.lost == 1, "the lost slot is still counted after the reload"
+    assert new.rejoin("g", "p0"), f"the reload forgot where g's slot was lost: lost_at={g2.lost_at}"
+    assert new.gang_of_pod("p0") is g2 and g2.phase is GangPhase.BOUND and g2.lost == 0
+    assert [x.name for x in new.gangs()] == ["g"]
+    assert not violations(new)
+    assert new.node_gpu_counts() == leader.node_gpu_counts()
+
+
+def test_a_rejoined_gang_spans_what_it_holds() -> None:
+    """After the rejoin the gang holds both 8-GPU slots (two nodes), and its `lca_level` (what the
+    views and the gang ledger's status show as `lcaCellType`) spans both, as the leader's does, not
+    the one slot the adoption saw."""
+    spec = rack_cluster()
+    req = gang("g", "a", (2, 8))
+    leader = Core(spec)
+    assert isinstance(leader.reserve(req, 0.0), GangPlacement)
+    leader.claim("g", "p0", 8, 0.0, node=None)
+    leader.claim("g", "p1", 8, 1.0, node=None)
+    pods = [_adopted(leader, "g", "p0"), _adopted(leader, "g", "p1")]
+    assert pods[0].node != pods[1].node
+    standby = Core(spec)
+    standby.adopt(req, pods[:1], 0.0)
+    standby.evict_gang("g", 5.0)
+    standby.adopt(req, pods, 6.0)
+    assert standby.rejoin("g", "p0")
+    lg, sg = leader.gang("g"), standby.gang("g")
+    assert lg is not None and sg is not None and not violations(standby)
+    assert sg.lca_level == lg.lca_level, (sg.lca_level, lg.lca_level)
