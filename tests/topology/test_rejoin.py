@@ -29,15 +29,15 @@ def _adopted(core: Core, name: str, uid: str) -> AdoptedPod:
     )
 
 
-def _split() -> tuple[Core, Core, list[AdoptedPod]]:
+def _split(gpus: int = 4) -> tuple[Core, Core, list[AdoptedPod]]:
     """The leader's core (gang g whole: p0 and p1 bound) and a standby's that saw p0 only, let g go
     and then saw p1 bound: g again, from p1 and g's recorded placement, p0 held apart."""
     spec = rack_cluster()
-    req = gang("g", "a", (2, 4))
+    req = gang("g", "a", (2, gpus))
     leader = Core(spec)
     assert isinstance(leader.reserve(req, 0.0), GangPlacement)
-    leader.claim("g", "p0", 4, 0.0, node=None)
-    leader.claim("g", "p1", 4, 1.0, node=None)
+    leader.claim("g", "p0", gpus, 0.0, node=None)
+    leader.claim("g", "p1", gpus, 1.0, node=None)
     pods = [_adopted(leader, "g", "p0"), _adopted(leader, "g", "p1")]
     standby = Core(spec)
     standby.adopt(req, pods[:1], 0.0)
@@ -144,18 +144,8 @@ def test_a_rejoined_gang_spans_what_it_holds() -> None:
     """After the rejoin the gang holds both 8-GPU slots (two nodes), and its `lca_level` (what the
     views and the gang ledger's status show as `lcaCellType`) spans both, as the leader's does, not
     the one slot the adoption saw."""
-    spec = rack_cluster()
-    req = gang("g", "a", (2, 8))
-    leader = Core(spec)
-    assert isinstance(leader.reserve(req, 0.0), GangPlacement)
-    leader.claim("g", "p0", 8, 0.0, node=None)
-    leader.claim("g", "p1", 8, 1.0, node=None)
-    pods = [_adopted(leader, "g", "p0"), _adopted(leader, "g", "p1")]
+    leader, standby, pods = _split(8)
     assert pods[0].node != pods[1].node
-    standby = Core(spec)
-    standby.adopt(req, pods[:1], 0.0)
-    standby.evict_gang("g", 5.0)
-    standby.adopt(req, pods, 6.0)
     assert standby.rejoin("g", "p0")
     lg, sg = leader.gang("g"), standby.gang("g")
     assert lg is not None and sg is not None and not violations(standby)
