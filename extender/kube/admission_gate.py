@@ -62,6 +62,7 @@ from extender.http import wire
 from extender.http.verbs import Scheduler
 from extender.kube import pods as kpods
 from extender.kube.client import AsyncKube, patch_pod
+from extender.ops.background import wait_at_most
 from extender.ops.metrics import Metrics
 from topology.decisions import GangRequest, UserError
 from topology.explain import fits_in_order
@@ -318,4 +319,4 @@ class GateKeeper:
                 if (i + 1) % burst == 0:
                     await asyncio.sleep(burst / self.rate)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.book.wake.wait(), self.every)
+                await wait_at_most(self.book.wake.wait(), self.every)

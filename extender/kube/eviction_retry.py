@@ -37,6 +37,7 @@ from extender.kube import pods as kpods
 from extender.kube.client import AsyncKube
 from extender.kube.events import MAX_MESSAGE
 from extender.kube.evictions import FAILED, NOT_DELETED, evict_pod
+from extender.ops.background import wait_at_most
 
 log = logging.getLogger("topogang.kube")
 
@@ -341,4 +342,4 @@ class EvictionRetries:
                 await self.wake.wait()
                 continue
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), min(POLL, max(MIN_PAUSE, wait)))
+                await wait_at_most(self.wake.wait(), min(POLL, max(MIN_PAUSE, wait)))

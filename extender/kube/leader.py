@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.kube.client import ApiError, AsyncKube, NoAnswerError
+from extender.ops.background import wait_at_most
 
 log = logging.getLogger("topogang.kube")
 
@@ -152,7 +153,7 @@ class LeaderElector:
         """One `try_acquire_or_renew`, given up after `within` seconds; any failure is a failed
         attempt, never the end of the loop that makes them."""
         try:
-            return await asyncio.wait_for(self.try_acquire_or_renew(), timeout=max(within, 0.0))
+            return await wait_at_most(self.try_acquire_or_renew(), max(within, 0.0))
         except TimeoutError:
             log.warning("Lease %s: no answer within %.1fs", self.path, within)
         except Exception:

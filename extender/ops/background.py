@@ -8,10 +8,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 log = logging.getLogger("topogang.extender")
 
 _background: set[asyncio.Task[None]] = set()
+
+T = TypeVar("T")
+
+
+async def wait_at_most(aw: Awaitable[T], timeout: float) -> T:
+    """`asyncio.wait_for`, but the caller's cancellation is never lost: on Python 3.11 a cancellation
+    that lands as `aw`'s result arrives is swallowed (the result is returned), and a loop that waits
+    so would run on after its task was cancelled (a replica told to stop renewing its Lease)."""
+    try:
+        return await asyncio.wait_for(aw, timeout)
+    finally:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
 
 
 def spawn(coro: Awaitable[None]) -> None:

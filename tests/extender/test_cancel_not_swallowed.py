@@ -1,0 +1,73 @@
+"""A task cancelled as the thing it waits for with a timeout finishes stops, whatever lands first.
+
+On Python 3.11, `asyncio.wait_for` returns the awaited result when the caller's cancellation lands
+as that result arrives, and the cancellation is lost. The loops that wait so (the Lease's renewals,
+`LeaderElector.hold`; the eviction book; the admission gate) then run on after their task was
+cancelled: a replica told to stop went on renewing its Lease, so no standby could take over until
+the process was killed, and a test hung in `asyncio.run`'s final cancellation (the dump showed
+`LeaderElector.hold` cancelled twice, still renewing). `wait_at_most` raises the cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from extender.kube.leader import LeaderElector, LeaseSettings
+from extender.ops.background import wait_at_most
+from loadtest.kubefake import FakeKube
+from tests.extender.helpers import run
+
+
+async def _cancelled_as_it_finishes(outer: asyncio.Task[Any], value: int) -> int:
+    """A result that arrives in the same turn as its waiter's cancellation."""
+    me = asyncio.current_task()
+    assert me is not None
+    me.add_done_callback(lambda _: outer.cancel())
+    return value
+
+
+def test_a_cancellation_that_lands_as_the_result_arrives_is_raised() -> None:
+    async def go() -> list[int]:
+        got: list[int] = []
+
+        async def loop() -> None:
+            me = asyncio.current_task()
+            assert me is not None
+            while len(got) < 3:  # bounded: a lost cancellation shows as three results
+                got.append(await wait_at_most(_cancelled_as_it_finishes(me, len(got)), 5.0))
+
+        task = asyncio.get_running_loop().create_task(loop())
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return got
+
+    assert run(go()) == []
+
+
+def test_the_lease_holder_stops_when_cancelled_as_a_renewal_succeeds() -> None:
+    async def go() -> int:
+        kube = FakeKube()
+        settings = LeaseSettings("ns", "lead", lease_seconds=5.0, renew_deadline=3.0, retry_seconds=0.0)
+        elector = LeaderElector(kube, settings, "a", clock=time.monotonic)
+        await elector.acquire()
+        renewals = 0
+        renew = elector.try_acquire_or_renew
+
+        async def renewing() -> bool:
+            nonlocal renewals
+            renewals += 1
+            ok = await renew()
+            if renewals == 2:  # cancelled in the very turn its second renewal succeeds
+                holder.cancel()
+            return ok
+
+        elector.try_acquire_or_renew = renewing  # type: ignore[method-assign]
+        holder = asyncio.get_running_loop().create_task(elector.hold())
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(holder), 5.0)
+        return renewals
+
+    assert run(go()) == 2
