@@ -151,13 +151,15 @@ class Reviews:
 
     async def _once(self, key: object, ask: Callable[[], Awaitable[Any]]) -> Any:
         """One request per key at a time: the others wait for its answer."""
+        me = asyncio.current_task()
+        before = me.cancelling() if me is not None else 0
         pending = self._inflight.get(key)
         while pending is not None:
             try:
                 return await asyncio.shield(pending)
             except asyncio.CancelledError:
-                if not pending.cancelled():
-                    raise  # this request was cancelled itself
+                if not pending.cancelled() or (me is not None and me.cancelling() > before):
+                    raise  # this request was cancelled itself (maybe in the same turn as the first)
             pending = self._inflight.get(key)  # the first asker went away: ask again
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._inflight[key] = fut

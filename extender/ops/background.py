@@ -21,11 +21,12 @@ async def wait_at_most(aw: Awaitable[T], timeout: float) -> T:
     """`asyncio.wait_for`, but the caller's cancellation is never lost: on Python 3.11 a cancellation
     that lands as `aw`'s result arrives is swallowed (the result is returned), and a loop that waits
     so would run on after its task was cancelled (a replica told to stop renewing its Lease)."""
+    task = asyncio.current_task()
+    before = task.cancelling() if task is not None else 0  # one handled earlier is not this one
     try:
         return await asyncio.wait_for(aw, timeout)
     finally:
-        task = asyncio.current_task()
-        if task is not None and task.cancelling():
+        if task is not None and task.cancelling() > before:
             raise asyncio.CancelledError
 
 

@@ -10,12 +10,14 @@ the process was killed, and a test hung in `asyncio.run`'s final cancellation (t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Any
 
 import pytest
 
 from extender.kube.leader import LeaderElector, LeaseSettings
+from extender.kube.reviews import Reviews
 from extender.ops.background import wait_at_most
 from loadtest.kubefake import FakeKube
 from tests.extender.helpers import run
@@ -71,3 +73,77 @@ def test_the_lease_holder_stops_when_cancelled_as_a_renewal_succeeds() -> None:
         return renewals
 
     assert run(go()) == 2
+
+
+def test_a_handled_earlier_cancellation_does_not_fail_a_later_wait() -> None:
+    """A cancellation the task handled before and went on from is not the one `wait_at_most` raises:
+    it raises only for one that arrived while it waited."""
+
+    async def go() -> str:
+        async def worker() -> str:
+            with contextlib.suppress(asyncio.CancelledError):  # handled (no uncancel): it goes on
+                await asyncio.Event().wait()
+            return await wait_at_most(asyncio.sleep(0, "renewed"), 5.0)
+
+        t = asyncio.get_running_loop().create_task(worker())
+        await asyncio.sleep(0)
+        t.cancel()
+        try:
+            return await t
+        except asyncio.CancelledError:
+            return "cancelled"
+
+    assert run(go()) == "renewed"
+
+
+def test_a_waiter_cancelled_with_the_first_asker_is_not_swallowed() -> None:
+    """Two token reviews of one key share one request (`Reviews._once`): a waiter asks again when the
+    first asker goes away, but not when it is cancelled itself in the same turn (one deadline for
+    both); it went on before, asking the API server again for a request nobody waits for."""
+
+    async def go() -> tuple[bool, int]:
+        reviews = Reviews(None)  # type: ignore[arg-type]  # _once never touches kube
+        asked = 0
+        never = asyncio.get_running_loop().create_future()
+
+        async def ask() -> str:
+            nonlocal asked
+            asked += 1
+            if asked == 1:
+                await never  # the first asker waits until it is cancelled
+            return "answer"
+
+        first = asyncio.get_running_loop().create_task(reviews._once("k", ask))
+        await asyncio.sleep(0)
+        second = asyncio.get_running_loop().create_task(reviews._once("k", ask))
+        await asyncio.sleep(0)  # second now waits on shield(pending)
+        first.cancel()
+        second.cancel()  # both requests cancelled in the same turn (e.g. one shared deadline)
+        await asyncio.gather(first, second, return_exceptions=True)
+        return second.cancelled(), asked
+
+    cancelled, asked = run(go())
+    assert (cancelled, asked) == (True, 1)
+
+
+def test_a_waiter_asks_again_when_only_the_first_asker_is_cancelled() -> None:
+    async def go() -> tuple[object, int]:
+        reviews = Reviews(None)  # type: ignore[arg-type]
+        asked = 0
+        never = asyncio.get_running_loop().create_future()
+
+        async def ask() -> str:
+            nonlocal asked
+            asked += 1
+            if asked == 1:
+                await never
+            return "answer"
+
+        first = asyncio.get_running_loop().create_task(reviews._once("k", ask))
+        await asyncio.sleep(0)
+        second = asyncio.get_running_loop().create_task(reviews._once("k", ask))
+        await asyncio.sleep(0)
+        first.cancel()
+        return await second, asked
+
+    assert run(go()) == ("answer", 2)
