@@ -33,7 +33,7 @@ from topology.decisions import (
 )
 from topology.placement import Shortfall
 from topology.requests import chains, check_same_shape, placement_top, suggested_ids
-from topology.reservations import Gang, GangPhase, Slot
+from topology.reservations import EVICTED, Gang, GangPhase, Slot
 from topology.state import NO_GANG, NO_OWNER
 from topology.wait_reasons import held_by, wait_reason
 
@@ -402,7 +402,7 @@ def keep_until_gone(cluster: Cluster, gang: Gang, now: float) -> None:
     # a name no gang has: a reload numbers the gangs afresh and keeps their names, so the gang an
     # earlier eviction of this one left running may be `<gang>/evicted/<its id now>` already
     suffix = gang.id
-    while (name := f"{gang.name}/evicted/{suffix}") in cluster.reservations.by_name:
+    while (name := f"{gang.name}{EVICTED}{suffix}") in cluster.reservations.by_name:
         suffix += 1
     members = tuple(Member(n, k) for k, n in counts.items())
     keep = Gang(

@@ -19,7 +19,7 @@ from topology.gangs import placement_of, release
 from topology.model import Topology
 from topology.preemption import downgrade
 from topology.promotion import PROMOTED_PRIORITY, bind_in_place
-from topology.reservations import Gang, GangPhase, Slot
+from topology.reservations import Gang, GangPhase, Slot, evicted_origin
 from topology.state import NO_GANG, NO_OWNER
 
 
@@ -220,8 +220,10 @@ def _adopt_new(cluster: Cluster, req: GangRequest, pods: list[AdoptedPod], now: 
     lost_at: list[tuple[int, ...]] = []
     for p in pods:
         leaves: list[int] = []
-        found = [leaf for _, leaf, _ in _gpus(topo, p) if leaf is not None]
+        found: list[int] = []  # its GPUs the cluster has, held or not
         for g, leaf, cell_type in _gpus(topo, p):
+            if leaf is not None:
+                found.append(leaf)
             if leaf is None:
                 history.append(f"pod {p.pod_uid}: GPU {g} of node {p.node} is not in the cluster")
             elif st.leaf_gang[leaf] != -1 or leaf in claimed:
@@ -344,7 +346,7 @@ def rejoin(cluster: Cluster, name: str, pod_uid: str) -> bool:
     held = res.by_id.get(res.pod_gang.get(pod_uid, -1))
     if gang is None or gang.evicting or gang.lost <= 0 or held is None or not held.evicting:
         return False
-    if held.name.rpartition("/evicted/")[0] != name:
+    if evicted_origin(held.name) != name:
         return False
     if (held.owner, held.priority) != (gang.owner, gang.priority):
         return False

@@ -20,6 +20,16 @@ class GangPhase(StrEnum):
     BOUND = "Bound"  # every slot claimed by a pod
 
 
+EVICTED = "/evicted/"  # `<gang>/evicted/<n>`: a gang let go while its pods run (`gangs.keep_until_gone`)
+
+
+def evicted_origin(name: str) -> str | None:
+    """The gang whose running pods a gang named so holds apart (cut at the last `/evicted/`: a
+    tenant's own gang name may hold one), or None for any other gang."""
+    origin, sep, _ = name.rpartition(EVICTED)
+    return origin if sep else None
+
+
 @dataclass(slots=True)
 class Slot:
     """One pod position of a gang: fixed node and leaves, and the pod (if any) that claimed it."""

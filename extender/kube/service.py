@@ -59,6 +59,7 @@ from extender.ops.collector import collector_paused
 from extender.ops.logtext import shown
 from extender.ops.metrics import Metrics
 from topology.core import Core
+from topology.reservations import evicted_origin
 
 log = logging.getLogger("topogang.kube")
 
@@ -228,12 +229,11 @@ def kube_service(
         for i, uid in enumerate(uids):
             if not may_act():
                 if elector is not None and not elector.leading and why.reason == RESERVATION_EXPIRED:
-                    # a standby's own expiry (`standby_expiry`): the leader's to do, and done there
-                    # unless it died first; kept for this replica's lead, dropped when the watch
-                    # shows the pod go
+                    # a standby's own expiry (`standby_expiry`): the leader's to do, and done there unless
+                    # it died first; kept for this replica's lead, dropped when the watch shows the pod go
                     for later in uids[i:]:
                         held = scheduler.core.gang_of_pod(later)  # `<gang>/evicted/<n>` by now
-                        gang = held.name.rpartition("/evicted/")[0] if held is not None else None
+                        gang = evicted_origin(held.name) if held is not None else None
                         where, at = sync.live.get(later), store.leader_places.get(gang or "")
                         if where is not None and at is not None:  # a gang the leader listed there
                             sync.retries.keep(later, *where, why, gang or "", at)

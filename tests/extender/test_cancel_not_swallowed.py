@@ -96,31 +96,37 @@ def test_a_handled_earlier_cancellation_does_not_fail_a_later_wait() -> None:
     assert run(go()) == "renewed"
 
 
+async def _two_waiting_reviews() -> tuple[asyncio.Task[Any], asyncio.Task[Any], list[int]]:
+    """Two reviews of one key: the first asks (and waits until it is cancelled), the second waits on
+    its answer (`Reviews._once`); how many times the API server was asked."""
+    reviews = Reviews(None)  # type: ignore[arg-type]  # _once never touches kube
+    asked = [0]
+    never = asyncio.get_running_loop().create_future()
+
+    async def ask() -> str:
+        asked[0] += 1
+        if asked[0] == 1:
+            await never
+        return "answer"
+
+    first = asyncio.get_running_loop().create_task(reviews._once("k", ask))
+    await asyncio.sleep(0)
+    second = asyncio.get_running_loop().create_task(reviews._once("k", ask))
+    await asyncio.sleep(0)  # second now waits on shield(pending)
+    return first, second, asked
+
+
 def test_a_waiter_cancelled_with_the_first_asker_is_not_swallowed() -> None:
     """Two token reviews of one key share one request (`Reviews._once`): a waiter asks again when the
     first asker goes away, but not when it is cancelled itself in the same turn (one deadline for
     both); it went on before, asking the API server again for a request nobody waits for."""
 
     async def go() -> tuple[bool, int]:
-        reviews = Reviews(None)  # type: ignore[arg-type]  # _once never touches kube
-        asked = 0
-        never = asyncio.get_running_loop().create_future()
-
-        async def ask() -> str:
-            nonlocal asked
-            asked += 1
-            if asked == 1:
-                await never  # the first asker waits until it is cancelled
-            return "answer"
-
-        first = asyncio.get_running_loop().create_task(reviews._once("k", ask))
-        await asyncio.sleep(0)
-        second = asyncio.get_running_loop().create_task(reviews._once("k", ask))
-        await asyncio.sleep(0)  # second now waits on shield(pending)
+        first, second, asked = await _two_waiting_reviews()
         first.cancel()
         second.cancel()  # both requests cancelled in the same turn (e.g. one shared deadline)
         await asyncio.gather(first, second, return_exceptions=True)
-        return second.cancelled(), asked
+        return second.cancelled(), asked[0]
 
     cancelled, asked = run(go())
     assert (cancelled, asked) == (True, 1)
@@ -128,22 +134,8 @@ def test_a_waiter_cancelled_with_the_first_asker_is_not_swallowed() -> None:
 
 def test_a_waiter_asks_again_when_only_the_first_asker_is_cancelled() -> None:
     async def go() -> tuple[object, int]:
-        reviews = Reviews(None)  # type: ignore[arg-type]
-        asked = 0
-        never = asyncio.get_running_loop().create_future()
-
-        async def ask() -> str:
-            nonlocal asked
-            asked += 1
-            if asked == 1:
-                await never
-            return "answer"
-
-        first = asyncio.get_running_loop().create_task(reviews._once("k", ask))
-        await asyncio.sleep(0)
-        second = asyncio.get_running_loop().create_task(reviews._once("k", ask))
-        await asyncio.sleep(0)
+        first, second, asked = await _two_waiting_reviews()
         first.cancel()
-        return await second, asked
+        return await second, asked[0]
 
     assert run(go()) == ("answer", 2)

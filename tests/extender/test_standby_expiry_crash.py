@@ -9,8 +9,9 @@ lone member kept its GPUs for as long as it ran."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -49,6 +50,21 @@ def ended(shared: FakeKube, ns: str, name: str) -> bool:
     )
 
 
+async def evicted_by_the_new_leader(shared: FakeKube, b: Any, why: Callable[[str], str]) -> None:
+    """Pod nlp/w-0 (uid p0) ended by replica `b`, now leading; else fail with `why` told how `b`
+    holds it. `b`'s tasks are stopped either way."""
+    try:
+        await until("w-0 evicted by the new leader", lambda: ended(shared, "nlp", "w-0"), 4.0)
+    except AssertionError:
+        g = b.s.core.gang_of_pod("p0")
+        raise AssertionError(
+            why(f"{g.name if g else None!r} (evicting: {g.evicting if g else None})")
+        ) from None
+    finally:
+        for t in b.tasks:
+            t.cancel()
+
+
 def wall_follows(monkeypatch: pytest.MonkeyPatch, clock: Clock) -> None:
     """The wall clock the GangReservations are written and read on, moving with the test's clock
     as a real one does with the monotonic one (the standby follows the deadlines the leader wrote,
@@ -82,16 +98,13 @@ def test_a_gang_expired_while_the_leader_was_dead_has_its_member_evicted_by_the_
             t.cancel()
         clock.t += TTL + STANDBY_EXPIRY_LAG + 1  # the gang's TTL runs out meanwhile
         await until("b leads", lambda: b.s.ready, 10.0)
-        try:
-            await until("w-0 evicted by the new leader", lambda: ended(shared, "nlp", "w-0"), 4.0)
-        except AssertionError:
-            g = b.s.core.gang_of_pod("p0")
-            raise AssertionError(
-                f"the gang's TTL ran out, yet w-0 still runs, held by the new leader as "
-                f"{g.name if g else None!r} (evicting: {g.evicting if g else None}) and never evicted"
-            ) from None
-        finally:
-            for t in b.tasks:
-                t.cancel()
+        await evicted_by_the_new_leader(
+            shared,
+            b,
+            lambda held: (
+                f"the gang's TTL ran out, yet w-0 still runs, held by the new leader as {held} "
+                "and never evicted"
+            ),
+        )
 
     run(go())

@@ -39,6 +39,12 @@ def member(i: int) -> dict[str, Any]:
     return pod(f"train-{i}", "vision", gpus=8, labels={COSCHED: "train"}, annotations=ann, uid=f"t{i}")
 
 
+def _taken_over(shared: Any, b: Any) -> tuple[dict[str, bool], dict[str, str | None]]:
+    """On the new leader: whether each pod of gang vision/train was ended, and the gang each is in."""
+    gone = {n: ended(shared, "vision", n) for n in ("train-0", "train-1")}
+    return gone, {u: getattr(b.s.core.gang_of_pod(u), "name", None) for u in ("t0", "t1")}
+
+
 def test_a_standby_whose_watch_lagged_does_not_evict_a_whole_gang_when_it_takes_over() -> None:
     """Nor does it hold the member it had let go apart from the gang (`Core.rejoin`): taking over,
     it holds one gang, whole."""
@@ -80,8 +86,7 @@ def test_a_standby_whose_watch_lagged_does_not_evict_a_whole_gang_when_it_takes_
         except AssertionError:
             raise AssertionError(f"b never led: {b.s.not_ready_reason}") from None
         await asyncio.sleep(1.0)  # room for the new lead's eviction book to run
-        gone = {n: ended(shared, "vision", n) for n in ("train-0", "train-1")}
-        gangs = {u: getattr(b.s.core.gang_of_pod(u), "name", None) for u in ("t0", "t1")}
+        gone, gangs = _taken_over(shared, b)
         whole = b.s.core.gang("vision/train")
         for t in b.tasks:
             t.cancel()
@@ -151,8 +156,7 @@ def test_a_standby_whose_clock_runs_ahead_does_not_evict_a_whole_gang_when_it_ta
         await a.stop()
         await until("b leads", lambda: b.s.ready, 15.0)
         await asyncio.sleep(1.0)
-        gone = {n: ended(shared, "vision", n) for n in ("train-0", "train-1")}
-        gangs = {u: getattr(b.s.core.gang_of_pod(u), "name", None) for u in ("t0", "t1")}
+        gone, gangs = _taken_over(shared, b)
         for t in b.tasks:
             t.cancel()
         assert gone == {"train-0": False, "train-1": False}, (
